@@ -1,0 +1,29 @@
+// Command authz decides whether a sandbox lease may open a duplex command stream, and which of
+// the nine sandbox capabilities it is entitled to. See README.md.
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/signal"
+	"syscall"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	err := run(ctx, os.Args[1:], os.Stdin, os.Stdout, os.Stderr)
+	stop()
+	if err != nil {
+		var ee *exitError
+		if errors.As(err, &ee) {
+			if ee.msg != "" {
+				fmt.Fprintln(os.Stderr, "authz: "+ee.msg)
+			}
+			os.Exit(ee.code)
+		}
+		fmt.Fprintln(os.Stderr, "authz: "+err.Error())
+		os.Exit(1)
+	}
+}

@@ -1,0 +1,115 @@
+package decision
+
+import (
+	"github.com/authz-dev/authz/internal/snapshot"
+)
+
+// CapabilityKeys are the nine capabilities of SPEC section 2, in document order.
+var CapabilityKeys = [9]string{
+	"reusableLeases",
+	"nativeSyncIn",
+	"nativeSyncOut",
+	"persistentProcessSessions",
+	"independentControlCommands",
+	"incrementalSessionOutput",
+	"concurrentSyncOperations",
+	"duplexCommandStream",
+	"runnerWebSocketIngress",
+}
+
+// Capabilities is the snapshot: the nine capabilities the lease is entitled to now.
+type Capabilities struct {
+	ReusableLeases             bool `json:"reusableLeases"`
+	NativeSyncIn               bool `json:"nativeSyncIn"`
+	NativeSyncOut              bool `json:"nativeSyncOut"`
+	PersistentProcessSessions  bool `json:"persistentProcessSessions"`
+	IndependentControlCommands bool `json:"independentControlCommands"`
+	IncrementalSessionOutput   bool `json:"incrementalSessionOutput"`
+	ConcurrentSyncOperations   bool `json:"concurrentSyncOperations"`
+	DuplexCommandStream        bool `json:"duplexCommandStream"`
+	RunnerWebSocketIngress     bool `json:"runnerWebSocketIngress"`
+}
+
+// field returns the field that holds capability key, or nil for an unknown key.
+func (c *Capabilities) field(key string) *bool {
+	switch key {
+	case "reusableLeases":
+		return &c.ReusableLeases
+	case "nativeSyncIn":
+		return &c.NativeSyncIn
+	case "nativeSyncOut":
+		return &c.NativeSyncOut
+	case "persistentProcessSessions":
+		return &c.PersistentProcessSessions
+	case "independentControlCommands":
+		return &c.IndependentControlCommands
+	case "incrementalSessionOutput":
+		return &c.IncrementalSessionOutput
+	case "concurrentSyncOperations":
+		return &c.ConcurrentSyncOperations
+	case "duplexCommandStream":
+		return &c.DuplexCommandStream
+	case "runnerWebSocketIngress":
+		return &c.RunnerWebSocketIngress
+	}
+	return nil
+}
+
+// Get returns the value of capability key (false for an unknown key).
+func (c Capabilities) Get(key string) bool {
+	if f := c.field(key); f != nil {
+		return *f
+	}
+	return false
+}
+
+// Map returns the capabilities keyed by name.
+func (c Capabilities) Map() map[string]bool {
+	m := make(map[string]bool, len(CapabilityKeys))
+	for _, k := range CapabilityKeys {
+		m[k] = c.Get(k)
+	}
+	return m
+}
+
+// Document is the decision document of SPEC section 8. Every field is always present in JSON.
+type Document struct {
+	Allow        bool         `json:"allow"`
+	Code         string       `json:"code"`
+	Message      string       `json:"message"`
+	Reasons      []string     `json:"reasons"`
+	Capabilities Capabilities `json:"capabilities"`
+	DecisionID   string       `json:"decision_id"`
+	Revision     string       `json:"revision"`
+}
+
+// ReasonEvaluationFailed is the only reason of a decision that could not be evaluated.
+const ReasonEvaluationFailed = "evaluation_failed"
+
+// capabilityDenied holds each operation's capability-denied code and message (SPEC section 7):
+// the answer to every evaluation that fails.
+var capabilityDenied = map[string][2]string{
+	snapshot.OpOpenDuplexChannel: {
+		"DUPLEX_CHANNEL_CAPABILITY_DENIED",
+		"Sandbox lease does not grant the duplex command stream capability.",
+	},
+	snapshot.OpGetRunnerIngressEndpoint: {
+		"RUNNER_INGRESS_CAPABILITY_DENIED",
+		"Sandbox lease does not grant runner WebSocket ingress.",
+	},
+}
+
+// FailedDocument is the deny of SPEC section 11, "Failures": the operation's capability-denied
+// code and message, no capability, and the reason evaluation_failed. An unknown operation gets
+// the duplex channel's code.
+func FailedDocument(operation string) Document {
+	cd, ok := capabilityDenied[operation]
+	if !ok {
+		cd = capabilityDenied[snapshot.OpOpenDuplexChannel]
+	}
+	return Document{
+		Code:    cd[0],
+		Message: cd[1],
+		Reasons: []string{ReasonEvaluationFailed},
+	}
+}

@@ -1,0 +1,232 @@
+// Package decision evaluates the input document of internal/snapshot with the Rego policy and
+// turns the result into a decision document, failing closed on every path that is not exactly one
+// well-formed result.
+package decision
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"slices"
+	"sync/atomic"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/open-policy-agent/opa/v1/ast"
+	"github.com/open-policy-agent/opa/v1/rego"
+
+	"github.com/authz-dev/authz/internal/snapshot"
+	"github.com/authz-dev/authz/policies"
+)
+
+// Query is the entrypoint every policy must define.
+const Query = "data.authz.decision"
+
+// Options tune an Engine. The zero value is usable.
+type Options struct {
+	// EvalTimeout bounds one evaluation (input assembly included); none when zero.
+	EvalTimeout time.Duration
+	// ConfigCheckTimeout bounds the driver's config check inside the input assembly.
+	ConfigCheckTimeout time.Duration
+	// Now is the clock handed to the policy; time.Now when nil.
+	Now func() time.Time
+}
+
+// Engine evaluates decisions. It is safe for concurrent use; the prepared query is replaced
+// atomically when a new policy revision is loaded, and in-flight decisions finish on the old one.
+type Engine struct {
+	opts Options
+	cur  atomic.Pointer[prepared]
+}
+
+type prepared struct {
+	query    rego.PreparedEvalQuery
+	revision string
+}
+
+// New returns an engine with the embedded policy loaded.
+func New(ctx context.Context, opts Options) (*Engine, error) {
+	mods, err := policies.Modules()
+	if err != nil {
+		return nil, &Error{Code: CodeCompile, Err: fmt.Errorf("read embedded policy: %w", err)}
+	}
+	e := &Engine{opts: opts}
+	if err := e.LoadModules(ctx, mods, ""); err != nil {
+		return nil, err
+	}
+	return e, nil
+}
+
+// NewEmpty returns an engine with no policy: every decision denies with CodeNoPolicy until a
+// policy is loaded (for example from a bundle).
+func NewEmpty(opts Options) *Engine { return &Engine{opts: opts} }
+
+// LoadModules compiles the given Rego modules (path → source), prepares the entrypoint and makes
+// it the current policy. revision "" means a digest of the modules ("sha256:…").
+func (e *Engine) LoadModules(ctx context.Context, modules map[string]string, revision string) error {
+	if revision == "" {
+		revision = ModulesRevision(modules)
+	}
+	opts := make([]func(*rego.Rego), 0, len(modules))
+	for name, src := range modules {
+		opts = append(opts, rego.Module(name, src))
+	}
+	return e.Prepare(ctx, revision, opts...)
+}
+
+// Prepare prepares the entrypoint with the given rego options (modules, or a compiler and store
+// fed by OPA's plugin manager) and makes it the current policy under revision.
+func (e *Engine) Prepare(ctx context.Context, revision string, opts ...func(*rego.Rego)) error {
+	opts = append(slices.Clip(opts), rego.Query(Query))
+	pq, err := rego.New(opts...).PrepareForEval(ctx)
+	if err != nil {
+		return &Error{Code: CodeCompile, Err: fmt.Errorf("prepare %s (revision %s): %w", Query, revision, err)}
+	}
+	e.cur.Store(&prepared{query: pq, revision: revision})
+	return nil
+}
+
+// Revision returns the revision of the current policy ("" when none is loaded).
+func (e *Engine) Revision() string {
+	if p := e.cur.Load(); p != nil {
+		return p.revision
+	}
+	return ""
+}
+
+// ModulesRevision is a digest of a set of modules, independent of map order.
+func ModulesRevision(modules map[string]string) string {
+	names := make([]string, 0, len(modules))
+	for n := range modules {
+		names = append(names, n)
+	}
+	slices.Sort(names)
+	h := sha256.New()
+	for _, n := range names {
+		fmt.Fprintf(h, "%d:%s%d:%s", len(n), n, len(modules[n]), modules[n])
+	}
+	return "sha256:" + hex.EncodeToString(h.Sum(nil))[:16]
+}
+
+// Decide assembles the input of one decision and evaluates it. It always returns a decision
+// document; a non-nil error (an *Error) means the decision could not be evaluated and the
+// document is the fail-closed deny of FailedDocument.
+func (e *Engine) Decide(ctx context.Context, req *snapshot.Request, facts snapshot.Facts) (Document, snapshot.Input, error) {
+	if e.opts.EvalTimeout > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, e.opts.EvalTimeout)
+		defer cancel()
+	}
+	in := snapshot.Build(ctx, req, facts, snapshot.Options{Now: e.opts.Now, ConfigTimeout: e.opts.ConfigCheckTimeout})
+	doc, err := e.Evaluate(ctx, in)
+	return doc, in, err
+}
+
+// Evaluate evaluates an assembled input document. Like Decide, it always returns a document.
+func (e *Engine) Evaluate(ctx context.Context, in snapshot.Input) (Document, error) {
+	op, _ := in["operation"].(string)
+	p := e.cur.Load()
+	doc, err := e.evaluate(ctx, p, in, op)
+	if err != nil {
+		doc = FailedDocument(op)
+	}
+	doc.DecisionID = uuid.NewString()
+	if p != nil {
+		doc.Revision = p.revision
+	}
+	return doc, err
+}
+
+func (e *Engine) evaluate(ctx context.Context, p *prepared, in snapshot.Input, op string) (Document, error) {
+	if p == nil {
+		return Document{}, failf(CodeNoPolicy, "no policy is loaded: start with the embedded policy or a bundle")
+	}
+	if err := ctxErr(ctx); err != nil {
+		return Document{}, err
+	}
+	val, err := ast.InterfaceToValue(map[string]any(in))
+	if err != nil {
+		return Document{}, &Error{Code: CodeBadInput, Err: err}
+	}
+	rs, err := p.query.Eval(ctx, rego.EvalParsedInput(val))
+	if err != nil {
+		if cerr := ctxErr(ctx); cerr != nil {
+			return Document{}, cerr
+		}
+		return Document{}, &Error{Code: CodeEvalError, Err: err}
+	}
+	if err := ctxErr(ctx); err != nil {
+		return Document{}, err
+	}
+	switch {
+	case len(rs) == 0:
+		return Document{}, failf(CodeUndefined, "%s is undefined for this input", Query)
+	case len(rs) > 1:
+		return Document{}, failf(CodeMultipleResults, "%s produced %d results, want 1", Query, len(rs))
+	case len(rs[0].Expressions) != 1:
+		return Document{}, failf(CodeBadResult, "%s produced %d expressions, want 1", Query, len(rs[0].Expressions))
+	}
+	return parseResult(rs[0].Expressions[0].Value)
+}
+
+// ctxErr maps a done context to its code: a deadline is a time-out, anything else a cancel.
+func ctxErr(ctx context.Context) error {
+	switch err := ctx.Err(); {
+	case err == nil:
+		return nil
+	case errors.Is(err, context.DeadlineExceeded):
+		return &Error{Code: CodeTimeout, Err: err}
+	default:
+		return &Error{Code: CodeCanceled, Err: err}
+	}
+}
+
+// parseResult reads the policy's result strictly: an object with a boolean allow, string code
+// and message, an array of string reasons, and all nine capabilities as booleans. Anything else
+// is a bad result, and a bad result never grants.
+func parseResult(v any) (Document, error) {
+	obj, ok := v.(map[string]any)
+	if !ok {
+		return Document{}, failf(CodeBadResult, "result is %T, want an object", v)
+	}
+	var d Document
+	if d.Allow, ok = obj["allow"].(bool); !ok {
+		return Document{}, failf(CodeBadResult, "result.allow is %T, want a boolean", obj["allow"])
+	}
+	if d.Code, ok = obj["code"].(string); !ok {
+		return Document{}, failf(CodeBadResult, "result.code is %T, want a string", obj["code"])
+	}
+	if d.Message, ok = obj["message"].(string); !ok {
+		return Document{}, failf(CodeBadResult, "result.message is %T, want a string", obj["message"])
+	}
+	reasons, ok := obj["reasons"].([]any)
+	if !ok {
+		return Document{}, failf(CodeBadResult, "result.reasons is %T, want an array", obj["reasons"])
+	}
+	d.Reasons = make([]string, len(reasons))
+	for i, r := range reasons {
+		if d.Reasons[i], ok = r.(string); !ok {
+			return Document{}, failf(CodeBadResult, "result.reasons[%d] is %T, want a string", i, r)
+		}
+	}
+	caps, ok := obj["capabilities"].(map[string]any)
+	if !ok {
+		return Document{}, failf(CodeBadResult, "result.capabilities is %T, want an object", obj["capabilities"])
+	}
+	for _, k := range CapabilityKeys {
+		b, ok := caps[k].(bool)
+		if !ok {
+			return Document{}, failf(CodeBadResult, "result.capabilities.%s is %T, want a boolean", k, caps[k])
+		}
+		*d.Capabilities.field(k) = b
+	}
+	if d.Allow && (d.Code != "" || d.Message != "" || len(d.Reasons) != 0) {
+		return Document{}, failf(CodeBadResult, "result grants but carries a deny code, message or reasons")
+	}
+	if !d.Allow && d.Code == "" {
+		return Document{}, failf(CodeBadResult, "result denies without a code")
+	}
+	return d, nil
+}

@@ -1,0 +1,159 @@
+package snapshot
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+)
+
+// File is the facts-file shape of SPEC section 4. The live plugin host renders its state in the
+// same shape (GET /v1/facts), so any decision can be replayed with `authz decide --facts`.
+type File struct {
+	Plugins          []map[string]any          `json:"plugins"`
+	Workers          map[string]map[string]any `json:"workers"`
+	BuiltinProviders map[string]map[string]any `json:"builtinProviders"`
+}
+
+// FileFacts is a Facts view over a parsed facts file. It never changes after parsing.
+type FileFacts struct {
+	plugins  map[string]map[string]any
+	workers  map[string]Worker
+	builtins map[string]map[string]any
+}
+
+var _ Facts = (*FileFacts)(nil)
+
+// LoadFacts reads and parses a facts file.
+func LoadFacts(path string) (*FileFacts, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, &Error{Code: CodeBadFacts, Err: fmt.Errorf("read facts file: %w", err)}
+	}
+	return ParseFacts(bytes.NewReader(b))
+}
+
+// ParseFacts parses a facts document and checks its shape (SPEC section 11, "Facts file"): an
+// object; plugins an array of objects with distinct non-empty string ids; workers and
+// builtinProviders objects whose values are objects. Absent sections are empty; null ones are not.
+func ParseFacts(r io.Reader) (*FileFacts, error) {
+	doc, err := decodeOne(r)
+	if err != nil {
+		return nil, badFacts("facts are not valid JSON: %v", err)
+	}
+	top, ok := doc.(map[string]any)
+	if !ok {
+		return nil, badFacts("facts must be a JSON object with plugins, workers and builtinProviders, got %s", typeName(doc))
+	}
+	f := &FileFacts{
+		plugins:  map[string]map[string]any{},
+		workers:  map[string]Worker{},
+		builtins: map[string]map[string]any{},
+	}
+	if raw, present := top["plugins"]; present {
+		list, ok := raw.([]any)
+		if !ok {
+			return nil, badFacts("facts.plugins must be an array of plugin objects, got %s", typeName(raw))
+		}
+		for i, item := range list {
+			p, ok := item.(map[string]any)
+			if !ok {
+				return nil, badFacts("facts.plugins[%d] must be an object, got %s", i, typeName(item))
+			}
+			id, ok := p["id"].(string)
+			if !ok || id == "" {
+				return nil, badFacts("facts.plugins[%d].id must be a non-empty string", i)
+			}
+			if _, dup := f.plugins[id]; dup {
+				return nil, badFacts("facts.plugins[%d].id %q is a duplicate: plugin ids must be unique", i, id)
+			}
+			f.plugins[id] = p
+		}
+	}
+	workers, err := objectOfObjects(top, "workers")
+	if err != nil {
+		return nil, err
+	}
+	for id, w := range workers {
+		cv, hasCV := w["configValid"]
+		if !hasCV {
+			cv = nil
+		} else if cv == nil {
+			cv = json.RawMessage("null") // present but null: not the literal true, so not valid
+		}
+		f.workers[id] = Worker{SupportedMethods: stringsOnly(w["supportedMethods"]), configValid: cv}
+	}
+	if f.builtins, err = objectOfObjects(top, "builtinProviders"); err != nil {
+		return nil, err
+	}
+	return f, nil
+}
+
+func objectOfObjects(top map[string]any, field string) (map[string]map[string]any, error) {
+	out := map[string]map[string]any{}
+	raw, present := top[field]
+	if !present {
+		return out, nil
+	}
+	obj, ok := raw.(map[string]any)
+	if !ok {
+		return nil, badFacts("facts.%s must be an object keyed by id, got %s", field, typeName(raw))
+	}
+	for k, v := range obj {
+		vo, ok := v.(map[string]any)
+		if !ok {
+			return nil, badFacts("facts.%s[%q] must be an object, got %s", field, k, typeName(v))
+		}
+		out[k] = vo
+	}
+	return out, nil
+}
+
+// Plugin implements Facts.
+func (f *FileFacts) Plugin(id string) (map[string]any, bool) {
+	p, ok := f.plugins[id]
+	return p, ok
+}
+
+// Worker implements Facts.
+func (f *FileFacts) Worker(pluginID string) (Worker, bool) {
+	w, ok := f.workers[pluginID]
+	return w, ok
+}
+
+// BuiltinProvider implements Facts.
+func (f *FileFacts) BuiltinProvider(key string) (map[string]any, bool) {
+	b, ok := f.builtins[key]
+	return b, ok
+}
+
+// ConfigValid implements Facts: configValid absent means valid; present and not the literal true
+// means not valid.
+func (f *FileFacts) ConfigValid(_ context.Context, _ string, w Worker, _ string, _ any) (bool, error) {
+	if w.configValid == nil {
+		return true, nil
+	}
+	v, ok := w.configValid.(bool)
+	return ok && v, nil
+}
+
+func badFacts(format string, args ...any) error {
+	return &Error{Code: CodeBadFacts, Err: fmt.Errorf(format, args...)}
+}
+
+// stringsOnly keeps the string elements of a JSON array; anything else gives none.
+func stringsOnly(v any) []string {
+	list, ok := v.([]any)
+	if !ok {
+		return nil
+	}
+	out := make([]string, 0, len(list))
+	for _, e := range list {
+		if s, ok := e.(string); ok {
+			out = append(out, s)
+		}
+	}
+	return out
+}

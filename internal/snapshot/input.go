@@ -1,0 +1,122 @@
+package snapshot
+
+import (
+	"context"
+	"time"
+)
+
+// Input is the document the policy decides on; docs/input-document.md describes every field.
+type Input map[string]any
+
+// Options tune Build. The zero value is usable.
+type Options struct {
+	// Now is the clock passed to the policy as now_ns; time.Now when nil.
+	Now func() time.Time
+	// ConfigTimeout bounds the driver's config check; no extra bound when zero (ctx still applies).
+	ConfigTimeout time.Duration
+}
+
+// Build assembles the input document of one decision from a checked request and the facts as they
+// are now. It never fails: what cannot be looked up is left out, and the policy denies on it.
+func Build(ctx context.Context, req *Request, facts Facts, opts Options) Input {
+	md := req.Metadata
+	driver := nonEmpty(md["driver"])
+	if driver == "" {
+		driver = nonEmpty(req.Environment["driver"])
+	}
+	if driver == "" {
+		driver = "sandbox"
+	}
+	providerKey := nonEmpty(md["provider"])
+	if providerKey == "" && req.Environment["driver"] == "sandbox" {
+		if cfg, ok := req.Environment["config"].(map[string]any); ok {
+			providerKey = nonEmpty(cfg["provider"])
+		}
+	}
+	pluginBacked := md["sandboxProviderPlugin"] == true
+	pluginID := nonEmpty(md["pluginId"])
+
+	factsDoc := map[string]any{}
+	var plugin map[string]any
+	if pluginID != "" {
+		if p, ok := facts.Plugin(pluginID); ok {
+			plugin = p
+			factsDoc["plugin"] = p
+		}
+	}
+	worker, running := Worker{}, false
+	if plugin != nil {
+		if worker, running = facts.Worker(pluginID); running {
+			methods := make([]any, len(worker.SupportedMethods))
+			for i, m := range worker.SupportedMethods {
+				methods[i] = m
+			}
+			factsDoc["worker"] = map[string]any{"generation": worker.Generation, "supportedMethods": methods}
+		}
+	}
+	if providerKey != "" {
+		if b, ok := facts.BuiltinProvider(providerKey); ok {
+			factsDoc["builtinProvider"] = b
+		}
+	}
+
+	// The config check is the one fact that may cost a call into a driver: ask only where SPEC
+	// section 6 consults it (the plugin-backed sandbox path with a ready plugin and a worker).
+	configFailed := false
+	if driver == "sandbox" && pluginBacked && providerKey != "" && running && plugin["status"] == "ready" {
+		cctx, cancel := ctx, context.CancelFunc(func() {})
+		if opts.ConfigTimeout > 0 {
+			cctx, cancel = context.WithTimeout(ctx, opts.ConfigTimeout)
+		}
+		ok, err := facts.ConfigValid(cctx, pluginID, worker, providerKey, req.Environment["config"])
+		cancel()
+		configFailed = err != nil || !ok
+	}
+
+	now := time.Now
+	if opts.Now != nil {
+		now = opts.Now
+	}
+	lease := req.Lease
+	if _, ok := lease["metadata"]; !ok {
+		lease = shallowWith(lease, "metadata", md)
+	}
+	in := Input{
+		"operation":   req.Operation,
+		"environment": req.Environment,
+		"lease":       lease,
+		"now_ns":      now().UnixNano(),
+		"resolved": map[string]any{
+			"driver":       driver,
+			"providerKey":  providerKey,
+			"pluginBacked": pluginBacked,
+			"pluginId":     pluginID,
+			"driverKey":    nonEmpty(md["driverKey"]),
+		},
+		"facts": factsDoc,
+		"narrowing": map[string]any{
+			"leasePolicyNotReusable": req.Lease["leasePolicy"] != "reuse_by_environment",
+			"nativeSyncUnavailable":  md["backend"] == "job" || md["nativeFileSyncUnsupported"] == true,
+			"configResolutionFailed": configFailed,
+		},
+	}
+	if req.HasCommand {
+		in["command"] = req.Command
+	}
+	return in
+}
+
+// nonEmpty returns v when it is a string of length at least one, else "".
+func nonEmpty(v any) string {
+	s, _ := v.(string)
+	return s
+}
+
+func shallowWith(m map[string]any, k string, v any) map[string]any {
+	out := make(map[string]any, len(m)+1)
+	for mk, mv := range m {
+		out[mk] = mv
+	}
+	out[k] = v
+	return out
+}

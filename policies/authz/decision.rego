@@ -1,0 +1,429 @@
+# METADATA
+# title: Sandbox capability gate
+# description: |
+#   Decides whether a sandbox lease may perform an operation (open a duplex command stream, get the
+#   runner ingress endpoint) and which of the nine capabilities the lease is entitled to. The input
+#   is assembled by the host (docs/input-document.md); the tables are in data.authz.tables.
+#   Everything defaults to deny.
+package authz
+
+import data.authz.tables
+
+# METADATA
+# title: Decision document
+# description: |
+#   The decision of SPEC section 8 without decision_id and revision (the host adds those). When
+#   the input has no known operation or a part of the decision is undefined, the default document
+#   denies with reason evaluation_failed and no capability.
+# entrypoint: true
+default decision := {
+	"allow": false,
+	"code": "DUPLEX_CHANNEL_CAPABILITY_DENIED",
+	"message": "Sandbox lease does not grant the duplex command stream capability.",
+	"reasons": ["evaluation_failed"],
+	"capabilities": {
+		"reusableLeases": false,
+		"nativeSyncIn": false,
+		"nativeSyncOut": false,
+		"persistentProcessSessions": false,
+		"independentControlCommands": false,
+		"incrementalSessionOutput": false,
+		"concurrentSyncOperations": false,
+		"duplexCommandStream": false,
+		"runnerWebSocketIngress": false,
+	},
+}
+
+decision := {
+	"allow": allow,
+	"code": code,
+	"message": message,
+	"reasons": reasons,
+	"capabilities": capabilities,
+}
+
+# METADATA
+# title: Allow
+# description: True only when the operation is known and none of its checks fails.
+default allow := false
+
+allow if {
+	_operation
+	count(_failed_checks) == 0
+}
+
+# METADATA
+# title: Deny code
+# description: The code of the first failing check of the operation; empty on a grant.
+default code := ""
+
+code := _operation.denials[_first_failure].code
+
+# METADATA
+# title: Deny message
+# description: The message of the first failing check, with the driver name inserted as given.
+default message := ""
+
+message := replace(_operation.denials[_first_failure].message, "%s", _driver)
+
+# METADATA
+# title: Reasons
+# description: Why the decision denies (closed list, data.authz.tables.reasons); empty on a grant.
+default reasons := []
+
+reasons := ["driver_not_registered"] if _first_failure == "driver_registered"
+
+reasons := ["operation_unsupported_by_driver"] if _first_failure == "operation_supported"
+
+reasons := capability_reasons(_operation.capability) if _first_failure == "capability_granted"
+
+# METADATA
+# title: Capability snapshot
+# description: The nine capabilities the lease is entitled to now, each a boolean (SPEC section 2).
+capabilities := {k: _granted(k) | some k, _ in tables.capabilities}
+
+# METADATA
+# title: Reasons a capability is withheld
+# description: |
+#   For one capability: capability_unsupported_by_driver alone for a driver class without
+#   capabilities; else the first failed identity check alone; else every applicable reason among
+#   worker_not_running / method_not_verified, capability_not_declared and capability_narrowed.
+capability_reasons(k) := ["capability_unsupported_by_driver"] if {
+	not _supported(k)
+} else := [_identity_failure] if {
+	_identity_failure
+} else := [r | some r in tables.reasons; _capability_reason(k, r)]
+
+# METADATA
+# title: Requested operation
+# description: The table entry of the input's operation; undefined for an unknown operation.
+_operation := tables.operations[input.operation]
+
+# METADATA
+# title: Driver
+# description: The driver the host resolved from the lease (SPEC section 5, step 1).
+_driver := input.resolved.driver if is_string(input.resolved.driver)
+
+# METADATA
+# title: Failed checks
+# description: The operation's checks that fail, in the operation's order.
+_failed_checks := [c | some c in _operation.checks; _check_fails(c)]
+
+# METADATA
+# title: First failed check
+# description: The check whose deny answers the request.
+_first_failure := _failed_checks[0]
+
+# METADATA
+# title: Check outcomes
+# description: A check fails unless its positive condition holds, so a missing input fails it.
+_check_fails("driver_registered") if not _registered
+
+_check_fails("operation_supported") if not _operation_supported
+
+_check_fails("capability_granted") if not _capability_granted
+
+# METADATA
+# title: Driver is registered
+# description: The resolved driver is in the driver table.
+_registered if tables.drivers[_driver]
+
+# METADATA
+# title: Driver supports the operation
+# description: The operation is in the driver's operation set.
+_operation_supported if input.operation in tables.drivers[_driver].operations
+
+# METADATA
+# title: Capability granted
+# description: The operation's capability is exactly true in the snapshot.
+_capability_granted if capabilities[_operation.capability] == true
+
+# METADATA
+# title: Capability granted
+# description: supported AND identity AND verified AND declared AND not narrowed (SPEC section 2).
+default _granted(_) := false
+
+_granted(k) if {
+	_supported(k)
+	_identity_ok
+	_verified(k)
+	_declared_allows(k)
+	not _narrowed(k)
+}
+
+# METADATA
+# title: Driver class supports the capability
+# description: local and ssh support none; sandbox and plugin all nine (the driver table).
+_supported(k) if k in tables.drivers[_driver].capabilities
+
+# METADATA
+# title: Path
+# description: |
+#   How the lease is tied to the facts: builtin (sandbox driver, built-in provider),
+#   plugin_backed (sandbox driver, provider from a pinned plugin) or plugin_driver.
+_path := "builtin" if {
+	tables.drivers[_driver].identity == "sandbox_provider"
+	not input.resolved.pluginBacked == true
+}
+
+_path := "plugin_backed" if {
+	tables.drivers[_driver].identity == "sandbox_provider"
+	input.resolved.pluginBacked == true
+}
+
+_path := "plugin_driver" if tables.drivers[_driver].identity == "plugin_driver"
+
+# METADATA
+# title: Plugin paths
+# description: The paths that read a pinned plugin and its worker.
+_plugin_paths := {"plugin_backed", "plugin_driver"}
+
+# METADATA
+# title: Identity checks
+# description: Identity checks in SPEC order; the first failure is the only reason.
+_identity_checks := [
+	"no_provider",
+	"plugin_not_pinned",
+	"plugin_not_found",
+	"plugin_not_ready",
+	"driver_entry_invalid",
+	"driver_entry_missing",
+	"builtin_provider_unknown",
+]
+
+# METADATA
+# title: First failed identity check
+# description: Undefined when every identity check passes.
+_identity_failure := [c | some c in _identity_checks; _identity_fails(c)][0]
+
+# METADATA
+# title: Identity holds
+# description: The lease is tied to a provider or plugin entry that the facts confirm.
+_identity_ok if {
+	_path
+	not _identity_failure
+}
+
+# METADATA
+# title: Identity check outcomes
+# description: Each identity check fails unless its positive condition holds.
+_identity_fails("no_provider") if {
+	_path in {"builtin", "plugin_backed"}
+	not _has_provider
+}
+
+_identity_fails("plugin_not_pinned") if {
+	_path in _plugin_paths
+	not _pinned
+}
+
+_identity_fails("plugin_not_found") if {
+	_path in _plugin_paths
+	not _plugin_found
+}
+
+_identity_fails("plugin_not_ready") if {
+	_path in _plugin_paths
+	not input.facts.plugin.status == "ready"
+}
+
+_identity_fails("driver_entry_invalid") if {
+	_path in _plugin_paths
+	count(_entries) > 1
+}
+
+_identity_fails("driver_entry_invalid") if {
+	_path in _plugin_paths
+	not _capabilities_shape_ok
+}
+
+_identity_fails("driver_entry_missing") if {
+	_path in _plugin_paths
+	count(_entries) == 0
+}
+
+_identity_fails("driver_entry_missing") if {
+	_path == "plugin_backed"
+	not _entry.kind == "sandbox_provider"
+}
+
+_identity_fails("builtin_provider_unknown") if {
+	_path == "builtin"
+	not is_object(input.facts.builtinProvider)
+}
+
+# METADATA
+# title: Provider key present
+# description: The host found a non-empty provider key.
+_has_provider if _non_empty(input.resolved.providerKey)
+
+# METADATA
+# title: Plugin pinned
+# description: The lease pins a plugin id (and, on the plugin driver, a driver key).
+_pinned if {
+	_path == "plugin_backed"
+	_non_empty(input.resolved.pluginId)
+}
+
+_pinned if {
+	_path == "plugin_driver"
+	_non_empty(input.resolved.pluginId)
+	_non_empty(input.resolved.driverKey)
+}
+
+# METADATA
+# title: Pinned plugin found
+# description: The facts hold the plugin with exactly the pinned id, never another one.
+_plugin_found if input.facts.plugin.id == input.resolved.pluginId
+
+# METADATA
+# title: Entry key
+# description: The driver key looked up in the pinned plugin's manifest.
+_entry_key := input.resolved.providerKey if _path == "plugin_backed"
+
+_entry_key := input.resolved.driverKey if _path == "plugin_driver"
+
+# METADATA
+# title: Manifest entries
+# description: The manifest's environmentDrivers when it is an array; none otherwise.
+default _manifest_entries := []
+
+_manifest_entries := input.facts.plugin.manifest.environmentDrivers if {
+	is_array(input.facts.plugin.manifest.environmentDrivers)
+}
+
+# METADATA
+# title: Matching entries
+# description: The object entries whose driverKey equals the looked-up key (any kind).
+_entries := [e | some e in _manifest_entries; is_object(e); e.driverKey == _entry_key]
+
+# METADATA
+# title: The entry
+# description: The one matching entry; undefined when there are none or several.
+_entry := _entries[0] if count(_entries) == 1
+
+# METADATA
+# title: Declaration shape
+# description: sandboxCapabilities is absent or an object.
+default _capabilities_shape_ok := false
+
+_capabilities_shape_ok if not "sandboxCapabilities" in object.keys(_entry)
+
+_capabilities_shape_ok if is_object(_entry.sandboxCapabilities)
+
+# METADATA
+# title: Worker missing
+# description: A plugin path with no running worker for the pinned plugin.
+_worker_missing if {
+	_path in _plugin_paths
+	not is_object(input.facts.worker)
+}
+
+# METADATA
+# title: Verified methods
+# description: |
+#   Plugin paths: the worker's live methods (string elements only). Built-in path: the methods
+#   data.authz.tables.builtinProviderMethods grants for each flag of the provider that is true.
+_verified_methods contains m if {
+	_path in _plugin_paths
+	is_array(input.facts.worker.supportedMethods)
+	some m in input.facts.worker.supportedMethods
+	is_string(m)
+}
+
+_verified_methods contains m if {
+	_path == "builtin"
+	some flag, methods in tables.builtinProviderMethods
+	input.facts.builtinProvider[flag] == true
+	some m in methods
+}
+
+# METADATA
+# title: Capability verified
+# description: Every requirement group has at least one method in the verified methods.
+_verified(k) if {
+	every group in tables.capabilities[k].methods {
+		some m in group
+		m in _verified_methods
+	}
+}
+
+# METADATA
+# title: Declared value
+# description: |
+#   The declaration of a capability, undefined when absent or null. Plugin paths: the entry's
+#   sandboxCapabilities, with the legacy supportsReusableLeases standing for reusableLeases when
+#   that key is absent or null. Built-in path: supportsReusableLeases when it is a boolean.
+_declared_value(k) := v if {
+	_path in _plugin_paths
+	v := _entry.sandboxCapabilities[k]
+	v != null
+}
+
+_declared_value("reusableLeases") := v if {
+	_path in _plugin_paths
+	not _nested_reusable_declared
+	v := _entry.supportsReusableLeases
+	v != null
+}
+
+_declared_value("reusableLeases") := v if {
+	_path == "builtin"
+	v := input.facts.builtinProvider.supportsReusableLeases
+	is_boolean(v)
+}
+
+# METADATA
+# title: Nested reusableLeases declared
+# description: sandboxCapabilities.reusableLeases is present and not null.
+_nested_reusable_declared if _entry.sandboxCapabilities.reusableLeases != null
+
+# METADATA
+# title: Declaration allows
+# description: |
+#   A declared boolean is used as is; anything else declared counts as false; no declaration
+#   allows ordinary capabilities and withholds opt-in ones.
+_declared_allows(k) if _declared_value(k) == true
+
+_declared_allows(k) if {
+	not _has_declaration(k)
+	tables.capabilities[k].optIn == false
+}
+
+# METADATA
+# title: Has declaration
+# description: The capability has a declared value (of any type).
+_has_declaration(k) if _declared_value(k) != null
+
+# METADATA
+# title: Narrowed
+# description: A narrowing flag of the capability is exactly true in the input.
+_narrowed(k) if {
+	some flag in tables.capabilities[k].narrowedBy
+	input.narrowing[flag] == true
+}
+
+# METADATA
+# title: Capability reason applies
+# description: Whether a reason after the identity checks applies to capability k.
+_capability_reason(k, "worker_not_running") if {
+	not _verified(k)
+	_worker_missing
+}
+
+_capability_reason(k, "method_not_verified") if {
+	not _verified(k)
+	not _worker_missing
+}
+
+_capability_reason(k, "capability_not_declared") if not _declared_allows(k)
+
+_capability_reason(k, "capability_narrowed") if _narrowed(k)
+
+# METADATA
+# title: Non-empty string
+# description: A JSON string of length at least one.
+_non_empty(s) if {
+	is_string(s)
+	s != ""
+}

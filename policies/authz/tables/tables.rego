@@ -1,0 +1,169 @@
+# METADATA
+# title: Decision tables
+# description: |
+#   The data the decision reads: registered drivers, which operations and capabilities each driver
+#   class supports, the operations with their order of checks, codes and messages, and the nine
+#   capabilities with the worker methods they require, whether they are opt-in, and the narrowing
+#   flags that remove them. Edit these tables to change behaviour without touching Go.
+package authz.tables
+
+# METADATA
+# title: Capability table
+# description: |
+#   Per capability (SPEC section 2): `methods` is a list of requirement groups, each a list of
+#   alternative worker methods (every group needs one of its methods in the worker's live methods);
+#   `optIn` capabilities are false unless declared `true`; `narrowedBy` names the flags of
+#   `input.narrowing` that remove the capability when they are `true`.
+capabilities := {
+	"reusableLeases": {
+		"methods": [["environmentResumeLease"], ["environmentReleaseLease"], ["environmentDestroyLease"]],
+		"optIn": false,
+		"narrowedBy": ["leasePolicyNotReusable"],
+	},
+	"nativeSyncIn": {
+		"methods": [["environmentSyncIn"]],
+		"optIn": false,
+		"narrowedBy": ["nativeSyncUnavailable"],
+	},
+	"nativeSyncOut": {
+		"methods": [["environmentSyncOut"]],
+		"optIn": false,
+		"narrowedBy": ["nativeSyncUnavailable"],
+	},
+	"persistentProcessSessions": {
+		"methods": [["environmentExecute"]],
+		"optIn": false,
+		"narrowedBy": ["configResolutionFailed"],
+	},
+	"independentControlCommands": {
+		"methods": [["environmentExecute"]],
+		"optIn": false,
+		"narrowedBy": [],
+	},
+	"incrementalSessionOutput": {
+		"methods": [["environmentExecute"]],
+		"optIn": true,
+		"narrowedBy": ["configResolutionFailed"],
+	},
+	"concurrentSyncOperations": {
+		"methods": [["environmentSyncIn"], ["environmentSyncOut"]],
+		"optIn": true,
+		"narrowedBy": [],
+	},
+	"duplexCommandStream": {
+		"methods": [["duplexChannelOpen"]],
+		"optIn": true,
+		"narrowedBy": ["configResolutionFailed"],
+	},
+	"runnerWebSocketIngress": {
+		"methods": [["environmentRunnerIngressEndpoint"]],
+		"optIn": true,
+		"narrowedBy": [],
+	},
+}
+
+# METADATA
+# title: Registered drivers
+# description: |
+#   The environment drivers the runtime knows (SPEC section 5, step 2), with the operations each
+#   supports and the capabilities its class can have at all. `identity` names how a lease on the
+#   driver is tied to the facts: `sandbox_provider` (a built-in or plugin-backed provider),
+#   `plugin_driver` (a plugin's environment driver), or `none`.
+drivers := {
+	"local": {
+		"operations": set(),
+		"capabilities": set(),
+		"identity": "none",
+	},
+	"ssh": {
+		"operations": set(),
+		"capabilities": set(),
+		"identity": "none",
+	},
+	"sandbox": {
+		"operations": {"openDuplexChannel", "getRunnerIngressEndpoint"},
+		"capabilities": {k | some k, _ in capabilities},
+		"identity": "sandbox_provider",
+	},
+	"plugin": {
+		"operations": {"openDuplexChannel"},
+		"capabilities": {k | some k, _ in capabilities},
+		"identity": "plugin_driver",
+	},
+}
+
+# METADATA
+# title: Operations
+# description: |
+#   The operations a request can ask for (SPEC section 5): the capability each needs, the order of
+#   its checks (the first failing check decides), and the code and message of each check's deny.
+#   `%s` in a message is replaced by the driver name as given.
+operations := {
+	"openDuplexChannel": {
+		"capability": "duplexCommandStream",
+		"checks": ["driver_registered", "operation_supported", "capability_granted"],
+		"denials": {
+			"driver_registered": _not_registered,
+			"operation_supported": {
+				"code": "DUPLEX_CHANNEL_UNSUPPORTED",
+				"message": "Environment driver \"%s\" does not support duplex channels.",
+			},
+			"capability_granted": {
+				"code": "DUPLEX_CHANNEL_CAPABILITY_DENIED",
+				"message": "Sandbox lease does not grant the duplex command stream capability.",
+			},
+		},
+	},
+	"getRunnerIngressEndpoint": {
+		"capability": "runnerWebSocketIngress",
+		"checks": ["driver_registered", "capability_granted", "operation_supported"],
+		"denials": {
+			"driver_registered": _not_registered,
+			"operation_supported": {
+				"code": "RUNNER_INGRESS_UNSUPPORTED",
+				"message": "Environment driver \"%s\" does not support runner ingress.",
+			},
+			"capability_granted": {
+				"code": "RUNNER_INGRESS_CAPABILITY_DENIED",
+				"message": "Sandbox lease does not grant runner WebSocket ingress.",
+			},
+		},
+	},
+}
+
+_not_registered := {
+	"code": "ENVIRONMENT_DRIVER_NOT_REGISTERED",
+	"message": "Environment driver \"%s\" is not registered in the environment runtime yet.",
+}
+
+# METADATA
+# title: Reason order
+# description: The closed list of reason codes (SPEC section 11), in the order they are listed.
+reasons := [
+	"driver_not_registered",
+	"operation_unsupported_by_driver",
+	"capability_unsupported_by_driver",
+	"no_provider",
+	"plugin_not_pinned",
+	"plugin_not_found",
+	"plugin_not_ready",
+	"driver_entry_invalid",
+	"driver_entry_missing",
+	"builtin_provider_unknown",
+	"worker_not_running",
+	"method_not_verified",
+	"capability_not_declared",
+	"capability_narrowed",
+	"evaluation_failed",
+]
+
+# METADATA
+# title: Built-in provider methods
+# description: |
+#   The worker methods a built-in provider verifies (SPEC section 6): for each flag of the
+#   provider's record that is exactly true, the listed methods. A built-in provider never verifies
+#   duplexChannelOpen.
+builtinProviderMethods := {
+	"execute": ["environmentExecute"],
+	"supportsReusableLeases": ["environmentResumeLease", "environmentReleaseLease", "environmentDestroyLease"],
+}

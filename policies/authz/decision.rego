@@ -40,6 +40,26 @@ decision := {
 	"message": message,
 	"reasons": reasons,
 	"capabilities": capabilities,
+} if {
+	_operation
+	_driver
+}
+
+decision := object.union(_evaluation_failed, {
+	"code": _operation.denials.capability_granted.code,
+	"message": _operation.denials.capability_granted.message,
+}) if {
+	_operation
+	not _driver
+}
+
+# METADATA
+# title: Evaluation failed
+# description: The document of a decision that cannot be made (SPEC section 11, "Failures").
+_evaluation_failed := {
+	"allow": false,
+	"reasons": ["evaluation_failed"],
+	"capabilities": {k: false | some k, _ in tables.capabilities},
 }
 
 # METADATA
@@ -234,6 +254,7 @@ _identity_fails("driver_entry_invalid") if {
 
 _identity_fails("driver_entry_invalid") if {
 	_path in _plugin_paths
+	_entry
 	not _capabilities_shape_ok
 }
 
@@ -249,8 +270,13 @@ _identity_fails("driver_entry_missing") if {
 
 _identity_fails("builtin_provider_unknown") if {
 	_path == "builtin"
-	not is_object(input.facts.builtinProvider)
+	not _builtin_present
 }
+
+# METADATA
+# title: Built-in provider present
+# description: The facts hold a built-in provider record for the provider key.
+_builtin_present if is_object(input.facts.builtinProvider)
 
 # METADATA
 # title: Provider key present
@@ -304,20 +330,35 @@ _entry := _entries[0] if count(_entries) == 1
 
 # METADATA
 # title: Declaration shape
-# description: sandboxCapabilities is absent or an object.
+# description: The entry's sandboxCapabilities is absent or an object.
 default _capabilities_shape_ok := false
 
-_capabilities_shape_ok if not "sandboxCapabilities" in object.keys(_entry)
+_capabilities_shape_ok if {
+	_entry
+	not _declares_capabilities
+}
 
 _capabilities_shape_ok if is_object(_entry.sandboxCapabilities)
+
+# METADATA
+# title: Entry has sandboxCapabilities
+# description: The entry has the key sandboxCapabilities, whatever its value (null included).
+_declares_capabilities if "sandboxCapabilities" in object.keys(_entry)
 
 # METADATA
 # title: Worker missing
 # description: A plugin path with no running worker for the pinned plugin.
 _worker_missing if {
 	_path in _plugin_paths
-	not is_object(input.facts.worker)
+	not _worker_present
 }
+
+# METADATA
+# title: Worker present
+# description: |
+#   The input carries a worker object. (A negated call such as `not is_object(x)` over a missing
+#   path is undefined, not true, so every negation here goes through a positive helper.)
+_worker_present if is_object(input.facts.worker)
 
 # METADATA
 # title: Verified methods

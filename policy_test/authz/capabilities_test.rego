@@ -1,0 +1,451 @@
+# Capability snapshot
+#
+# SPEC sections 2 and 6: all nine capabilities (supported AND verified AND declared AND not
+# narrowed), narrowing flags per capability, strict booleans, the legacy supportsReusableLeases
+# field, the built-in path, the plugin driver, and worker methods in odd shapes.
+package authz_test
+
+import data.authz
+
+# ---------------------------------------------------------------------------------------------
+# All nine, and each one on its own
+
+test_all_nine_computed if {
+	snap := authz.capabilities with input as row12
+	snap == caps(capability_keys)
+}
+
+test_each_capability_needs_its_methods if {
+	every k in capability_keys {
+		needed := {m | some group in data.authz.tables.capabilities[k].methods; some m in group}
+		every m in needed {
+			snap := authz.capabilities with input as full_methods([x | some x in all_methods; x != m])
+			snap[k] == false
+		}
+	}
+}
+
+test_only_capabilities_needing_a_method_lose_it if {
+	snap := authz.capabilities with input as full_methods([x | some x in all_methods; x != "environmentExecute"])
+	snap == caps([k | some k in capability_keys; not k in {"persistentProcessSessions", "independentControlCommands", "incrementalSessionOutput"}])
+}
+
+test_requirement_groups_all_needed if {
+	# concurrentSyncOperations needs environmentSyncIn and environmentSyncOut
+	only_in := authz.capabilities with input as full_methods(["environmentSyncIn"])
+	only_in == caps({"nativeSyncIn"})
+	both := authz.capabilities with input as full_methods(["environmentSyncIn", "environmentSyncOut"])
+	both == caps({"nativeSyncIn", "nativeSyncOut", "concurrentSyncOperations"})
+
+	# reusableLeases needs all three lease methods
+	two := authz.capabilities with input as full_methods(["environmentResumeLease", "environmentReleaseLease"])
+	two == caps_none
+	three := authz.capabilities with input as full_methods(["environmentResumeLease", "environmentReleaseLease", "environmentDestroyLease"])
+	three == caps({"reusableLeases"})
+}
+
+test_each_capability_verified_alone if {
+	expected := {
+		"environmentExecute": {"persistentProcessSessions", "independentControlCommands", "incrementalSessionOutput"},
+		"environmentSyncOut": {"nativeSyncOut"},
+		"duplexChannelOpen": {"duplexCommandStream"},
+		"environmentRunnerIngressEndpoint": {"runnerWebSocketIngress"},
+	}
+	every m, trues in expected {
+		snap := authz.capabilities with input as full_methods([m])
+		snap == caps(trues)
+	}
+}
+
+test_declaration_false_removes_each if {
+	every k in capability_keys {
+		snap := authz.capabilities with input as full_declared(object.union(all_declared, {k: false}))
+		snap == caps([x | some x in capability_keys; x != k])
+		authz.capability_reasons(k) == ["capability_not_declared"] with input as full_declared(object.union(all_declared, {k: false}))
+	}
+}
+
+test_no_declaration_ordinary_true_opt_in_false if {
+	snap := authz.capabilities with input as full_declared({})
+	snap == caps({"reusableLeases", "nativeSyncIn", "nativeSyncOut", "persistentProcessSessions", "independentControlCommands"})
+}
+
+test_null_declaration_is_absent if {
+	snap := authz.capabilities with input as full_declared({k: null | some k in capability_keys})
+	snap == caps({"reusableLeases", "nativeSyncIn", "nativeSyncOut", "persistentProcessSessions", "independentControlCommands"})
+}
+
+test_declaration_never_grants_unverified if {
+	snap := authz.capabilities with input as full_methods([])
+	snap == caps_none
+	every k in capability_keys {
+		authz.capability_reasons(k) == ["method_not_verified"] with input as full_methods([])
+	}
+}
+
+test_snapshot_always_nine_booleans if {
+	every inp in [{}, fixture_f, row12, row14, builtin_f, plugin_driver_f, with_declared(null), f({"resolved": {"driver": "foo"}})] {
+		snap := authz.capabilities with input as inp
+		count(snap) == 9
+		every k in capability_keys {
+			is_boolean(snap[k])
+		}
+	}
+}
+
+# ---------------------------------------------------------------------------------------------
+# Narrowing flags, per capability
+
+test_narrowing_lease_policy_not_reusable if {
+	snap := authz.capabilities with input as full({"lease": {"leasePolicy": "ephemeral"}, "narrowing": {"leasePolicyNotReusable": true}})
+	snap == caps([k | some k in capability_keys; k != "reusableLeases"])
+}
+
+test_narrowing_native_sync_unavailable if {
+	snap := authz.capabilities with input as full({"lease": {"metadata": {"nativeFileSyncUnsupported": true}}, "narrowing": {"nativeSyncUnavailable": true}})
+	snap == caps([k | some k in capability_keys; not k in {"nativeSyncIn", "nativeSyncOut"}])
+}
+
+test_narrowing_config_resolution_failed if {
+	snap := authz.capabilities with input as full({"narrowing": {"configResolutionFailed": true}})
+	snap == caps([k | some k in capability_keys; not k in {"persistentProcessSessions", "incrementalSessionOutput", "duplexCommandStream"}])
+}
+
+test_narrowing_all_flags if {
+	inp := full({"narrowing": {"leasePolicyNotReusable": true, "nativeSyncUnavailable": true, "configResolutionFailed": true}})
+	snap := authz.capabilities with input as inp
+	snap == caps({"independentControlCommands", "concurrentSyncOperations", "runnerWebSocketIngress"})
+	every k in ["reusableLeases", "nativeSyncIn", "nativeSyncOut", "persistentProcessSessions", "incrementalSessionOutput", "duplexCommandStream"] {
+		authz.capability_reasons(k) == ["capability_narrowed"] with input as inp
+	}
+}
+
+test_narrowing_never_removes_independent_concurrent_ingress if {
+	inp := full({"narrowing": {"leasePolicyNotReusable": true, "nativeSyncUnavailable": true, "configResolutionFailed": true}})
+	every k in ["independentControlCommands", "concurrentSyncOperations", "runnerWebSocketIngress"] {
+		authz.capabilities[k] == true with input as inp
+	}
+}
+
+test_narrowing_applies_on_plugin_driver if {
+	inp := full({
+		"lease": {"metadata": {"driver": "plugin", "driverKey": "daytona", "backend": "job"}},
+		"resolved": {"driver": "plugin", "driverKey": "daytona"},
+		"narrowing": {"nativeSyncUnavailable": true, "leasePolicyNotReusable": true},
+	})
+	snap := authz.capabilities with input as inp
+	snap == caps([k | some k in capability_keys; not k in {"nativeSyncIn", "nativeSyncOut", "reusableLeases"}])
+}
+
+test_narrowing_applies_on_builtin if {
+	b := {"execute": true, "supportsReusableLeases": true}
+	reuse := authz.capabilities with input as object.union(builtin_provider(b), {"narrowing": {"leasePolicyNotReusable": false}})
+	reuse == caps({"reusableLeases", "persistentProcessSessions", "independentControlCommands"})
+	narrowed := authz.capabilities with input as builtin_provider(b)
+	narrowed == caps({"persistentProcessSessions", "independentControlCommands"})
+}
+
+test_narrowing_flags_not_literal_true_do_not_narrow if {
+	# every boolean is true only when it is the literal true: these flags are not set
+	every v in ["true", 1, null, "yes", {}, [true], false] {
+		inp := full({"narrowing": {"leasePolicyNotReusable": v, "nativeSyncUnavailable": v, "configResolutionFailed": v}})
+		snap := authz.capabilities with input as inp
+		snap == caps(capability_keys)
+	}
+}
+
+test_narrowing_flags_not_literal_never_grant if {
+	# a non-boolean flag cannot give back what verification or declaration withholds
+	every v in ["false", 0, null, false] {
+		inp := object.union(with_methods([]), {"narrowing": {"leasePolicyNotReusable": v, "nativeSyncUnavailable": v, "configResolutionFailed": v}})
+		d := authz.decision with input as inp
+		d == duplex_denied(["method_not_verified"], set())
+	}
+}
+
+# ---------------------------------------------------------------------------------------------
+# Strict booleans everywhere a boolean is read
+
+test_strict_declarations if {
+	every v in ["true", 1, "yes", {}, [true], "TRUE"] {
+		snap := authz.capabilities with input as full_declared({k: v | some k in capability_keys})
+		snap == caps_none
+	}
+}
+
+test_strict_plugin_backed if {
+	# pluginBacked not the literal true: the built-in path, never the plugin's declaration
+	every v in ["true", 1, null, "yes", {}] {
+		d := authz.decision with input as full({"resolved": {"pluginBacked": v}})
+		d == duplex_denied(["builtin_provider_unknown"], set())
+	}
+}
+
+test_strict_plugin_backed_with_builtin_record if {
+	every v in ["true", 1, null] {
+		d := authz.decision with input as full({"resolved": {"pluginBacked": v}, "facts": {"builtinProvider": {"execute": true}}})
+		d == duplex_denied(["method_not_verified", "capability_not_declared"], {"persistentProcessSessions", "independentControlCommands"})
+	}
+}
+
+test_strict_builtin_flags if {
+	every v in ["true", 1, null, "yes", {}, [true]] {
+		snap := authz.capabilities with input as object.union(
+			builtin_provider({"execute": v, "supportsReusableLeases": v}),
+			{"narrowing": {"leasePolicyNotReusable": false}},
+		)
+		snap == caps_none
+	}
+}
+
+test_strict_legacy_field if {
+	every v in ["true", 1, "yes", {}, [true]] {
+		inp := full({"facts": {"plugin": {"manifest": {"environmentDrivers": [{
+			"driverKey": "daytona",
+			"kind": "sandbox_provider",
+			"supportsReusableLeases": v,
+			"sandboxCapabilities": object.remove(all_declared, ["reusableLeases"]),
+		}]}}}})
+		authz.capabilities.reusableLeases == false with input as inp
+		authz.capability_reasons("reusableLeases") == ["capability_not_declared"] with input as inp
+	}
+}
+
+# ---------------------------------------------------------------------------------------------
+# Legacy supportsReusableLeases
+
+# METADATA
+# title: Legacy entry
+# description: The row 12 input whose one entry has sandboxCapabilities sc plus the given legacy fields.
+legacy_input(sc, legacy) := full({"facts": {"plugin": {"manifest": {"environmentDrivers": [object.union(
+	{"driverKey": "daytona", "kind": "sandbox_provider", "sandboxCapabilities": sc},
+	legacy,
+)]}}}})
+
+# METADATA
+# title: Reusable leases under a legacy entry
+# description: snapshot.reusableLeases for legacy_input(sc, legacy).
+legacy_reusable(sc, legacy) := v if {
+	v := authz.capabilities.reusableLeases with input as legacy_input(sc, legacy)
+}
+
+test_legacy_stands_for_absent_nested_key if {
+	nested := object.remove(all_declared, ["reusableLeases"])
+	legacy_reusable(nested, {"supportsReusableLeases": true}) == true
+	legacy_reusable(nested, {"supportsReusableLeases": false}) == false
+	authz.capability_reasons("reusableLeases") == ["capability_not_declared"] with input as legacy_input(nested, {"supportsReusableLeases": false})
+}
+
+test_legacy_stands_for_null_nested_key if {
+	nested := object.union(all_declared, {"reusableLeases": null})
+	legacy_reusable(nested, {"supportsReusableLeases": false}) == false
+	legacy_reusable(nested, {"supportsReusableLeases": true}) == true
+}
+
+test_legacy_nested_key_wins if {
+	legacy_reusable(all_declared, {"supportsReusableLeases": false}) == true
+	nested_false := object.union(all_declared, {"reusableLeases": false})
+	legacy_reusable(nested_false, {"supportsReusableLeases": true}) == false
+}
+
+test_legacy_null_is_absent if {
+	nested := object.remove(all_declared, ["reusableLeases"])
+
+	# reusableLeases is an ordinary key: absent means allowed
+	legacy_reusable(nested, {"supportsReusableLeases": null}) == true
+	legacy_reusable(object.union(nested, {"reusableLeases": null}), {"supportsReusableLeases": null}) == true
+}
+
+test_legacy_non_boolean_counts_false if {
+	nested := object.remove(all_declared, ["reusableLeases"])
+	every v in ["true", 1, 0, {}, [], "false"] {
+		legacy_reusable(nested, {"supportsReusableLeases": v}) == false
+	}
+}
+
+test_legacy_without_sandbox_capabilities if {
+	inp := full({"facts": {"plugin": {"manifest": {"environmentDrivers": [{"driverKey": "daytona", "kind": "sandbox_provider", "supportsReusableLeases": false}]}}}})
+	snap := authz.capabilities with input as inp
+	snap == caps({"nativeSyncIn", "nativeSyncOut", "persistentProcessSessions", "independentControlCommands"})
+}
+
+test_legacy_only_reusable_leases if {
+	nested := object.remove(all_declared, ["reusableLeases"])
+	snap := authz.capabilities with input as legacy_input(nested, {"supportsReusableLeases": false})
+	snap == caps([k | some k in capability_keys; k != "reusableLeases"])
+}
+
+test_legacy_on_plugin_driver if {
+	inp := full({
+		"lease": {"metadata": {"driver": "plugin", "driverKey": "daytona"}},
+		"resolved": {"driver": "plugin", "driverKey": "daytona"},
+		"facts": {"plugin": {"manifest": {"environmentDrivers": [{
+			"driverKey": "daytona",
+			"kind": "environment_driver",
+			"supportsReusableLeases": false,
+			"sandboxCapabilities": object.remove(all_declared, ["reusableLeases"]),
+		}]}}},
+	})
+	snap := authz.capabilities with input as inp
+	snap == caps([k | some k in capability_keys; k != "reusableLeases"])
+}
+
+# ---------------------------------------------------------------------------------------------
+# Built-in path
+
+test_builtin_execute if {
+	snap := authz.capabilities with input as builtin_f
+	snap == caps({"persistentProcessSessions", "independentControlCommands"})
+}
+
+test_builtin_supports_reusable_leases if {
+	inp := object.union(builtin_provider({"execute": true, "supportsReusableLeases": true}), {
+		"lease": {"leasePolicy": "reuse_by_environment"},
+		"narrowing": {"leasePolicyNotReusable": false},
+	})
+	snap := authz.capabilities with input as inp
+	snap == caps({"reusableLeases", "persistentProcessSessions", "independentControlCommands"})
+}
+
+test_builtin_reusable_only if {
+	inp := object.union(builtin_provider({"supportsReusableLeases": true}), {"narrowing": {"leasePolicyNotReusable": false}})
+	snap := authz.capabilities with input as inp
+	snap == caps({"reusableLeases"})
+}
+
+test_builtin_reusable_false_declares_false if {
+	inp := object.union(builtin_provider({"execute": true, "supportsReusableLeases": false}), {"narrowing": {"leasePolicyNotReusable": false}})
+	authz.capability_reasons("reusableLeases") == ["method_not_verified", "capability_not_declared"] with input as inp
+}
+
+test_builtin_reusable_non_boolean_is_not_a_declaration if {
+	# not a boolean: no declaration (ordinary key allowed) but also not verified
+	inp := object.union(builtin_provider({"execute": true, "supportsReusableLeases": "true"}), {"narrowing": {"leasePolicyNotReusable": false}})
+	authz.capability_reasons("reusableLeases") == ["method_not_verified"] with input as inp
+}
+
+test_builtin_never_opt_in if {
+	every k in ["concurrentSyncOperations", "duplexCommandStream", "runnerWebSocketIngress"] {
+		authz.capability_reasons(k) == ["method_not_verified", "capability_not_declared"] with input as builtin_f
+	}
+
+	# environmentExecute is verified, but the opt-in key is never declared on the built-in path
+	authz.capability_reasons("incrementalSessionOutput") == ["capability_not_declared"] with input as builtin_f
+}
+
+test_builtin_never_duplex if {
+	# the built-in path never verifies duplexChannelOpen, whatever the record or the worker say
+	inp := builtin_provider({
+		"execute": true,
+		"supportsReusableLeases": true,
+		"duplexChannelOpen": true,
+		"duplexCommandStream": true,
+		"methods": all_methods,
+		"supportedMethods": all_methods,
+		"sandboxCapabilities": all_declared,
+	})
+	d := authz.decision with input as object.union(inp, {"facts": {"worker": {"supportedMethods": all_methods}}})
+	d.allow == false
+	d.capabilities.duplexCommandStream == false
+	d.reasons == ["method_not_verified", "capability_not_declared"]
+}
+
+test_builtin_ignores_pinned_plugin if {
+	# the pinned plugin and its worker are in the input but the built-in path never reads them
+	inp := object.union(builtin_f, {"facts": {
+		"plugin": {"manifest": {"environmentDrivers": [{"driverKey": "fake", "kind": "sandbox_provider", "sandboxCapabilities": all_declared}]}},
+		"worker": {"supportedMethods": all_methods},
+	}})
+	snap := authz.capabilities with input as inp
+	snap == caps({"persistentProcessSessions", "independentControlCommands"})
+}
+
+# ---------------------------------------------------------------------------------------------
+# Plugin driver
+
+test_plugin_driver_reads_any_entry_kind if {
+	every kind in ["environment_driver", "sandbox_provider", "other", null] {
+		d := authz.decision with input as plugin_driver_entries([{"driverKey": "daytona", "kind": kind, "sandboxCapabilities": {"duplexCommandStream": true}}])
+		d == grant({"duplexCommandStream"})
+	}
+}
+
+test_plugin_driver_entry_without_kind if {
+	d := authz.decision with input as plugin_driver_entries([{"driverKey": "daytona", "sandboxCapabilities": {"duplexCommandStream": true}}])
+	d == grant({"duplexCommandStream"})
+}
+
+test_plugin_driver_looks_up_driver_key_not_provider if {
+	# the lease's provider is "daytona" but the plugin driver looks up driverKey "runner"
+	inp := object.union(plugin_driver_f, {
+		"resolved": {"driverKey": "runner"},
+		"facts": {"plugin": {"manifest": {"environmentDrivers": [
+			{"driverKey": "daytona", "kind": "sandbox_provider"},
+			{"driverKey": "runner", "kind": "environment_driver", "sandboxCapabilities": {"duplexCommandStream": true}},
+		]}}},
+	})
+	d := authz.decision with input as inp
+	d == grant({"duplexCommandStream"})
+}
+
+test_plugin_driver_needs_no_provider if {
+	d := authz.decision with input as plugin_driver({"resolved": {"providerKey": "", "pluginBacked": false}})
+	d == grant({"duplexCommandStream"})
+}
+
+test_plugin_driver_all_nine if {
+	inp := full({
+		"lease": {"metadata": {"driver": "plugin", "driverKey": "daytona"}},
+		"resolved": {"driver": "plugin", "driverKey": "daytona"},
+	})
+	snap := authz.capabilities with input as inp
+	snap == caps(capability_keys)
+}
+
+# ---------------------------------------------------------------------------------------------
+# Worker methods in odd shapes
+
+test_methods_not_an_array if {
+	every ms in ["duplexChannelOpen", {"duplexChannelOpen": true}, null, true, 1] {
+		d := authz.decision with input as with_methods(ms)
+		d == duplex_denied(["method_not_verified"], set())
+	}
+}
+
+test_methods_absent if {
+	d := authz.decision with input as f_without(["facts/worker/supportedMethods"])
+	d == duplex_denied(["method_not_verified"], set())
+}
+
+test_methods_non_string_elements if {
+	d := authz.decision with input as with_methods([1, null, true, {"method": "duplexChannelOpen"}, ["duplexChannelOpen"], {"duplexChannelOpen": true}])
+	d == duplex_denied(["method_not_verified"], set())
+}
+
+test_methods_mixed_elements if {
+	d := authz.decision with input as with_methods([1, null, "duplexChannelOpen", ["x"]])
+	d == grant({"duplexCommandStream"})
+}
+
+test_methods_exact_names if {
+	every m in ["DuplexChannelOpen", "duplexchannelopen", " duplexChannelOpen", "duplexChannelOpen ", "duplexChannel"] {
+		d := authz.decision with input as with_methods([m])
+		d == duplex_denied(["method_not_verified"], set())
+	}
+}
+
+test_methods_set_or_object_with_method_keys if {
+	# a worker record that is not the array shape grants nothing, on the plugin driver too
+	d := authz.decision with input as plugin_driver({"facts": {"worker": {"supportedMethods": {"0": "duplexChannelOpen"}}}})
+	d == duplex_denied(["method_not_verified"], set())
+}
+
+test_plugin_id_mismatch_denies_everything if {
+	every inp in [
+		full({"facts": {"plugin": {"id": "other.plugin"}}}),
+		full({"resolved": {"pluginId": "other.plugin"}}),
+	] {
+		d := authz.decision with input as inp
+		d == duplex_denied(["plugin_not_found"], set())
+	}
+}

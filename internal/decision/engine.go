@@ -21,6 +21,9 @@ import (
 	"github.com/authz-dev/authz/policies"
 )
 
+// policiesModules returns the embedded policy.
+var policiesModules = policies.Modules
+
 // Query is the entrypoint every policy must define.
 const Query = "data.authz.decision"
 
@@ -48,7 +51,7 @@ type prepared struct {
 
 // New returns an engine with the embedded policy loaded.
 func New(ctx context.Context, opts Options) (*Engine, error) {
-	mods, err := policies.Modules()
+	mods, err := policiesModules()
 	if err != nil {
 		return nil, &Error{Code: CodeCompile, Err: fmt.Errorf("read embedded policy: %w", err)}
 	}
@@ -160,6 +163,11 @@ func (e *Engine) evaluate(ctx context.Context, p *prepared, in snapshot.Input, o
 	if err := ctxErr(ctx); err != nil {
 		return Document{}, err
 	}
+	return readResultSet(rs)
+}
+
+// readResultSet accepts exactly one result with one expression whose value is a decision.
+func readResultSet(rs rego.ResultSet) (Document, error) {
 	switch {
 	case len(rs) == 0:
 		return Document{}, failf(CodeUndefined, "%s is undefined for this input", Query)

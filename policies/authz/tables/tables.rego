@@ -82,12 +82,12 @@ drivers := {
 	},
 	"sandbox": {
 		"operations": {"openDuplexChannel", "getRunnerIngressEndpoint"},
-		"capabilities": {k | some k, _ in capabilities},
+		"capabilities": {"reusableLeases", "nativeSyncIn", "nativeSyncOut", "persistentProcessSessions", "independentControlCommands", "incrementalSessionOutput", "concurrentSyncOperations", "duplexCommandStream", "runnerWebSocketIngress"},
 		"identity": "sandbox_provider",
 	},
 	"plugin": {
 		"operations": {"openDuplexChannel"},
-		"capabilities": {k | some k, _ in capabilities},
+		"capabilities": {"reusableLeases", "nativeSyncIn", "nativeSyncOut", "persistentProcessSessions", "independentControlCommands", "incrementalSessionOutput", "concurrentSyncOperations", "duplexCommandStream", "runnerWebSocketIngress"},
 		"identity": "plugin_driver",
 	},
 }

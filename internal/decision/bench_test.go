@@ -1,0 +1,63 @@
+package decision_test
+
+import (
+	"bytes"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/authz-dev/authz/internal/decision"
+	"github.com/authz-dev/authz/internal/snapshot"
+	"github.com/authz-dev/authz/internal/specexamples"
+)
+
+func benchFixture(b *testing.B) (*snapshot.Request, *snapshot.FileFacts) {
+	b.Helper()
+	reqJSON, factsJSON := specexamples.NewFixture().JSON()
+	facts, err := snapshot.ParseFacts(bytes.NewReader(factsJSON))
+	require.NoError(b, err)
+	req, err := snapshot.ParseRequest(bytes.NewReader(reqJSON))
+	require.NoError(b, err)
+	return req, facts
+}
+
+// BenchmarkAssemble is the host's part of one decision: the input document from request and facts.
+func BenchmarkAssemble(b *testing.B) {
+	req, facts := benchFixture(b)
+	b.ReportAllocs()
+	for b.Loop() {
+		_ = snapshot.Build(b.Context(), req, facts, snapshot.Options{})
+	}
+}
+
+// BenchmarkEvaluate is the policy's part: one evaluation of an assembled input.
+func BenchmarkEvaluate(b *testing.B) {
+	req, facts := benchFixture(b)
+	eng, err := decision.New(b.Context(), decision.Options{})
+	require.NoError(b, err)
+	in := snapshot.Build(b.Context(), req, facts, snapshot.Options{})
+	b.ReportAllocs()
+	for b.Loop() {
+		if d, err := eng.Evaluate(b.Context(), in); err != nil || !d.Allow {
+			b.Fatal("want a grant", err)
+		}
+	}
+}
+
+// BenchmarkDecide is one whole decision from request bytes: parse, assemble, evaluate.
+func BenchmarkDecide(b *testing.B) {
+	reqJSON, _ := specexamples.NewFixture().JSON()
+	_, facts := benchFixture(b)
+	eng, err := decision.New(b.Context(), decision.Options{})
+	require.NoError(b, err)
+	b.ReportAllocs()
+	for b.Loop() {
+		req, err := snapshot.ParseRequest(bytes.NewReader(reqJSON))
+		if err != nil {
+			b.Fatal(err)
+		}
+		if d, _, err := eng.Decide(b.Context(), req, facts); err != nil || !d.Allow {
+			b.Fatal("want a grant", err)
+		}
+	}
+}

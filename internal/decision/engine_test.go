@@ -1,0 +1,243 @@
+package decision
+
+import (
+	"context"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/open-policy-agent/opa/v1/rego"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/authz-dev/authz/internal/snapshot"
+)
+
+// grantInput is an input the embedded policy grants (SPEC fixture F as the host assembles it).
+func grantInput() snapshot.Input {
+	return snapshot.Input{
+		"operation":   "openDuplexChannel",
+		"environment": map[string]any{},
+		"lease":       map[string]any{"metadata": map[string]any{}},
+		"resolved": map[string]any{"driver": "sandbox", "providerKey": "daytona", "pluginBacked": true,
+			"pluginId": "test.plugin", "driverKey": ""},
+		"facts": map[string]any{
+			"plugin": map[string]any{"id": "test.plugin", "status": "ready", "manifest": map[string]any{
+				"environmentDrivers": []any{map[string]any{"driverKey": "daytona", "kind": "sandbox_provider",
+					"sandboxCapabilities": map[string]any{"duplexCommandStream": true}}}}},
+			"worker": map[string]any{"generation": uint64(1), "supportedMethods": []any{"duplexChannelOpen"}},
+		},
+		"narrowing": map[string]any{"leasePolicyNotReusable": true, "nativeSyncUnavailable": false, "configResolutionFailed": false},
+	}
+}
+
+func engineWith(t *testing.T, src string) *Engine {
+	t.Helper()
+	e := NewEmpty(Options{})
+	require.NoError(t, e.LoadModules(t.Context(), map[string]string{"p.rego": src}, "test"))
+	return e
+}
+
+const allFalse = `{"reusableLeases": false, "nativeSyncIn": false, "nativeSyncOut": false,
+	"persistentProcessSessions": false, "independentControlCommands": false,
+	"incrementalSessionOutput": false, "concurrentSyncOperations": false,
+	"duplexCommandStream": false, "runnerWebSocketIngress": false}`
+
+func assertFailClosed(t *testing.T, doc Document, err error, code, op string) {
+	t.Helper()
+	require.Error(t, err)
+	assert.Equal(t, code, ErrorCode(err), "error: %v", err)
+	assert.False(t, doc.Allow)
+	want := FailedDocument(op)
+	assert.Equal(t, want.Code, doc.Code)
+	assert.Equal(t, want.Message, doc.Message)
+	assert.Equal(t, []string{ReasonEvaluationFailed}, doc.Reasons)
+	assert.Equal(t, Capabilities{}, doc.Capabilities)
+	assert.NotEmpty(t, doc.DecisionID)
+}
+
+func TestEmbeddedPolicyGrantsFixture(t *testing.T) {
+	e, err := New(t.Context(), Options{})
+	require.NoError(t, err)
+	doc, err := e.Evaluate(t.Context(), grantInput())
+	require.NoError(t, err)
+	assert.True(t, doc.Allow)
+	assert.True(t, doc.Capabilities.DuplexCommandStream)
+	assert.Regexp(t, `^sha256:[0-9a-f]{16}$`, doc.Revision)
+}
+
+// TestResultsReadFailClosed: every result that is not exactly one well-formed document denies,
+// each with its own code, even where the policy "says" allow.
+func TestResultsReadFailClosed(t *testing.T) {
+	tests := []struct {
+		name   string
+		policy string
+		code   string
+	}{
+		{name: "undefined", code: CodeUndefined, policy: `package authz
+decision := {"allow": true} if input.nope`},
+		{name: "not an object", code: CodeBadResult, policy: `package authz
+decision := true`},
+		{name: "allow is a string", code: CodeBadResult, policy: `package authz
+decision := {"allow": "true", "code": "", "message": "", "reasons": [], "capabilities": ` + allFalse + `}`},
+		{name: "allow missing", code: CodeBadResult, policy: `package authz
+decision := {"code": "", "message": "", "reasons": [], "capabilities": ` + allFalse + `}`},
+		{name: "capability missing", code: CodeBadResult, policy: `package authz
+decision := {"allow": true, "code": "", "message": "", "reasons": [], "capabilities": {"duplexCommandStream": true}}`},
+		{name: "capability not boolean", code: CodeBadResult, policy: `package authz
+decision := {"allow": true, "code": "", "message": "", "reasons": [], "capabilities": object.union(` + allFalse + `, {"nativeSyncIn": 1})}`},
+		{name: "reason not a string", code: CodeBadResult, policy: `package authz
+decision := {"allow": false, "code": "X", "message": "", "reasons": [1], "capabilities": ` + allFalse + `}`},
+		{name: "grant with a code", code: CodeBadResult, policy: `package authz
+decision := {"allow": true, "code": "X", "message": "", "reasons": [], "capabilities": ` + allFalse + `}`},
+		{name: "deny without a code", code: CodeBadResult, policy: `package authz
+decision := {"allow": false, "code": "", "message": "", "reasons": [], "capabilities": ` + allFalse + `}`},
+		{name: "code not a string", code: CodeBadResult, policy: `package authz
+decision := {"allow": false, "code": 1, "message": "", "reasons": [], "capabilities": ` + allFalse + `}`},
+		{name: "message not a string", code: CodeBadResult, policy: `package authz
+decision := {"allow": false, "code": "X", "message": null, "reasons": [], "capabilities": ` + allFalse + `}`},
+		{name: "reasons not an array", code: CodeBadResult, policy: `package authz
+decision := {"allow": false, "code": "X", "message": "", "reasons": "r", "capabilities": ` + allFalse + `}`},
+		{name: "capabilities not an object", code: CodeBadResult, policy: `package authz
+decision := {"allow": false, "code": "X", "message": "", "reasons": [], "capabilities": []}`},
+		{name: "eval error (conflict)", code: CodeEvalError, policy: `package authz
+decision := {"allow": true} if input.operation
+decision := {"allow": false} if input.operation`},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			e := engineWith(t, tt.policy)
+			for _, op := range []string{snapshot.OpOpenDuplexChannel, snapshot.OpGetRunnerIngressEndpoint} {
+				in := grantInput()
+				in["operation"] = op
+				doc, err := e.Evaluate(t.Context(), in)
+				assertFailClosed(t, doc, err, tt.code, op)
+				assert.Equal(t, "test", doc.Revision)
+			}
+		})
+	}
+}
+
+func TestSeveralResultsDeny(t *testing.T) {
+	_, err := readResultSet(rego.ResultSet{{}, {}})
+	assert.Equal(t, CodeMultipleResults, ErrorCode(err))
+	_, err = readResultSet(rego.ResultSet{{Expressions: []*rego.ExpressionValue{{}, {}}}})
+	assert.Equal(t, CodeBadResult, ErrorCode(err))
+	_, err = readResultSet(nil)
+	assert.Equal(t, CodeUndefined, ErrorCode(err))
+}
+
+func TestNoPolicyDenies(t *testing.T) {
+	doc, err := NewEmpty(Options{}).Evaluate(t.Context(), grantInput())
+	assertFailClosed(t, doc, err, CodeNoPolicy, snapshot.OpOpenDuplexChannel)
+	assert.Empty(t, doc.Revision)
+}
+
+func TestCompileErrorKeepsCurrentPolicy(t *testing.T) {
+	e, err := New(t.Context(), Options{})
+	require.NoError(t, err)
+	rev := e.Revision()
+	err = e.LoadModules(t.Context(), map[string]string{"bad.rego": "package authz\ndecision := "}, "")
+	assert.Equal(t, CodeCompile, ErrorCode(err))
+	assert.Equal(t, rev, e.Revision())
+	doc, err := e.Evaluate(t.Context(), grantInput())
+	require.NoError(t, err)
+	assert.True(t, doc.Allow)
+}
+
+func TestContextEndsDeny(t *testing.T) {
+	e, err := New(t.Context(), Options{})
+	require.NoError(t, err)
+
+	ctx, cancel := context.WithCancel(t.Context())
+	cancel()
+	doc, err := e.Evaluate(ctx, grantInput())
+	assertFailClosed(t, doc, err, CodeCanceled, snapshot.OpOpenDuplexChannel)
+
+	ctx, cancel = context.WithDeadline(t.Context(), time.Now().Add(-time.Second))
+	defer cancel()
+	doc, err = e.Evaluate(ctx, grantInput())
+	assertFailClosed(t, doc, err, CodeTimeout, snapshot.OpOpenDuplexChannel)
+}
+
+// TestTimeoutDuringEvaluation: a policy that would grant after a long computation is cut off by
+// the evaluation timeout and denies.
+func TestTimeoutDuringEvaluation(t *testing.T) {
+	e := NewEmpty(Options{EvalTimeout: 20 * time.Millisecond})
+	require.NoError(t, e.LoadModules(t.Context(), map[string]string{"slow.rego": `package authz
+decision := {"allow": true, "code": "", "message": "", "reasons": [], "capabilities": ` + allFalse + `} if {
+	count([x | some x in numbers.range(1, 50000000)]) > 0
+}`}, "slow"))
+	start := time.Now()
+	doc, _, err := e.Decide(t.Context(), &snapshot.Request{Operation: snapshot.OpGetRunnerIngressEndpoint,
+		Environment: map[string]any{}, Lease: map[string]any{}, Metadata: map[string]any{}}, emptyFacts{})
+	assertFailClosed(t, doc, err, CodeTimeout, snapshot.OpGetRunnerIngressEndpoint)
+	assert.Less(t, time.Since(start), 10*time.Second)
+}
+
+type emptyFacts struct{}
+
+func (emptyFacts) Plugin(string) (map[string]any, bool)          { return nil, false }
+func (emptyFacts) Worker(string) (snapshot.Worker, bool)         { return snapshot.Worker{}, false }
+func (emptyFacts) BuiltinProvider(string) (map[string]any, bool) { return nil, false }
+func (emptyFacts) ConfigValid(context.Context, string, snapshot.Worker, string, any) (bool, error) {
+	return false, nil
+}
+
+// TestPolicySwapUnderLoad swaps policy revisions while decisions run (run with -race): every
+// decision is made wholly by one revision.
+func TestPolicySwapUnderLoad(t *testing.T) {
+	e, err := New(t.Context(), Options{})
+	require.NoError(t, err)
+	denyAll := map[string]string{"deny.rego": `package authz
+decision := {"allow": false, "code": "DENY_ALL", "message": "", "reasons": [], "capabilities": ` + allFalse + `}`}
+	mods := map[string]string{}
+	for k, v := range denyAll {
+		mods[k] = v
+	}
+	var wg sync.WaitGroup
+	stop := make(chan struct{})
+	for range 4 {
+		wg.Go(func() {
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				doc, err := e.Evaluate(context.Background(), grantInput())
+				if !assert.NoError(t, err) {
+					return
+				}
+				if doc.Revision == "deny-all" {
+					assert.False(t, doc.Allow)
+					assert.Equal(t, "DENY_ALL", doc.Code)
+				} else {
+					assert.True(t, doc.Allow)
+				}
+			}
+		})
+	}
+	embedded := e.Revision()
+	for i := range 6 {
+		if i%2 == 0 {
+			require.NoError(t, e.LoadModules(t.Context(), mods, "deny-all"))
+		} else {
+			require.NoError(t, e.Prepare(t.Context(), embedded, embeddedModules(t)...))
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	close(stop)
+	wg.Wait()
+}
+
+func embeddedModules(t *testing.T) []func(*rego.Rego) {
+	t.Helper()
+	mods, err := policiesModules()
+	require.NoError(t, err)
+	var opts []func(*rego.Rego)
+	for n, src := range mods {
+		opts = append(opts, rego.Module(n, src))
+	}
+	return opts
+}

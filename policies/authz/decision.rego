@@ -100,7 +100,7 @@ reasons := capability_reasons(_operation.capability) if _first_failure == "capab
 # METADATA
 # title: Capability snapshot
 # description: The nine capabilities the lease is entitled to now, each a boolean (SPEC section 2).
-capabilities := {k: _granted(k) | some k, _ in tables.capabilities}
+capabilities := {k: v | some k, _ in tables.capabilities; v := k in _granted}
 
 # METADATA
 # title: Reasons a capability is withheld
@@ -109,7 +109,7 @@ capabilities := {k: _granted(k) | some k, _ in tables.capabilities}
 #   capabilities; else the first failed identity check alone; else every applicable reason among
 #   worker_not_running / method_not_verified, capability_not_declared and capability_narrowed.
 capability_reasons(k) := ["capability_unsupported_by_driver"] if {
-	not _supported(k)
+	not _supported[k]
 } else := [_identity_failure] if {
 	_identity_failure
 } else := [r | some r in tables.reasons; _capability_reason(k, r)]
@@ -151,7 +151,7 @@ _registered if tables.drivers[_driver]
 # METADATA
 # title: Driver supports the operation
 # description: The operation is in the driver's operation set.
-_operation_supported if input.operation in tables.drivers[_driver].operations
+_operation_supported if tables.drivers[_driver].operations[input.operation]
 
 # METADATA
 # title: Capability granted
@@ -159,22 +159,20 @@ _operation_supported if input.operation in tables.drivers[_driver].operations
 _capability_granted if capabilities[_operation.capability] == true
 
 # METADATA
-# title: Capability granted
-# description: supported AND identity AND verified AND declared AND not narrowed (SPEC section 2).
-default _granted(_) := false
+# title: Granted capabilities
+# description: |
+#   supported AND identity AND verified AND declared AND not narrowed (SPEC section 2), computed
+#   once per decision as set operations over the capability table.
+default _granted := set()
 
-_granted(k) if {
-	_supported(k)
-	_identity_ok
-	_verified(k)
-	_declared_allows(k)
-	not _narrowed(k)
-}
+_granted := ((_supported & _verified) & _declared) - _narrowed if _identity_ok
 
 # METADATA
-# title: Driver class supports the capability
+# title: Supported capabilities
 # description: local and ssh support none; sandbox and plugin all nine (the driver table).
-_supported(k) if k in tables.drivers[_driver].capabilities
+default _supported := set()
+
+_supported := tables.drivers[_driver].capabilities
 
 # METADATA
 # title: Path
@@ -194,27 +192,51 @@ _path := "plugin_backed" if {
 _path := "plugin_driver" if tables.drivers[_driver].identity == "plugin_driver"
 
 # METADATA
-# title: Plugin paths
+# title: Plugin path
 # description: The paths that read a pinned plugin and its worker.
-_plugin_paths := {"plugin_backed", "plugin_driver"}
+_plugin_path if _path == "plugin_backed"
+
+_plugin_path if _path == "plugin_driver"
 
 # METADATA
-# title: Identity checks
-# description: Identity checks in SPEC order; the first failure is the only reason.
-_identity_checks := [
-	"no_provider",
-	"plugin_not_pinned",
-	"plugin_not_found",
-	"plugin_not_ready",
-	"driver_entry_invalid",
-	"driver_entry_missing",
-	"builtin_provider_unknown",
-]
+# title: Sandbox path
+# description: The paths of the sandbox driver class, which need a provider key.
+_sandbox_path if tables.drivers[_driver].identity == "sandbox_provider"
 
 # METADATA
 # title: First failed identity check
-# description: Undefined when every identity check passes.
-_identity_failure := [c | some c in _identity_checks; _identity_fails(c)][0]
+# description: |
+#   The identity checks in SPEC order (section 11); the first failure is the only reason.
+#   Undefined when every check passes.
+_identity_failure := "no_provider" if {
+	_sandbox_path
+	not _has_provider
+} else := "plugin_not_pinned" if {
+	_plugin_path
+	not _pinned
+} else := "plugin_not_found" if {
+	_plugin_path
+	not _plugin_found
+} else := "plugin_not_ready" if {
+	_plugin_path
+	not input.facts.plugin.status == "ready"
+} else := "driver_entry_invalid" if {
+	_plugin_path
+	count(_entries) > 1
+} else := "driver_entry_invalid" if {
+	_plugin_path
+	_entry
+	not _capabilities_shape_ok
+} else := "driver_entry_missing" if {
+	_plugin_path
+	count(_entries) == 0
+} else := "driver_entry_missing" if {
+	_path == "plugin_backed"
+	not _entry.kind == "sandbox_provider"
+} else := "builtin_provider_unknown" if {
+	_path == "builtin"
+	not _builtin_present
+}
 
 # METADATA
 # title: Identity holds
@@ -222,55 +244,6 @@ _identity_failure := [c | some c in _identity_checks; _identity_fails(c)][0]
 _identity_ok if {
 	_path
 	not _identity_failure
-}
-
-# METADATA
-# title: Identity check outcomes
-# description: Each identity check fails unless its positive condition holds.
-_identity_fails("no_provider") if {
-	_path in {"builtin", "plugin_backed"}
-	not _has_provider
-}
-
-_identity_fails("plugin_not_pinned") if {
-	_path in _plugin_paths
-	not _pinned
-}
-
-_identity_fails("plugin_not_found") if {
-	_path in _plugin_paths
-	not _plugin_found
-}
-
-_identity_fails("plugin_not_ready") if {
-	_path in _plugin_paths
-	not input.facts.plugin.status == "ready"
-}
-
-_identity_fails("driver_entry_invalid") if {
-	_path in _plugin_paths
-	count(_entries) > 1
-}
-
-_identity_fails("driver_entry_invalid") if {
-	_path in _plugin_paths
-	_entry
-	not _capabilities_shape_ok
-}
-
-_identity_fails("driver_entry_missing") if {
-	_path in _plugin_paths
-	count(_entries) == 0
-}
-
-_identity_fails("driver_entry_missing") if {
-	_path == "plugin_backed"
-	not _entry.kind == "sandbox_provider"
-}
-
-_identity_fails("builtin_provider_unknown") if {
-	_path == "builtin"
-	not _builtin_present
 }
 
 # METADATA
@@ -349,7 +322,7 @@ _declares_capabilities if "sandboxCapabilities" in object.keys(_entry)
 # title: Worker missing
 # description: A plugin path with no running worker for the pinned plugin.
 _worker_missing if {
-	_path in _plugin_paths
+	_plugin_path
 	not _worker_present
 }
 
@@ -366,7 +339,7 @@ _worker_present if is_object(input.facts.worker)
 #   Plugin paths: the worker's live methods (string elements only). Built-in path: the methods
 #   data.authz.tables.builtinProviderMethods grants for each flag of the provider that is true.
 _verified_methods contains m if {
-	_path in _plugin_paths
+	_plugin_path
 	is_array(input.facts.worker.supportedMethods)
 	some m in input.facts.worker.supportedMethods
 	is_string(m)
@@ -380,67 +353,92 @@ _verified_methods contains m if {
 }
 
 # METADATA
-# title: Capability verified
+# title: Verified capabilities
 # description: Every requirement group has at least one method in the verified methods.
-_verified(k) if {
-	every group in tables.capabilities[k].methods {
-		some m in group
-		m in _verified_methods
-	}
+_verified := _all_capabilities - _unverified
+
+# METADATA
+# title: Unverified capabilities
+# description: Capabilities with a requirement group none of whose methods is verified.
+_unverified contains k if {
+	some k, cap in tables.capabilities
+	some group in cap.methods
+	count(group & _verified_methods) == 0
 }
 
 # METADATA
-# title: Declared value
+# title: All capabilities
+# description: The keys of the capability table.
+_all_capabilities := {k | some k, _ in tables.capabilities}
+
+# METADATA
+# title: Declarations
 # description: |
-#   The declaration of a capability, undefined when absent or null. Plugin paths: the entry's
-#   sandboxCapabilities, with the legacy supportsReusableLeases standing for reusableLeases when
-#   that key is absent or null. Built-in path: supportsReusableLeases when it is a boolean.
-_declared_value(k) := v if {
-	_path in _plugin_paths
-	v := _entry.sandboxCapabilities[k]
-	v != null
+#   The declared values, null ones left out. Plugin paths: the entry's sandboxCapabilities, with
+#   the legacy supportsReusableLeases standing for reusableLeases when that key is absent or null.
+#   Built-in path: supportsReusableLeases when it is a boolean.
+_declarations := object.union(_nested_declarations, _legacy_declarations)
+
+# METADATA
+# title: Entry declarations
+# description: The entry's sandboxCapabilities without null values.
+default _nested_declarations := {}
+
+_nested_declarations := {k: v | some k, v in _entry.sandboxCapabilities; v != null} if {
+	_plugin_path
+	is_object(_entry.sandboxCapabilities)
 }
 
-_declared_value("reusableLeases") := v if {
-	_path in _plugin_paths
-	not _nested_reusable_declared
+# METADATA
+# title: Legacy declaration
+# description: supportsReusableLeases (entry or built-in provider) as the reusableLeases declaration.
+default _legacy_declarations := {}
+
+_legacy_declarations := {"reusableLeases": v} if {
+	_plugin_path
+	not _nested_declares_reusable
 	v := _entry.supportsReusableLeases
 	v != null
 }
 
-_declared_value("reusableLeases") := v if {
+_legacy_declarations := {"reusableLeases": v} if {
 	_path == "builtin"
 	v := input.facts.builtinProvider.supportsReusableLeases
 	is_boolean(v)
 }
 
 # METADATA
-# title: Nested reusableLeases declared
+# title: Entry declares reusableLeases
 # description: sandboxCapabilities.reusableLeases is present and not null.
-_nested_reusable_declared if _entry.sandboxCapabilities.reusableLeases != null
+_nested_declares_reusable if "reusableLeases" in object.keys(_nested_declarations)
 
 # METADATA
-# title: Declaration allows
-# description: |
-#   A declared boolean is used as is; anything else declared counts as false; no declaration
-#   allows ordinary capabilities and withholds opt-in ones.
-_declared_allows(k) if _declared_value(k) == true
+# title: Declared keys
+# description: The capabilities that have a declared value (of any type).
+_declared_keys := {k | some k, _ in _declarations}
 
-_declared_allows(k) if {
-	not _has_declaration(k)
-	tables.capabilities[k].optIn == false
+# METADATA
+# title: Capabilities the declaration allows
+# description: |
+#   A declared true allows; any other declared value (false, a string, a number) withholds; no
+#   declaration allows ordinary capabilities and withholds opt-in ones.
+_declared contains k if {
+	some k, _ in tables.capabilities
+	_declarations[k] == true
+}
+
+_declared contains k if {
+	some k, cap in tables.capabilities
+	cap.optIn == false
+	not _declared_keys[k]
 }
 
 # METADATA
-# title: Has declaration
-# description: The capability has a declared value (of any type).
-_has_declaration(k) if _declared_value(k) != null
-
-# METADATA
-# title: Narrowed
+# title: Narrowed capabilities
 # description: A narrowing flag of the capability is exactly true in the input.
-_narrowed(k) if {
-	some flag in tables.capabilities[k].narrowedBy
+_narrowed contains k if {
+	some k, cap in tables.capabilities
+	some flag in cap.narrowedBy
 	input.narrowing[flag] == true
 }
 
@@ -448,18 +446,18 @@ _narrowed(k) if {
 # title: Capability reason applies
 # description: Whether a reason after the identity checks applies to capability k.
 _capability_reason(k, "worker_not_running") if {
-	not _verified(k)
+	not _verified[k]
 	_worker_missing
 }
 
 _capability_reason(k, "method_not_verified") if {
-	not _verified(k)
+	not _verified[k]
 	not _worker_missing
 }
 
-_capability_reason(k, "capability_not_declared") if not _declared_allows(k)
+_capability_reason(k, "capability_not_declared") if not _declared[k]
 
-_capability_reason(k, "capability_narrowed") if _narrowed(k)
+_capability_reason(k, "capability_narrowed") if _narrowed[k]
 
 # METADATA
 # title: Non-empty string

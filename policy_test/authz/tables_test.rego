@@ -17,7 +17,7 @@ test_tables_every_capability_well_formed if {
 		is_array(c.methods)
 		count(c.methods) > 0
 		every group in c.methods {
-			is_array(group)
+			is_set(group)
 			count(group) > 0
 			every m in group {
 				m in all_methods
@@ -33,15 +33,15 @@ test_tables_every_capability_well_formed if {
 
 test_tables_capability_methods if {
 	{k: c.methods | some k, c in tables.capabilities} == {
-		"reusableLeases": [["environmentResumeLease"], ["environmentReleaseLease"], ["environmentDestroyLease"]],
-		"nativeSyncIn": [["environmentSyncIn"]],
-		"nativeSyncOut": [["environmentSyncOut"]],
-		"persistentProcessSessions": [["environmentExecute"]],
-		"independentControlCommands": [["environmentExecute"]],
-		"incrementalSessionOutput": [["environmentExecute"]],
-		"concurrentSyncOperations": [["environmentSyncIn"], ["environmentSyncOut"]],
-		"duplexCommandStream": [["duplexChannelOpen"]],
-		"runnerWebSocketIngress": [["environmentRunnerIngressEndpoint"]],
+		"reusableLeases": [{"environmentResumeLease"}, {"environmentReleaseLease"}, {"environmentDestroyLease"}],
+		"nativeSyncIn": [{"environmentSyncIn"}],
+		"nativeSyncOut": [{"environmentSyncOut"}],
+		"persistentProcessSessions": [{"environmentExecute"}],
+		"independentControlCommands": [{"environmentExecute"}],
+		"incrementalSessionOutput": [{"environmentExecute"}],
+		"concurrentSyncOperations": [{"environmentSyncIn"}, {"environmentSyncOut"}],
+		"duplexCommandStream": [{"duplexChannelOpen"}],
+		"runnerWebSocketIngress": [{"environmentRunnerIngressEndpoint"}],
 	}
 }
 

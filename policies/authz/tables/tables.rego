@@ -10,53 +10,53 @@ package authz.tables
 # METADATA
 # title: Capability table
 # description: |
-#   Per capability (SPEC section 2): `methods` is a list of requirement groups, each a list of
+#   Per capability (SPEC section 2): `methods` is a list of requirement groups, each a set of
 #   alternative worker methods (every group needs one of its methods in the worker's live methods);
 #   `optIn` capabilities are false unless declared `true`; `narrowedBy` names the flags of
 #   `input.narrowing` that remove the capability when they are `true`.
 capabilities := {
 	"reusableLeases": {
-		"methods": [["environmentResumeLease"], ["environmentReleaseLease"], ["environmentDestroyLease"]],
+		"methods": [{"environmentResumeLease"}, {"environmentReleaseLease"}, {"environmentDestroyLease"}],
 		"optIn": false,
 		"narrowedBy": ["leasePolicyNotReusable"],
 	},
 	"nativeSyncIn": {
-		"methods": [["environmentSyncIn"]],
+		"methods": [{"environmentSyncIn"}],
 		"optIn": false,
 		"narrowedBy": ["nativeSyncUnavailable"],
 	},
 	"nativeSyncOut": {
-		"methods": [["environmentSyncOut"]],
+		"methods": [{"environmentSyncOut"}],
 		"optIn": false,
 		"narrowedBy": ["nativeSyncUnavailable"],
 	},
 	"persistentProcessSessions": {
-		"methods": [["environmentExecute"]],
+		"methods": [{"environmentExecute"}],
 		"optIn": false,
 		"narrowedBy": ["configResolutionFailed"],
 	},
 	"independentControlCommands": {
-		"methods": [["environmentExecute"]],
+		"methods": [{"environmentExecute"}],
 		"optIn": false,
 		"narrowedBy": [],
 	},
 	"incrementalSessionOutput": {
-		"methods": [["environmentExecute"]],
+		"methods": [{"environmentExecute"}],
 		"optIn": true,
 		"narrowedBy": ["configResolutionFailed"],
 	},
 	"concurrentSyncOperations": {
-		"methods": [["environmentSyncIn"], ["environmentSyncOut"]],
+		"methods": [{"environmentSyncIn"}, {"environmentSyncOut"}],
 		"optIn": true,
 		"narrowedBy": [],
 	},
 	"duplexCommandStream": {
-		"methods": [["duplexChannelOpen"]],
+		"methods": [{"duplexChannelOpen"}],
 		"optIn": true,
 		"narrowedBy": ["configResolutionFailed"],
 	},
 	"runnerWebSocketIngress": {
-		"methods": [["environmentRunnerIngressEndpoint"]],
+		"methods": [{"environmentRunnerIngressEndpoint"}],
 		"optIn": true,
 		"narrowedBy": [],
 	},

@@ -1,0 +1,255 @@
+//go:build unix
+
+package pluginhost
+
+import (
+	"context"
+	"encoding/hex"
+	"errors"
+	"io"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+	"github.com/stretchr/testify/require"
+	"go.uber.org/goleak"
+
+	"github.com/authz-dev/authz/examples/exampledriver"
+)
+
+// asDriver is the first argument that makes the test binary run as the example driver. The
+// host starts drivers without the parent's environment (SkipHostEnv), so the marker travels as
+// an argument, not as an environment variable.
+const asDriver = "--as-example-driver"
+
+func TestMain(m *testing.M) {
+	if len(os.Args) > 1 && os.Args[1] == asDriver {
+		os.Exit(exampledriver.Main(os.Args[2:]))
+	}
+	goleak.VerifyTestMain(m)
+}
+
+var self struct {
+	once sync.Once
+	path string
+	sum  string
+	err  error
+}
+
+// selfBinary returns the absolute path of the test binary and its hex SHA-256.
+func selfBinary(tb testing.TB) (path, sum string) {
+	tb.Helper()
+	self.once.Do(func() {
+		p, err := os.Executable()
+		if err != nil {
+			self.err = err
+			return
+		}
+		if p, err = filepath.Abs(p); err != nil {
+			self.err = err
+			return
+		}
+		b, err := fileSHA256(p)
+		self.path, self.sum, self.err = p, hex.EncodeToString(b), err
+	})
+	require.NoError(tb, self.err)
+	return self.path, self.sum
+}
+
+// driverPlugin configures the test binary as the example driver with extra flags.
+func driverPlugin(tb testing.TB, id string, flags ...string) PluginConfig {
+	tb.Helper()
+	path, sum := selfBinary(tb)
+	return PluginConfig{ID: id, Path: path, SHA256: sum, Args: append([]string{asDriver}, flags...)}
+}
+
+// testConfig is a configuration with short back-offs for tests.
+func testConfig(tb testing.TB, plugins ...PluginConfig) Config {
+	tb.Helper()
+	cfg := DefaultConfig()
+	cfg.Plugins = plugins
+	cfg.StartTimeout = 20 * time.Second // race-instrumented test binaries start slowly on 2 cores
+	cfg.ConfigCheckTimeout = 5 * time.Second
+	cfg.MinBackoff = 20 * time.Millisecond
+	cfg.MaxBackoff = 200 * time.Millisecond
+	cfg.Logger = testLogger(tb, nil)
+	return cfg
+}
+
+// testLogger logs to the test log (and to extra, when given) until the test ends.
+// AUTHZ_TEST_LOG_LEVEL sets the level (default info).
+func testLogger(tb testing.TB, extra io.Writer) hclog.Logger {
+	tb.Helper()
+	w := &tbWriter{tb: tb, extra: extra}
+	tb.Cleanup(w.stop) // registered first, so it runs after every later cleanup
+	level := hclog.LevelFromString(os.Getenv("AUTHZ_TEST_LOG_LEVEL"))
+	if level == hclog.NoLevel {
+		level = hclog.Info
+	}
+	return hclog.New(&hclog.LoggerOptions{Name: "pluginhost", Level: level, Output: w})
+}
+
+type tbWriter struct {
+	mu      sync.Mutex
+	tb      testing.TB
+	extra   io.Writer
+	stopped bool
+}
+
+func (w *tbWriter) Write(p []byte) (int, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.extra != nil {
+		_, _ = w.extra.Write(p)
+	}
+	if !w.stopped {
+		w.tb.Log(strings.TrimRight(string(p), "\n"))
+	}
+	return len(p), nil
+}
+
+func (w *tbWriter) stop() {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.stopped = true
+}
+
+// syncBuffer is a goroutine-safe log sink.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// pidRecorder remembers every worker pid a test saw, to check that Close leaves none behind.
+type pidRecorder struct {
+	mu   sync.Mutex
+	pids map[int]bool
+}
+
+func (r *pidRecorder) record(h *Host) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, p := range h.Plugins() {
+		if p.Worker != nil {
+			r.pids[p.Worker.PID] = true
+		}
+	}
+}
+
+// startHost starts a host and, when the test ends, closes it and checks that no worker process
+// and no goroutine is left behind.
+func startHost(tb testing.TB, cfg Config) (*Host, *pidRecorder) {
+	tb.Helper()
+	h, err := New(cfg)
+	require.NoError(tb, err)
+	rec := &pidRecorder{pids: map[int]bool{}}
+	tb.Cleanup(func() {
+		start := time.Now()
+		require.NoError(tb, h.Close())
+		tb.Logf("Close took %s", time.Since(start))
+		rec.mu.Lock()
+		defer rec.mu.Unlock()
+		for pid := range rec.pids {
+			require.Falsef(tb, processExists(pid), "worker pid %d still exists after Close", pid)
+		}
+		require.Empty(tb, childProcesses(tb), "child processes left after Close")
+		goleak.VerifyNone(tb)
+	})
+	require.NoError(tb, h.Start(tb.Context()))
+	return h, rec
+}
+
+// processExists reports whether pid exists (a zombie counts: it was not reaped).
+func processExists(pid int) bool {
+	err := syscall.Kill(pid, 0)
+	return err == nil || errors.Is(err, syscall.EPERM)
+}
+
+// childProcesses lists the pids whose parent is this process (Linux /proc).
+func childProcesses(tb testing.TB) []int {
+	tb.Helper()
+	entries, err := os.ReadDir("/proc")
+	if err != nil {
+		tb.Skipf("no /proc: %v", err)
+	}
+	me := os.Getpid()
+	var out []int
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		stat, err := os.ReadFile(filepath.Join("/proc", e.Name(), "stat"))
+		if err != nil {
+			continue
+		}
+		// pid (comm) state ppid ...: comm may hold spaces, so parse after the last ')'.
+		s := string(stat)
+		i := strings.LastIndexByte(s, ')')
+		if i < 0 {
+			continue
+		}
+		fields := strings.Fields(s[i+1:])
+		if len(fields) < 2 {
+			continue
+		}
+		if ppid, _ := strconv.Atoi(fields[1]); ppid == me {
+			out = append(out, pid)
+		}
+	}
+	return out
+}
+
+// waitFor polls cond every millisecond until it holds or timeout passes, and returns how long
+// it took.
+func waitFor(tb testing.TB, timeout time.Duration, what string, cond func() bool) time.Duration {
+	tb.Helper()
+	start := time.Now()
+	deadline := start.Add(timeout)
+	for !cond() {
+		if time.Now().After(deadline) {
+			tb.Fatalf("timed out after %s waiting for %s", timeout, what)
+		}
+		time.Sleep(time.Millisecond)
+	}
+	return time.Since(start)
+}
+
+// waitStarted waits (bounded) until every enabled plugin was ready once.
+func waitStarted(tb testing.TB, h *Host, rec *pidRecorder) {
+	tb.Helper()
+	ctx, cancel := context.WithTimeout(tb.Context(), 60*time.Second)
+	defer cancel()
+	require.NoError(tb, h.WaitStarted(ctx))
+	rec.record(h)
+}
+
+// state returns the plugin's state.
+func state(tb testing.TB, h *Host, id string) PluginState {
+	tb.Helper()
+	for _, p := range h.Plugins() {
+		if p.ID == id {
+			return p
+		}
+	}
+	tb.Fatalf("no plugin %q", id)
+	return PluginState{}
+}

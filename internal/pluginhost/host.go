@@ -1,0 +1,456 @@
+// Package pluginhost owns the driver plugin processes. A Host starts every enabled plugin as a
+// go-plugin subprocess (gRPC only, AutoMTLS, the binary pinned by its SHA-256, an explicit start
+// timeout, no inherited environment), supervises it, restarts it with capped exponential
+// back-off, and answers the snapshot.Facts questions from its current state: plugin records,
+// live workers, built-in providers and driver config checks.
+//
+// A worker is the live process of a plugin. Each successful start gets a new generation number
+// (1, 2, 3, …) and re-reads the plugin's manifest and methods; a worker that exits is gone at
+// once, so a decision never reads methods of a dead process.
+package pluginhost
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"maps"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+
+	"github.com/authz-dev/authz/driverplugin"
+	"github.com/authz-dev/authz/internal/snapshot"
+)
+
+// Plugin statuses (SPEC section 4). The host uses the first four.
+const (
+	StatusInstalled = "installed" // enabled, first start not finished yet
+	StatusReady     = "ready"     // handshake, Describe and SupportedMethods succeeded, manifest valid
+	StatusDisabled  = "disabled"  // turned off in the configuration
+	StatusError     = "error"     // bad pin, failed start, invalid manifest; see LastError
+)
+
+// Errors of the host. They are wrapped with details; test with errors.Is.
+var (
+	ErrClosed        = errors.New("plugin host is closed")
+	ErrUnknownPlugin = errors.New("no such plugin")
+	ErrNoWorker      = errors.New("plugin has no running worker")
+	ErrStaleWorker   = errors.New("worker generation is no longer running")
+)
+
+// maxConfigCacheEntries bounds the CheckConfig result cache; past it the cache starts afresh.
+const maxConfigCacheEntries = 4096
+
+// Host supervises the driver plugins of one Config. It is safe for concurrent use.
+type Host struct {
+	cfg      Config
+	log      hclog.Logger
+	plugins  []*managed // in configuration order
+	byID     map[string]*managed
+	builtins map[string]map[string]any
+
+	mu      sync.Mutex // guards started, closing
+	started bool
+	closing bool
+	cancel  context.CancelFunc
+	closed  chan struct{} // closed by Close
+	wg      sync.WaitGroup
+
+	cacheMu sync.Mutex
+	cache   map[configKey]bool
+}
+
+var _ snapshot.Facts = (*Host)(nil)
+
+// managed is one configured plugin.
+type managed struct {
+	cfg       PluginConfig
+	enabled   bool
+	log       hclog.Logger
+	state     atomic.Pointer[pluginView] // read without locks by the Facts methods
+	updateMu  sync.Mutex                 // serialises writers of state
+	ready     chan struct{}              // closed when the plugin is ready for the first time
+	readyOnce sync.Once
+}
+
+// pluginView is an immutable snapshot of a plugin's state. Writers publish a modified copy.
+type pluginView struct {
+	status    string
+	lastError string
+	key       string
+	drivers   []driverplugin.EnvironmentDriver // last valid manifest
+	restarts  uint64
+	worker    *worker // nil: no live worker
+}
+
+// worker is one live process of a plugin.
+type worker struct {
+	pid        int
+	generation uint64
+	startedAt  time.Time
+	methods    []string
+	driver     driverplugin.Driver
+	done       <-chan struct{} // closed when the process has exited
+}
+
+// alive reports whether the process still runs. A worker whose process exited is gone at once,
+// even before its supervisor has noticed.
+func (w *worker) alive() bool {
+	select {
+	case <-w.done:
+		return false
+	default:
+		return true
+	}
+}
+
+type configKey struct {
+	pluginID   string
+	generation uint64
+	driverKey  string
+	configSum  [sha256.Size]byte
+}
+
+// PluginState is a plugin's state for the HTTP service (GET /v1/plugins).
+type PluginState struct {
+	ID        string       `json:"id"`
+	Key       string       `json:"key"`
+	Status    string       `json:"status"`
+	LastError string       `json:"lastError"`
+	Restarts  uint64       `json:"restarts"`
+	Worker    *WorkerState `json:"worker"`
+}
+
+// WorkerState describes a live worker.
+type WorkerState struct {
+	PID              int       `json:"pid"`
+	Generation       uint64    `json:"generation"`
+	StartedAt        time.Time `json:"startedAt"`
+	SupportedMethods []string  `json:"supportedMethods"`
+}
+
+// New checks cfg and returns a host that has started nothing yet.
+func New(cfg Config) (*Host, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, fmt.Errorf("plugin host configuration: %w", err)
+	}
+	cfg = cfg.withDefaults()
+	builtins, err := normalizeBuiltins(cfg.BuiltinProviders)
+	if err != nil {
+		return nil, fmt.Errorf("plugin host configuration: %w", err)
+	}
+	h := &Host{
+		cfg:      cfg,
+		log:      cfg.Logger,
+		byID:     make(map[string]*managed, len(cfg.Plugins)),
+		builtins: builtins,
+		closed:   make(chan struct{}),
+		cache:    map[configKey]bool{},
+	}
+	for _, p := range cfg.Plugins {
+		p.Args = slices.Clone(p.Args)
+		m := &managed{
+			cfg:     p,
+			enabled: p.IsEnabled(),
+			log:     h.log.Named(p.ID),
+			ready:   make(chan struct{}),
+		}
+		status := StatusInstalled
+		if !m.enabled {
+			status = StatusDisabled
+		}
+		m.state.Store(&pluginView{status: status})
+		h.plugins = append(h.plugins, m)
+		h.byID[p.ID] = m
+	}
+	return h, nil
+}
+
+// normalizeBuiltins deep-copies the built-in providers through JSON, so that they hold exactly
+// the values a facts file would.
+func normalizeBuiltins(in map[string]map[string]any) (map[string]map[string]any, error) {
+	out := make(map[string]map[string]any, len(in))
+	for key, b := range in {
+		raw, err := json.Marshal(b)
+		if err != nil {
+			return nil, fmt.Errorf("builtinProviders[%q]: not JSON: %w", key, err)
+		}
+		var v map[string]any
+		if err := json.Unmarshal(raw, &v); err != nil {
+			return nil, fmt.Errorf("builtinProviders[%q]: %w", key, err)
+		}
+		out[key] = v
+	}
+	return out, nil
+}
+
+// Start launches one supervisor per enabled plugin and returns without waiting for any plugin
+// (see WaitStarted). The supervisors run until Close, or until ctx is done.
+func (h *Host) Start(ctx context.Context) error {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	switch {
+	case h.closing:
+		return ErrClosed
+	case h.started:
+		return errors.New("plugin host already started")
+	}
+	h.started = true
+	ctx, h.cancel = context.WithCancel(ctx)
+	for _, m := range h.plugins {
+		if !m.enabled {
+			continue
+		}
+		h.wg.Add(1)
+		go h.supervise(ctx, m)
+	}
+	return nil
+}
+
+// Close stops every supervisor, kills every worker and waits until the processes are reaped and
+// the host's goroutines have ended. It is safe to call more than once.
+func (h *Host) Close() error {
+	h.mu.Lock()
+	if h.closing {
+		h.mu.Unlock()
+		h.wg.Wait()
+		return nil
+	}
+	h.closing = true
+	close(h.closed)
+	if h.cancel != nil {
+		h.cancel()
+	}
+	h.mu.Unlock()
+	h.wg.Wait()
+	return nil
+}
+
+// WaitStarted waits until every enabled plugin has been ready at least once. When ctx ends
+// first, the error names each plugin still waiting with its status and last error.
+func (h *Host) WaitStarted(ctx context.Context) error {
+	for _, m := range h.plugins {
+		if !m.enabled {
+			continue
+		}
+		select {
+		case <-m.ready:
+		case <-h.closed:
+			return ErrClosed
+		case <-ctx.Done():
+			var waiting []string
+			for _, m := range h.plugins {
+				select {
+				case <-m.ready:
+					continue
+				default:
+				}
+				if !m.enabled {
+					continue
+				}
+				v := m.state.Load()
+				s := fmt.Sprintf("%s (status %s", m.cfg.ID, v.status)
+				if v.lastError != "" {
+					s += ": " + v.lastError
+				}
+				waiting = append(waiting, s+")")
+			}
+			return fmt.Errorf("waiting for plugins to start: %w; not ready yet: %s", ctx.Err(), strings.Join(waiting, "; "))
+		}
+	}
+	return nil
+}
+
+// Plugin implements snapshot.Facts. It reads the current state without calling the plugin.
+func (h *Host) Plugin(id string) (map[string]any, bool) {
+	m, ok := h.byID[id]
+	if !ok {
+		return nil, false
+	}
+	return renderPlugin(id, m.state.Load()), true
+}
+
+func renderPlugin(id string, v *pluginView) map[string]any {
+	entries := make([]any, 0, len(v.drivers))
+	for _, e := range v.drivers {
+		entry := map[string]any{"driverKey": e.DriverKey, "kind": e.Kind}
+		if e.SandboxCapabilities != nil {
+			// Validated: every value is a bool, so a shallow copy is a deep one.
+			entry["sandboxCapabilities"] = maps.Clone(e.SandboxCapabilities)
+		}
+		if e.SupportsReusableLeases != nil {
+			entry["supportsReusableLeases"] = *e.SupportsReusableLeases
+		}
+		entries = append(entries, entry)
+	}
+	return map[string]any{
+		"id":       id,
+		"key":      v.key,
+		"status":   v.status,
+		"manifest": map[string]any{"environmentDrivers": entries},
+	}
+}
+
+// Worker implements snapshot.Facts: the plugin's live worker, or false when none runs. A worker
+// whose process has exited is reported gone at once.
+func (h *Host) Worker(pluginID string) (snapshot.Worker, bool) {
+	m, ok := h.byID[pluginID]
+	if !ok {
+		return snapshot.Worker{}, false
+	}
+	w := m.state.Load().worker
+	if w == nil || !w.alive() {
+		return snapshot.Worker{}, false
+	}
+	return snapshot.Worker{Generation: w.generation, SupportedMethods: slices.Clone(w.methods)}, true
+}
+
+// BuiltinProvider implements snapshot.Facts.
+func (h *Host) BuiltinProvider(key string) (map[string]any, bool) {
+	b, ok := h.builtins[key]
+	if !ok {
+		return nil, false
+	}
+	return deepCopy(b).(map[string]any), true
+}
+
+// ConfigValid implements snapshot.Facts: it asks worker w of the plugin whether it accepts
+// config for driverKey, bounded by ConfigCheckTimeout and ctx. Answers are cached per plugin,
+// worker generation, driver key and config (by the SHA-256 of its canonical JSON); errors and
+// time-outs are not cached. A worker other than the running one, an error or a time-out is
+// "not valid" (false with the error). A config that is not a JSON object is not valid, without
+// asking the driver.
+func (h *Host) ConfigValid(ctx context.Context, pluginID string, w snapshot.Worker, driverKey string, config any) (bool, error) {
+	m, ok := h.byID[pluginID]
+	if !ok {
+		return false, fmt.Errorf("%w: %q", ErrUnknownPlugin, pluginID)
+	}
+	cfg, ok := config.(map[string]any)
+	if !ok {
+		return false, nil
+	}
+	cur := m.state.Load().worker
+	if cur == nil || !cur.alive() {
+		return false, fmt.Errorf("%w: plugin %q", ErrNoWorker, pluginID)
+	}
+	if cur.generation != w.Generation {
+		return false, fmt.Errorf("%w: plugin %q was asked about generation %d, the running worker is generation %d",
+			ErrStaleWorker, pluginID, w.Generation, cur.generation)
+	}
+	canonical, err := json.Marshal(cfg) // map keys sorted: canonical
+	if err != nil {
+		return false, fmt.Errorf("plugin %q: config is not JSON: %w", pluginID, err)
+	}
+	key := configKey{pluginID: pluginID, generation: cur.generation, driverKey: driverKey, configSum: sha256.Sum256(canonical)}
+	h.cacheMu.Lock()
+	valid, hit := h.cache[key]
+	h.cacheMu.Unlock()
+	if hit {
+		return valid, nil
+	}
+
+	cctx, cancel := context.WithTimeout(ctx, h.cfg.ConfigCheckTimeout)
+	defer cancel()
+	valid, reason, err := cur.driver.CheckConfig(cctx, driverKey, cfg)
+	if err != nil {
+		return false, fmt.Errorf("plugin %q (generation %d): check config for driver key %q: %w", pluginID, cur.generation, driverKey, err)
+	}
+	if !valid {
+		m.log.Debug("driver does not accept the config", "driverKey", driverKey, "generation", cur.generation, "reason", reason)
+	}
+	if m.state.Load().worker == cur { // still the running worker: worth remembering
+		h.cacheMu.Lock()
+		if len(h.cache) >= maxConfigCacheEntries {
+			clear(h.cache)
+		}
+		h.cache[key] = valid
+		h.cacheMu.Unlock()
+	}
+	return valid, nil
+}
+
+// forgetConfigChecks drops the cached answers of older workers of the plugin.
+func (h *Host) forgetConfigChecks(pluginID string, current uint64) {
+	h.cacheMu.Lock()
+	defer h.cacheMu.Unlock()
+	for k := range h.cache {
+		if k.pluginID == pluginID && k.generation != current {
+			delete(h.cache, k)
+		}
+	}
+}
+
+// Plugins returns every configured plugin's state, in configuration order.
+func (h *Host) Plugins() []PluginState {
+	out := make([]PluginState, 0, len(h.plugins))
+	for _, m := range h.plugins {
+		v := m.state.Load()
+		ps := PluginState{ID: m.cfg.ID, Key: v.key, Status: v.status, LastError: v.lastError, Restarts: v.restarts}
+		if w := v.worker; w != nil && w.alive() {
+			ps.Worker = &WorkerState{PID: w.pid, Generation: w.generation, StartedAt: w.startedAt, SupportedMethods: slices.Clone(w.methods)}
+		}
+		out = append(out, ps)
+	}
+	return out
+}
+
+// FactsFile renders the host's current state as a facts file (SPEC section 4), so that a
+// decision can be replayed with `authz decide --facts`. Workers carry their supportedMethods;
+// config checks are per request and not part of the file.
+func (h *Host) FactsFile() snapshot.File {
+	f := snapshot.File{
+		Plugins:          make([]map[string]any, 0, len(h.plugins)),
+		Workers:          map[string]map[string]any{},
+		BuiltinProviders: make(map[string]map[string]any, len(h.builtins)),
+	}
+	for _, m := range h.plugins {
+		v := m.state.Load()
+		f.Plugins = append(f.Plugins, renderPlugin(m.cfg.ID, v))
+		if w := v.worker; w != nil && w.alive() {
+			methods := make([]any, len(w.methods))
+			for i, s := range w.methods {
+				methods[i] = s
+			}
+			f.Workers[m.cfg.ID] = map[string]any{"supportedMethods": methods}
+		}
+	}
+	for key, b := range h.builtins {
+		f.BuiltinProviders[key] = deepCopy(b).(map[string]any)
+	}
+	return f
+}
+
+// update publishes a modified copy of the plugin's state.
+func (m *managed) update(change func(v *pluginView)) {
+	m.updateMu.Lock()
+	defer m.updateMu.Unlock()
+	next := *m.state.Load()
+	change(&next)
+	m.state.Store(&next)
+}
+
+// deepCopy copies a JSON-like value (maps, slices, scalars).
+func deepCopy(v any) any {
+	switch t := v.(type) {
+	case map[string]any:
+		out := make(map[string]any, len(t))
+		for k, e := range t {
+			out[k] = deepCopy(e)
+		}
+		return out
+	case []any:
+		out := make([]any, len(t))
+		for i, e := range t {
+			out[i] = deepCopy(e)
+		}
+		return out
+	default:
+		return v
+	}
+}

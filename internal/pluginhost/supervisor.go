@@ -1,0 +1,303 @@
+package pluginhost
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+	"github.com/hashicorp/go-plugin"
+
+	"github.com/authz-dev/authz/driverplugin"
+)
+
+// supervise runs one plugin until ctx ends: start a worker, wait for it to exit, restart it
+// after a back-off that doubles (capped at MaxBackoff) and goes back to MinBackoff once a
+// worker stayed up for twice MaxBackoff. A plugin that fails to start keeps being retried and
+// has status error meanwhile.
+func (h *Host) supervise(ctx context.Context, m *managed) {
+	defer h.wg.Done()
+	backoff := newBackoff(h.cfg.MinBackoff, h.cfg.MaxBackoff)
+	var generation uint64
+	for attempt := 0; ; attempt++ {
+		if attempt > 0 {
+			m.update(func(v *pluginView) { v.restarts++ })
+		}
+		w, stop, err := h.startWorker(ctx, m, generation+1)
+		if err != nil {
+			if ctx.Err() != nil {
+				return // closing: not the plugin's fault
+			}
+			m.log.Error("plugin failed to start", "attempt", attempt+1, "retry_in", backoff.peek(), "error", err)
+			m.update(func(v *pluginView) {
+				v.status = StatusError
+				v.lastError = err.Error()
+				v.worker = nil
+			})
+		} else {
+			generation = w.generation
+			h.forgetConfigChecks(m.cfg.ID, generation)
+			m.log.Info("worker ready", "generation", w.generation, "pid", w.pid, "methods", w.methods)
+			m.readyOnce.Do(func() { close(m.ready) })
+			select {
+			case <-ctx.Done():
+				m.update(func(v *pluginView) { v.worker = nil })
+				stop()
+				return
+			case <-w.done:
+			}
+			upFor := time.Since(w.startedAt)
+			exit := stop()
+			msg := fmt.Sprintf("worker generation %d (pid %d) exited after %s: %s", w.generation, w.pid, upFor.Round(time.Millisecond), exit)
+			m.log.Error("worker exited; restarting", "generation", w.generation, "pid", w.pid, "exit", exit, "up_for", upFor)
+			if upFor >= 2*h.cfg.MaxBackoff {
+				backoff.reset()
+			}
+			// The worker is already reported gone (its done channel is closed); record why.
+			m.update(func(v *pluginView) {
+				if v.worker == w {
+					v.worker = nil
+				}
+				v.lastError = msg
+			})
+		}
+
+		t := time.NewTimer(backoff.step())
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// backoff is a capped exponential back-off: min, 2·min, 4·min, … up to max.
+type backoff struct {
+	min, max, next time.Duration
+}
+
+func newBackoff(minWait, maxWait time.Duration) *backoff {
+	return &backoff{min: minWait, max: maxWait, next: minWait}
+}
+
+// peek returns the next wait without taking it.
+func (b *backoff) peek() time.Duration { return b.next }
+
+// step returns the next wait and doubles the one after it, up to max.
+func (b *backoff) step() time.Duration {
+	d := b.next
+	b.next = min(2*b.next, b.max)
+	return d
+}
+
+// reset starts again from min.
+func (b *backoff) reset() { b.next = b.min }
+
+// startWorker starts one worker process and, once it is fully set up (handshake, Describe,
+// SupportedMethods, valid manifest), publishes it as the plugin's ready worker with the given
+// generation. stop kills it (gracefully first) and returns how the process ended.
+func (h *Host) startWorker(ctx context.Context, m *managed, generation uint64) (_ *worker, stop func() string, err error) {
+	p := m.cfg
+	deadline := time.Now().Add(h.cfg.StartTimeout)
+
+	var secure *plugin.SecureConfig
+	if h.cfg.InsecureSkipPinCheck {
+		m.log.Warn("INSECURE: starting a plugin binary WITHOUT checking its SHA-256 pin (InsecureSkipPinCheck); "+
+			"whatever binary is at this path runs with the host's trust. Never use this in production.", "path", p.Path)
+	} else {
+		want, _ := hex.DecodeString(p.SHA256) // Validate checked the format
+		got, err := fileSHA256(p.Path)
+		if err != nil {
+			return nil, nil, fmt.Errorf("cannot hash plugin binary for its sha256 pin: %w", err)
+		}
+		if !bytes.Equal(got, want) {
+			return nil, nil, fmt.Errorf("sha256 mismatch for %s: got %x, configured %s (refusing to start it; if the binary was upgraded on purpose, configure its new sha256)",
+				p.Path, got, strings.ToLower(p.SHA256))
+		}
+		// go-plugin checks the pin again right before it starts the binary.
+		secure = &plugin.SecureConfig{Checksum: want, Hash: sha256.New()}
+	}
+
+	// go-plugin's Start cannot be interrupted, so the process is tied to procCtx: while the
+	// worker starts, the host closing kills it at once; afterwards stop() ends it gracefully.
+	procCtx, killProcess := context.WithCancel(context.Background())
+	cmd := exec.CommandContext(procCtx, p.Path, p.Args...)
+	setParentDeathSignal(cmd)
+	abortStart := context.AfterFunc(ctx, killProcess)
+
+	stdio := m.log.StandardWriter(&hclog.StandardLoggerOptions{InferLevels: true})
+	client := plugin.NewClient(&plugin.ClientConfig{
+		HandshakeConfig:  driverplugin.Handshake,
+		VersionedPlugins: driverplugin.PluginSets,
+		Cmd:              cmd,
+		AllowedProtocols: []plugin.Protocol{plugin.ProtocolGRPC},
+		AutoMTLS:         true,
+		SecureConfig:     secure,
+		SkipHostEnv:      true,
+		StartTimeout:     h.cfg.StartTimeout,
+		Logger:           m.log, // the plugin's stderr is logged here, named after the plugin
+		SyncStdout:       stdio, // what the driver prints after the handshake
+		SyncStderr:       stdio, //
+		Stderr:           io.Discard,
+	})
+	kill := func() string {
+		client.Kill()
+		killProcess()
+		if cmd.ProcessState != nil { // safe: Kill has waited for the process to be reaped
+			return cmd.ProcessState.String()
+		}
+		return "killed"
+	}
+	setUp := false
+	defer func() {
+		abortStart()
+		if !setUp {
+			client.Kill()
+			killProcess()
+		}
+	}()
+
+	rpcClient, err := client.Client()
+	if err != nil {
+		return nil, nil, explainStartError(err, h.cfg.StartTimeout)
+	}
+	raw, err := rpcClient.Dispense(driverplugin.PluginName)
+	if err != nil {
+		return nil, nil, fmt.Errorf("dispense %q: %w", driverplugin.PluginName, err)
+	}
+	drv, ok := raw.(*driverplugin.GRPCClient)
+	if !ok {
+		return nil, nil, fmt.Errorf("dispense %q: got %T, want *driverplugin.GRPCClient", driverplugin.PluginName, raw)
+	}
+
+	rctx, cancel := context.WithDeadline(ctx, deadline)
+	defer cancel()
+	desc, err := drv.Describe(rctx)
+	if err != nil {
+		return nil, nil, err
+	}
+	methods, err := drv.SupportedMethods(rctx)
+	if err != nil {
+		return nil, nil, err
+	}
+	if err := validateManifest(desc); err != nil {
+		return nil, nil, fmt.Errorf("invalid manifest from plugin %q: %w", desc.Key, err)
+	}
+	for _, e := range desc.EnvironmentDrivers {
+		for k := range e.SandboxCapabilities {
+			if !knownCapabilities[k] {
+				m.log.Warn("manifest declares an unknown capability; it has no effect", "driverKey", e.DriverKey, "capability", k)
+			}
+		}
+	}
+
+	w := &worker{
+		pid:        cmd.Process.Pid, // set by client.Client in this goroutine
+		generation: generation,
+		startedAt:  time.Now(),
+		methods:    slices.Clone(methods),
+		driver:     drv,
+		done:       drv.Done(),
+	}
+	m.update(func(v *pluginView) {
+		v.status = StatusReady // lastError stays: it tells why the previous worker went away
+		v.key = desc.Key
+		v.drivers = desc.EnvironmentDrivers
+		v.worker = w
+	})
+	setUp = true
+	return w, kill, nil
+}
+
+// explainStartError adds what to do next to go-plugin's start errors.
+func explainStartError(err error, timeout time.Duration) error {
+	msg := err.Error()
+	const unrecognized = "Unrecognized remote plugin message: "
+	switch {
+	case strings.HasPrefix(msg, unrecognized):
+		// go-plugin appends guesses about the architecture; the first line is what matters.
+		line, _, _ := strings.Cut(strings.TrimPrefix(msg, unrecognized), "\n")
+		if line == "" {
+			return errors.New("plugin ended its stdout before the go-plugin handshake: is it a driver that calls driverplugin.Serve? (see the plugin's log lines)")
+		}
+		return fmt.Errorf("plugin wrote to stdout before the go-plugin handshake (stdout is reserved for the handshake; a driver must log to stderr): got %q", line)
+	case strings.Contains(msg, "timeout while waiting for plugin to start"):
+		return fmt.Errorf("plugin did not complete the go-plugin handshake within the start timeout (%s): %w", timeout, err)
+	case strings.Contains(msg, "plugin exited before we could connect"):
+		return fmt.Errorf("plugin exited before the go-plugin handshake (see the plugin's log lines): %w", err)
+	case errors.Is(err, plugin.ErrChecksumsDoNotMatch):
+		return fmt.Errorf("sha256 pin check by go-plugin failed (the binary changed while starting): %w", err)
+	}
+	return fmt.Errorf("start plugin: %w", err)
+}
+
+// knownCapabilities are the nine capability keys of SPEC section 2.
+var knownCapabilities = map[string]bool{
+	"reusableLeases": true, "nativeSyncIn": true, "nativeSyncOut": true,
+	"persistentProcessSessions": true, "independentControlCommands": true,
+	"incrementalSessionOutput": true, "concurrentSyncOperations": true,
+	"duplexCommandStream": true, "runnerWebSocketIngress": true,
+}
+
+// validateManifest refuses a manifest the host will not publish: an empty plugin key, an entry
+// with an empty or repeated driver key, a kind other than sandbox_provider/environment_driver,
+// or a sandboxCapabilities value that is not a boolean (null included).
+func validateManifest(d driverplugin.Description) error {
+	var errs []error
+	if d.Key == "" {
+		errs = append(errs, errors.New("key: must not be empty"))
+	}
+	seen := map[string]int{}
+	for i, e := range d.EnvironmentDrivers {
+		field := fmt.Sprintf("environmentDrivers[%d]", i)
+		if e.DriverKey == "" {
+			errs = append(errs, fmt.Errorf("%s.driverKey: must not be empty", field))
+		} else if prev, dup := seen[e.DriverKey]; dup {
+			errs = append(errs, fmt.Errorf("%s.driverKey: %q is also the driver key of environmentDrivers[%d]", field, e.DriverKey, prev))
+		} else {
+			seen[e.DriverKey] = i
+		}
+		if e.Kind != driverplugin.KindSandboxProvider && e.Kind != driverplugin.KindEnvironmentDriver {
+			errs = append(errs, fmt.Errorf("%s.kind: %q is neither %q nor %q", field, e.Kind, driverplugin.KindSandboxProvider, driverplugin.KindEnvironmentDriver))
+		}
+		keys := slices.Sorted(func(yield func(string) bool) {
+			for k := range e.SandboxCapabilities {
+				if !yield(k) {
+					return
+				}
+			}
+		})
+		for _, k := range keys {
+			v := e.SandboxCapabilities[k]
+			if _, ok := v.(bool); !ok {
+				js, _ := json.Marshal(v)
+				errs = append(errs, fmt.Errorf("%s.sandboxCapabilities.%s: must be a boolean, got %s", field, k, js))
+			}
+		}
+	}
+	return errors.Join(errs...)
+}
+
+func fileSHA256(path string) ([]byte, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer func() { _ = f.Close() }()
+	h := sha256.New()
+	if _, err := io.Copy(h, f); err != nil {
+		return nil, err
+	}
+	return h.Sum(nil), nil
+}

@@ -1,0 +1,352 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/authz-dev/authz/internal/server"
+)
+
+// specFacts is the facts of SPEC section 4.
+const specFacts = `{
+  "plugins": [
+    {"id": "test.plugin", "key": "acme.daytona", "status": "ready",
+     "manifest": {"environmentDrivers": [
+       {"driverKey": "daytona", "kind": "sandbox_provider",
+        "sandboxCapabilities": {"duplexCommandStream": true}}]}}
+  ],
+  "workers": {"test.plugin": {"supportedMethods": ["duplexChannelOpen"], "configValid": true}},
+  "builtinProviders": {"fake": {"execute": true, "supportsReusableLeases": false}}
+}`
+
+// specRequest is the request of SPEC section 3, with a secret in the lease metadata.
+const specRequest = `{
+  "operation": "openDuplexChannel",
+  "environment": {"id": "env-1", "driver": "sandbox", "config": {"provider": "daytona"}},
+  "lease": {
+    "id": "lease-1", "companyId": "company-1", "leasePolicy": "ephemeral",
+    "providerLeaseId": "provider-lease-1",
+    "metadata": {"driver": "sandbox", "sandboxProviderPlugin": true, "pluginId": "test.plugin", "provider": "daytona", "token": "s3cret"}
+  },
+  "command": ["sh", "-c", "echo hi"]
+}`
+
+func writeFile(t testing.TB, dir, name, content string) string {
+	t.Helper()
+	p := filepath.Join(dir, name)
+	require.NoError(t, os.WriteFile(p, []byte(content), 0o600))
+	return p
+}
+
+// syncBuffer is a stderr that the test reads while the service writes.
+type syncBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
+
+func TestServeRejectsBadConfiguration(t *testing.T) {
+	dir := t.TempDir()
+	facts := writeFile(t, dir, "facts.json", specFacts)
+	badPin := writeFile(t, dir, "bad-pin.yaml", "plugins:\n  - id: acme.daytona\n    path: /opt/daytona\n    sha256: abc\n")
+	unknown := writeFile(t, dir, "unknown.yaml", "adress: 127.0.0.1:1\n")
+	badFacts := writeFile(t, dir, "bad-facts.json", `{"plugins": null}`)
+	tests := []struct {
+		name string
+		args []string
+		want string
+	}{
+		{name: "unknown flag", args: []string{"--nope"}, want: ""},
+		{name: "positional argument", args: []string{"now"}, want: `unexpected argument "now"`},
+		{name: "address without port", args: []string{"--addr", "localhost"}, want: "addr: "},
+		{name: "relative unix socket", args: []string{"--addr", "unix://authz.sock"}, want: "addr: "},
+		{name: "bad pin in the config file", args: []string{"--config", badPin}, want: "plugins[0].sha256: must be 64 hex characters"},
+		{name: "unknown field in the config file", args: []string{"--config", unknown}, want: "field adress not found"},
+		{name: "missing config file", args: []string{"--config", filepath.Join(dir, "none.yaml")}, want: "none.yaml"},
+		{name: "required decision log without a destination", args: []string{"--decision-log-required", "--facts", facts}, want: "decisionLog.required: needs decisionLog.path"},
+		{name: "mask outside the input", args: []string{"--decision-log-mask", "/result/allow", "--facts", facts}, want: "decisionLog.mask[0]: "},
+		{name: "certificate without key", args: []string{"--tls-cert", "/c.pem", "--facts", facts}, want: "tls.key: must be set together with tls.cert"},
+		{name: "unreadable certificate", args: []string{"--tls-cert", "/nonexistent/c.pem", "--tls-key", "/nonexistent/k.pem", "--facts", facts}, want: "tls.cert: "},
+		{name: "bad log level", args: []string{"--log-level", "loud"}, want: "log.level: "},
+		{name: "zero body limit", args: []string{"--max-body-bytes", "0"}, want: "maxBodyBytes: must be positive"},
+		{name: "missing facts file", args: []string{"--facts", filepath.Join(dir, "none.json")}, want: "none.json"},
+		{name: "malformed facts file", args: []string{"--facts", badFacts}, want: "facts.plugins"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var stdout, stderr bytes.Buffer
+			ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+			defer cancel()
+			err := run(ctx, append([]string{"serve"}, tt.args...), strings.NewReader(""), &stdout, &stderr)
+			var ee *exitError
+			require.ErrorAs(t, err, &ee)
+			assert.Equal(t, 2, ee.code, "message %q", ee.msg)
+			assert.Contains(t, ee.msg, tt.want)
+			assert.Empty(t, stdout.String())
+		})
+	}
+}
+
+// startServe runs `authz serve args...` in process until the test ends; stop cancels it and
+// returns run's error.
+func startServe(t *testing.T, args ...string) (stderr *syncBuffer, stop func() error) {
+	t.Helper()
+	stderr = &syncBuffer{}
+	ctx, cancel := context.WithCancel(t.Context())
+	errc := make(chan error, 1)
+	go func() {
+		errc <- run(ctx, append([]string{"serve"}, args...), strings.NewReader(""), io.Discard, stderr)
+	}()
+	var once sync.Once
+	var err error
+	stop = func() error {
+		once.Do(func() {
+			cancel()
+			select {
+			case err = <-errc:
+			case <-time.After(30 * time.Second):
+				err = errors.New("serve did not stop within 30s of its context ending")
+			}
+		})
+		return err
+	}
+	t.Cleanup(func() { _ = stop() })
+	return stderr, stop
+}
+
+var listeningAddr = regexp.MustCompile(`listening: addr=(\S+)`)
+
+// waitListening waits for the `listening addr=...` log line and returns the address.
+func waitListening(t *testing.T, stderr *syncBuffer) string {
+	t.Helper()
+	var addr string
+	require.Eventually(t, func() bool {
+		m := listeningAddr.FindStringSubmatch(stderr.String())
+		if m != nil {
+			addr = m[1]
+		}
+		return m != nil
+	}, 30*time.Second, 20*time.Millisecond, "no listening line; stderr:\n%s", stderr)
+	return addr
+}
+
+func postJSON(t *testing.T, c *http.Client, url, body string) (int, map[string]any) {
+	t.Helper()
+	resp, err := c.Post(url, "application/json", strings.NewReader(body))
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	var m map[string]any
+	require.NoError(t, json.NewDecoder(resp.Body).Decode(&m))
+	return resp.StatusCode, m
+}
+
+func TestServeStaticFactsOverTCP(t *testing.T) {
+	dir := t.TempDir()
+	facts := writeFile(t, dir, "facts.json", specFacts)
+	logPath := filepath.Join(dir, "decisions.log")
+	// The file says one address and no mask; the flags override both.
+	cfgPath := writeFile(t, dir, "config.yaml", "addr: 127.0.0.1:1\ndecisionLog:\n  path: "+logPath+"\n  mask: []\n")
+
+	stderr, stop := startServe(t, "--config", cfgPath, "--facts", facts, "--addr", "127.0.0.1:0",
+		"--decision-log-mask", "/input/lease/metadata/token")
+	addr := waitListening(t, stderr)
+	require.NotEqual(t, "127.0.0.1:1", addr)
+	base := "http://" + addr
+	c := &http.Client{Timeout: 10 * time.Second}
+
+	resp, err := c.Get(base + "/health/ready")
+	require.NoError(t, err)
+	resp.Body.Close()
+	assert.Equal(t, http.StatusOK, resp.StatusCode, "a facts file is ready at once")
+
+	status, doc := postJSON(t, c, base+"/v1/authorize", specRequest)
+	require.Equal(t, http.StatusOK, status)
+	assert.Equal(t, true, doc["allow"])
+	status, doc = postJSON(t, c, base+"/v1/data/authz/decision", `{"input":`+specRequest+`}`)
+	require.Equal(t, http.StatusOK, status)
+	assert.Equal(t, true, doc["result"].(map[string]any)["allow"])
+
+	c.CloseIdleConnections()
+	require.NoError(t, stop())
+	assert.Contains(t, stderr.String(), "stopped")
+
+	b, err := os.ReadFile(logPath)
+	require.NoError(t, err)
+	lines := strings.Split(strings.TrimSpace(string(b)), "\n")
+	require.Len(t, lines, 2)
+	var line map[string]any
+	require.NoError(t, json.Unmarshal([]byte(lines[0]), &line))
+	md := line["input"].(map[string]any)["lease"].(map[string]any)["metadata"].(map[string]any)
+	assert.Equal(t, server.MaskedValue, md["token"], "--decision-log-mask replaced the file's empty list")
+	env := line["input"].(map[string]any)["environment"].(map[string]any)
+	assert.Equal(t, map[string]any{"provider": "daytona"}, env["config"], "the flag's list replaced the default mask too")
+}
+
+func TestServeUnixSocket(t *testing.T) {
+	dir, err := os.MkdirTemp("", "authz") // short: unix socket paths are limited to ~100 bytes
+	require.NoError(t, err)
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	facts := writeFile(t, dir, "facts.json", specFacts)
+	sock := filepath.Join(dir, "authz.sock")
+
+	stderr, stop := startServe(t, "--facts", facts, "--addr", "unix://"+sock)
+	assert.Equal(t, "unix://"+sock, waitListening(t, stderr))
+
+	c := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{
+		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+			var d net.Dialer
+			return d.DialContext(ctx, "unix", sock)
+		},
+	}}
+	status, doc := postJSON(t, c, "http://authz/v1/authorize", specRequest)
+	require.Equal(t, http.StatusOK, status)
+	assert.Equal(t, true, doc["allow"])
+	c.CloseIdleConnections()
+
+	require.NoError(t, stop())
+	_, err = os.Stat(sock)
+	assert.True(t, os.IsNotExist(err), "the socket is removed at shutdown")
+}
+
+func TestResolvePlugins(t *testing.T) {
+	exe, err := os.Executable()
+	require.NoError(t, err)
+	exe, err = filepath.EvalSymlinks(exe)
+	require.NoError(t, err)
+	sum, err := fileSHA256(exe)
+	require.NoError(t, err)
+	upper := strings.ToUpper("0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef")
+	disabled := false
+
+	got, err := resolvePlugins([]server.PluginConfig{
+		{ID: "example.sandbox", Path: server.SelfExecutable, Args: []string{"example-driver"}},
+		{ID: "rel", Path: "drivers/x", SHA256: upper, Enabled: &disabled},
+	})
+	require.NoError(t, err)
+	require.Len(t, got, 2)
+	assert.Equal(t, exe, got[0].Path)
+	assert.Equal(t, sum, got[0].SHA256, "@self is pinned by its own digest")
+	assert.Equal(t, []string{"example-driver"}, got[0].Args)
+	wd, err := os.Getwd()
+	require.NoError(t, err)
+	assert.Equal(t, filepath.Join(wd, "drivers/x"), got[1].Path)
+	assert.Equal(t, strings.ToLower(upper), got[1].SHA256)
+	assert.False(t, got[1].IsEnabled())
+}
+
+// TestServeEndToEndWithExampleDriver builds the authz binary and runs `authz serve` on its
+// defaults (but an ephemeral port): the example driver is started as a real plugin subprocess,
+// examples/grant.json is granted and examples/deny.json denied, and SIGTERM stops the service
+// and its plugin.
+func TestServeEndToEndWithExampleDriver(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds the authz binary")
+	}
+	require.Contains(t, extraCommands, "example-driver", "the default service needs the example driver")
+	bin := filepath.Join(t.TempDir(), "authz")
+	build := exec.CommandContext(t.Context(), "go", "build", "-o", bin, ".")
+	out, err := build.CombinedOutput()
+	require.NoError(t, err, "go build: %s", out)
+
+	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, bin, "serve", "--addr", "127.0.0.1:0", "--decision-log", "-")
+	stderrPipe, err := cmd.StderrPipe()
+	require.NoError(t, err)
+	require.NoError(t, cmd.Start())
+	exited := make(chan error, 1)
+	stderr := &syncBuffer{}
+	go func() {
+		_, _ = io.Copy(stderr, stderrPipe)
+		exited <- cmd.Wait()
+	}()
+	defer func() {
+		_ = cmd.Process.Kill()
+		<-exited
+	}()
+
+	addr := waitListening(t, stderr)
+	base := "http://" + addr
+	c := &http.Client{Timeout: 10 * time.Second}
+	require.Eventually(t, func() bool {
+		resp, err := c.Get(base + "/health/ready")
+		if err != nil {
+			return false
+		}
+		resp.Body.Close()
+		return resp.StatusCode == http.StatusOK
+	}, 60*time.Second, 100*time.Millisecond, "never ready; stderr:\n%s", stderr)
+
+	for _, tt := range []struct {
+		name      string
+		file      string
+		wantAllow bool
+	}{
+		{name: "grant", file: "grant.json", wantAllow: true},
+		{name: "deny", file: "deny.json", wantAllow: false},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			b, err := os.ReadFile(filepath.Join("..", "..", "examples", tt.file))
+			require.NoError(t, err)
+			status, doc := postJSON(t, c, base+"/v1/authorize", string(b))
+			require.Equal(t, http.StatusOK, status)
+			assert.Equal(t, tt.wantAllow, doc["allow"], "%v", doc)
+		})
+	}
+
+	resp, err := c.Get(base + "/v1/plugins")
+	require.NoError(t, err)
+	var plugins struct {
+		Plugins []server.PluginInfo `json:"plugins"`
+	}
+	require.NoError(t, json.NewDecoder(resp.Body).Decode(&plugins))
+	resp.Body.Close()
+	require.Len(t, plugins.Plugins, 1)
+	p := plugins.Plugins[0]
+	assert.Equal(t, "example.sandbox", p.ID)
+	assert.Equal(t, "ready", p.Status)
+	require.NotNil(t, p.Worker)
+	assert.Contains(t, p.Worker.SupportedMethods, "duplexChannelOpen")
+	pluginPID := p.Worker.PID
+	require.Positive(t, pluginPID)
+	c.CloseIdleConnections()
+
+	require.NoError(t, cmd.Process.Signal(syscall.SIGTERM))
+	select {
+	case err := <-exited:
+		exited <- err // for the deferred wait
+		require.NoError(t, err, "exit status after SIGTERM; stderr:\n%s", stderr)
+	case <-time.After(30 * time.Second):
+		t.Fatalf("serve did not stop within 30s of SIGTERM; stderr:\n%s", stderr)
+	}
+	assert.Contains(t, stderr.String(), `"decision_id"`, "decision log on stderr")
+	assert.Error(t, syscall.Kill(pluginPID, 0), "the plugin process is gone after shutdown")
+}

@@ -1,0 +1,111 @@
+package server
+
+import (
+	"strconv"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+)
+
+// metrics are the service's Prometheus metrics, in a registry of their own (never the global
+// one, so two servers in one process, as in tests, do not collide).
+type metrics struct {
+	reg          *prometheus.Registry
+	decisions    *prometheus.CounterVec
+	evalFailures *prometheus.CounterVec
+	latency      *prometheus.HistogramVec
+	logFailures  prometheus.Counter
+	requests     *prometheus.CounterVec
+}
+
+func newMetrics(d Decider, facts FactsSource) *metrics {
+	m := &metrics{
+		reg: prometheus.NewRegistry(),
+		decisions: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "authz_decisions_total",
+			Help: "Decisions made, by operation, verdict (allow) and decision code (\"\" on a grant).",
+		}, []string{"operation", "allow", "code"}),
+		evalFailures: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "authz_decision_evaluation_failures_total",
+			Help: "Decisions that could not be evaluated (answered 500 with a deny), by operation and error code.",
+		}, []string{"operation", "code"}),
+		latency: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "authz_decision_duration_seconds",
+			Help:    "Time to make one decision (input assembly and evaluation), by operation.",
+			Buckets: []float64{.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5},
+		}, []string{"operation"}),
+		logFailures: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "authz_decision_log_failures_total",
+			Help: "Decision log lines that could not be written.",
+		}),
+		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "authz_http_requests_total",
+			Help: "HTTP requests, by route (\"other\" for unknown paths) and status code.",
+		}, []string{"route", "status"}),
+	}
+	m.reg.MustRegister(
+		m.decisions, m.evalFailures, m.latency, m.logFailures, m.requests,
+		&stateCollector{decider: d, facts: facts},
+		collectors.NewGoCollector(),
+		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
+	)
+	return m
+}
+
+func (m *metrics) observeDecision(op string, allow bool, code, evalErr string, d time.Duration) {
+	m.decisions.WithLabelValues(op, strconv.FormatBool(allow), code).Inc()
+	m.latency.WithLabelValues(op).Observe(d.Seconds())
+	if evalErr != "" {
+		m.evalFailures.WithLabelValues(op, evalErr).Inc()
+	}
+}
+
+var (
+	pluginUpDesc = prometheus.NewDesc("authz_plugin_up",
+		"1 when the plugin's worker is running, else 0.", []string{"id", "key", "status"}, nil)
+	pluginRestartsDesc = prometheus.NewDesc("authz_plugin_restarts_total",
+		"Restarts of the plugin's worker since the service started.", []string{"id"}, nil)
+	pluginGenerationDesc = prometheus.NewDesc("authz_plugin_worker_generation",
+		"Generation of the plugin's running worker (grows with every restart).", []string{"id"}, nil)
+	revisionDesc = prometheus.NewDesc("authz_policy_revision_info",
+		"The active policy revision (always 1; the revision is the label). Absent while no policy is loaded.", []string{"revision"}, nil)
+	readyDesc = prometheus.NewDesc("authz_ready",
+		"1 when GET /health/ready answers 200.", nil, nil)
+)
+
+// stateCollector reads the plugin host and the engine at scrape time, so the metrics show the
+// state now and never a copy that could go stale.
+type stateCollector struct {
+	decider Decider
+	facts   FactsSource
+}
+
+func (c *stateCollector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- pluginUpDesc
+	ch <- pluginRestartsDesc
+	ch <- pluginGenerationDesc
+	ch <- revisionDesc
+	ch <- readyDesc
+}
+
+func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
+	for _, p := range c.facts.Plugins() {
+		up := 0.0
+		if p.Worker != nil {
+			up = 1
+			ch <- prometheus.MustNewConstMetric(pluginGenerationDesc, prometheus.GaugeValue, float64(p.Worker.Generation), p.ID)
+		}
+		ch <- prometheus.MustNewConstMetric(pluginUpDesc, prometheus.GaugeValue, up, p.ID, p.Key, p.Status)
+		ch <- prometheus.MustNewConstMetric(pluginRestartsDesc, prometheus.CounterValue, float64(p.Restarts), p.ID)
+	}
+	rev := c.decider.Revision()
+	if rev != "" {
+		ch <- prometheus.MustNewConstMetric(revisionDesc, prometheus.GaugeValue, 1, rev)
+	}
+	ready := 0.0
+	if rev != "" && c.facts.Ready() {
+		ready = 1
+	}
+	ch <- prometheus.MustNewConstMetric(readyDesc, prometheus.GaugeValue, ready)
+}

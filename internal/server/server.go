@@ -1,0 +1,200 @@
+// Package server is the HTTP face of authz (`authz serve`): JSON decisions over HTTP, an OPA Data
+// API compatible endpoint, plugin and facts inspection, health, readiness, Prometheus metrics
+// and a decision log. docs/service.md is its user documentation.
+//
+// The package does not know where the facts come from: it reads them through FactsSource,
+// which cmd/authz implements over the live plugin host, and StaticFacts over a facts file.
+package server
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+
+	"github.com/authz-dev/authz/internal/decision"
+	"github.com/authz-dev/authz/internal/snapshot"
+)
+
+// Decider makes decisions; *decision.Engine is one.
+type Decider interface {
+	// Decide always returns a document; a non-nil error means the decision could not be
+	// evaluated (decision.ErrorCode gives its code) and the document denies.
+	Decide(ctx context.Context, req *snapshot.Request, facts snapshot.Facts) (decision.Document, snapshot.Input, error)
+	// Revision is the active policy's revision, "" while none is loaded.
+	Revision() string
+}
+
+var _ Decider = (*decision.Engine)(nil)
+
+// Options are the parts of a Server that are not configuration.
+type Options struct {
+	// Logger is the service log; a null logger when nil.
+	Logger hclog.Logger
+	// DecisionLog, when not nil, receives the decision log instead of Config.DecisionLog.Path
+	// (tests use it; the server never closes it).
+	DecisionLog io.Writer
+}
+
+// Server answers the HTTP API. Create it with New, serve it with Serve or Run, and Close it
+// when it is no longer served.
+type Server struct {
+	cfg     Config
+	decider Decider
+	facts   FactsSource
+	log     hclog.Logger
+	dlog    *decisionLog
+	metrics *metrics
+	handler http.Handler
+	tls     *tls.Config
+}
+
+// New checks cfg (Validate), opens the decision log and loads the TLS certificate. It starts
+// nothing: the facts source belongs to the caller, who closes it after Serve returns.
+func New(cfg Config, d Decider, facts FactsSource, opts Options) (*Server, error) {
+	if d == nil || facts == nil {
+		return nil, errors.New("server: a decider and a facts source are required")
+	}
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	s := &Server{cfg: cfg, decider: d, facts: facts, log: opts.Logger}
+	if s.log == nil {
+		s.log = hclog.NewNullLogger()
+	}
+	if cfg.TLS.Cert != "" {
+		cert, err := tls.LoadX509KeyPair(cfg.TLS.Cert, cfg.TLS.Key)
+		if err != nil {
+			return nil, fmt.Errorf("tls.cert: load the certificate and key: %w", err)
+		}
+		s.tls = &tls.Config{MinVersion: tls.VersionTLS12, Certificates: []tls.Certificate{cert}}
+	}
+	var err error
+	switch {
+	case opts.DecisionLog != nil:
+		s.dlog, err = newDecisionLog(opts.DecisionLog, nil, cfg.DecisionLog.Mask)
+	case cfg.DecisionLog.Path == "-":
+		s.dlog, err = newDecisionLog(os.Stderr, nil, cfg.DecisionLog.Mask)
+	case cfg.DecisionLog.Path != "":
+		f, ferr := os.OpenFile(cfg.DecisionLog.Path, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o600)
+		if ferr != nil {
+			return nil, fmt.Errorf("decisionLog.path: %w", ferr)
+		}
+		if s.dlog, err = newDecisionLog(f, f, cfg.DecisionLog.Mask); err != nil {
+			f.Close()
+		}
+	}
+	if err != nil {
+		return nil, fmt.Errorf("decisionLog.mask: %w", err)
+	}
+	s.metrics = newMetrics(d, facts)
+	s.handler = s.routes()
+	return s, nil
+}
+
+// Handler is the HTTP API, for tests and for mounting in another server.
+func (s *Server) Handler() http.Handler { return s.handler }
+
+// Close closes the decision log file the server opened. Call it after Serve returned.
+func (s *Server) Close() error { return s.dlog.close() }
+
+// Run listens on the configured address and serves until ctx is done (see Serve). It logs the
+// bound address as `listening addr=...` (useful with port 0).
+func (s *Server) Run(ctx context.Context) error {
+	ln, err := Listen(s.cfg.Addr)
+	if err != nil {
+		return err
+	}
+	return s.Serve(ctx, ln)
+}
+
+// Serve answers on ln until ctx is done, then shuts down gracefully: it stops accepting, lets
+// in-flight requests finish (up to ShutdownTimeout, after which they are cut off) and returns.
+// It closes ln. It returns nil after a shutdown asked for by ctx.
+func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
+	hs := &http.Server{
+		Handler:           s.handler,
+		ReadHeaderTimeout: s.cfg.HTTP.ReadHeaderTimeout,
+		ReadTimeout:       s.cfg.HTTP.ReadTimeout,
+		WriteTimeout:      s.cfg.HTTP.WriteTimeout,
+		IdleTimeout:       s.cfg.HTTP.IdleTimeout,
+		MaxHeaderBytes:    s.cfg.HTTP.MaxHeaderBytes,
+		TLSConfig:         s.tls,
+		ErrorLog:          s.log.StandardLogger(&hclog.StandardLoggerOptions{InferLevels: true}),
+	}
+	scheme := "http"
+	if s.tls != nil {
+		scheme = "https"
+	}
+	s.log.Info("listening", "addr", listenerAddr(ln), "scheme", scheme, "revision", s.decider.Revision())
+
+	errc := make(chan error, 1)
+	go func() {
+		if s.tls != nil {
+			errc <- hs.ServeTLS(ln, "", "")
+		} else {
+			errc <- hs.Serve(ln)
+		}
+	}()
+	select {
+	case err := <-errc:
+		return fmt.Errorf("serve %s: %w", listenerAddr(ln), err)
+	case <-ctx.Done():
+	}
+	s.log.Info("shutting down: finishing in-flight requests", "timeout", s.cfg.ShutdownTimeout)
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.cfg.ShutdownTimeout)
+	defer cancel()
+	err := hs.Shutdown(sctx)
+	if err != nil {
+		s.log.Warn("in-flight requests did not finish in time; closing their connections", "error", err)
+		_ = hs.Close()
+	}
+	if serr := <-errc; serr != nil && !errors.Is(serr, http.ErrServerClosed) {
+		return serr
+	}
+	s.log.Info("stopped")
+	return nil
+}
+
+// Listen opens a listener for "host:port" or "unix:///path". A stale unix socket (a socket
+// file nobody answers on) is replaced; a live one or any other file is an error.
+func Listen(addr string) (net.Listener, error) {
+	network, address, err := ParseAddr(addr)
+	if err != nil {
+		return nil, fmt.Errorf("addr: %w", err)
+	}
+	if network == "unix" {
+		if fi, err := os.Lstat(address); err == nil {
+			if fi.Mode()&os.ModeSocket == 0 {
+				return nil, fmt.Errorf("addr: %s exists and is not a socket: remove it or choose another path", address)
+			}
+			if c, err := net.DialTimeout("unix", address, time.Second); err == nil {
+				c.Close()
+				return nil, fmt.Errorf("addr: %s: another process is serving on this socket", address)
+			}
+			if err := os.Remove(address); err != nil {
+				return nil, fmt.Errorf("addr: remove stale socket %s: %w", address, err)
+			}
+		}
+	}
+	ln, err := net.Listen(network, address)
+	if err != nil {
+		return nil, fmt.Errorf("listen on %s: %w", addr, err)
+	}
+	return ln, nil
+}
+
+func listenerAddr(ln net.Listener) string {
+	a := ln.Addr()
+	if a.Network() == "unix" {
+		return "unix://" + a.String()
+	}
+	return a.String()
+}

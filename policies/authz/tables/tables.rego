@@ -131,6 +131,9 @@ operations := {
 	},
 }
 
+# METADATA
+# title: Unregistered driver denial
+# description: The code and message of a request on a driver that is not registered.
 _not_registered := {
 	"code": "ENVIRONMENT_DRIVER_NOT_REGISTERED",
 	"message": "Environment driver \"%s\" is not registered in the environment runtime yet.",

@@ -22,19 +22,11 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/authz-dev/authz/internal/server"
+	"github.com/authz-dev/authz/internal/specexamples"
 )
 
 // specFacts is the facts of SPEC section 4.
-const specFacts = `{
-  "plugins": [
-    {"id": "test.plugin", "key": "acme.daytona", "status": "ready",
-     "manifest": {"environmentDrivers": [
-       {"driverKey": "daytona", "kind": "sandbox_provider",
-        "sandboxCapabilities": {"duplexCommandStream": true}}]}}
-  ],
-  "workers": {"test.plugin": {"supportedMethods": ["duplexChannelOpen"], "configValid": true}},
-  "builtinProviders": {"fake": {"execute": true, "supportsReusableLeases": false}}
-}`
+var specFacts = func() string { _, facts := specexamples.NewFixture().JSON(); return string(facts) }()
 
 // specRequest is the request of SPEC section 3, with a secret in the lease metadata.
 const specRequest = `{

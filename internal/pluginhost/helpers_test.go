@@ -32,6 +32,9 @@ func TestMain(m *testing.M) {
 	if len(os.Args) > 1 && os.Args[1] == asDriver {
 		os.Exit(exampledriver.Main(os.Args[2:]))
 	}
+	if len(os.Args) > 1 && os.Args[1] == asHost {
+		os.Exit(runAsHost())
+	}
 	goleak.VerifyTestMain(m)
 }
 

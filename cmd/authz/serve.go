@@ -10,6 +10,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -96,7 +97,8 @@ func runServe(ctx context.Context, args []string, _ io.Reader, _, stderr io.Writ
 		Output:     stderr,
 	})
 
-	engine, err := decision.New(ctx, decision.Options{EvalTimeout: cfg.EvalTimeout, ConfigCheckTimeout: cfg.ConfigCheckTimeout})
+	engine, err := decision.New(ctx, decision.Options{EvalTimeout: cfg.EvalTimeout, ConfigCheckTimeout: cfg.ConfigCheckTimeout,
+		MaxConcurrent: runtime.GOMAXPROCS(0)})
 	if err != nil {
 		return fmt.Errorf("serve: load the embedded policy: %w", err)
 	}

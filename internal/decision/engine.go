@@ -35,13 +35,18 @@ type Options struct {
 	ConfigCheckTimeout time.Duration
 	// Now is the clock handed to the policy; time.Now when nil.
 	Now func() time.Time
+	// MaxConcurrent bounds the decisions evaluated at once; the others wait their turn in
+	// arrival order (bounded by EvalTimeout and their context). Evaluation is CPU-bound, so more
+	// decisions in flight than cores only add latency; no bound when zero.
+	MaxConcurrent int
 }
 
 // Engine evaluates decisions. It is safe for concurrent use; the prepared query is replaced
 // atomically when a new policy revision is loaded, and in-flight decisions finish on the old one.
 type Engine struct {
-	opts Options
-	cur  atomic.Pointer[prepared]
+	opts  Options
+	cur   atomic.Pointer[prepared]
+	slots chan struct{} // nil: no bound on concurrent decisions
 }
 
 type prepared struct {
@@ -55,7 +60,7 @@ func New(ctx context.Context, opts Options) (*Engine, error) {
 	if err != nil {
 		return nil, &Error{Code: CodeCompile, Err: fmt.Errorf("read embedded policy: %w", err)}
 	}
-	e := &Engine{opts: opts}
+	e := NewEmpty(opts)
 	if err := e.LoadModules(ctx, mods, ""); err != nil {
 		return nil, err
 	}
@@ -64,7 +69,13 @@ func New(ctx context.Context, opts Options) (*Engine, error) {
 
 // NewEmpty returns an engine with no policy: every decision denies with CodeNoPolicy until a
 // policy is loaded (for example from a bundle).
-func NewEmpty(opts Options) *Engine { return &Engine{opts: opts} }
+func NewEmpty(opts Options) *Engine {
+	e := &Engine{opts: opts}
+	if opts.MaxConcurrent > 0 {
+		e.slots = make(chan struct{}, opts.MaxConcurrent)
+	}
+	return e
+}
 
 // LoadModules compiles the given Rego modules (path → source), prepares the entrypoint and makes
 // it the current policy. revision "" means a digest of the modules ("sha256:…").
@@ -123,6 +134,15 @@ func (e *Engine) Decide(ctx context.Context, req *snapshot.Request, facts snapsh
 		defer cancel()
 	}
 	in := snapshot.Build(ctx, req, facts, snapshot.Options{Now: e.opts.Now, ConfigTimeout: e.opts.ConfigCheckTimeout})
+	// Only the evaluation takes a slot: the input assembly may wait on a driver's config check,
+	// which must not hold up decisions on other drivers.
+	if e.slots != nil {
+		select {
+		case e.slots <- struct{}{}:
+			defer func() { <-e.slots }()
+		case <-ctx.Done():
+		}
+	}
 	doc, err := e.Evaluate(ctx, in)
 	return doc, in, err
 }

@@ -241,3 +241,30 @@ func embeddedModules(t *testing.T) []func(*rego.Rego) {
 	}
 	return opts
 }
+
+// TestMaxConcurrentQueuesAndTimesOut: with every slot taken, a decision waits; when its time
+// runs out while waiting it denies with the time-out code, and once a slot frees it is decided.
+func TestMaxConcurrentQueuesAndTimesOut(t *testing.T) {
+	e, err := New(t.Context(), Options{MaxConcurrent: 1, EvalTimeout: 50 * time.Millisecond})
+	require.NoError(t, err)
+	req := &snapshot.Request{Operation: snapshot.OpOpenDuplexChannel, Environment: map[string]any{},
+		Lease: map[string]any{}, Metadata: map[string]any{}}
+
+	e.slots <- struct{}{} // another decision holds the only slot
+	doc, _, err := e.Decide(t.Context(), req, emptyFacts{})
+	assertFailClosed(t, doc, err, CodeTimeout, snapshot.OpOpenDuplexChannel)
+
+	done := make(chan Document)
+	go func() {
+		d, _, _ := e.Decide(t.Context(), req, emptyFacts{})
+		done <- d
+	}()
+	time.Sleep(10 * time.Millisecond)
+	<-e.slots // the slot frees
+	select {
+	case d := <-done:
+		assert.Equal(t, []string{"no_provider"}, d.Reasons, "decided by the policy, not failed")
+	case <-time.After(5 * time.Second):
+		t.Fatal("the waiting decision was never made")
+	}
+}

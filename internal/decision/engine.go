@@ -90,8 +90,14 @@ func (e *Engine) LoadModules(ctx context.Context, modules map[string]string, rev
 	return e.Prepare(ctx, revision, opts...)
 }
 
-// Prepare prepares the entrypoint with the given rego options (modules, or a compiler and store
-// fed by OPA's plugin manager) and makes it the current policy under revision.
+// Prepare prepares the entrypoint with the given rego options and makes it the current policy
+// under revision. Decisions in flight finish on the policy they started with; a failed prepare
+// keeps the current policy. To serve policy from bundles, call it from a plugin-manager compiler
+// trigger with the manager's compiler and store, as opa-envoy-plugin does:
+//
+//	manager.RegisterCompilerTrigger(func(txn storage.Transaction) {
+//		_ = eng.Prepare(ctx, revision, rego.Compiler(manager.GetCompiler()), rego.Store(manager.Store))
+//	})
 func (e *Engine) Prepare(ctx context.Context, revision string, opts ...func(*rego.Rego)) error {
 	opts = append(slices.Clip(opts), rego.Query(Query))
 	pq, err := rego.New(opts...).PrepareForEval(ctx)

@@ -2,8 +2,6 @@ package main
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"errors"
 	"flag"
 	"fmt"
@@ -277,7 +275,7 @@ func resolvePlugins(in []server.PluginConfig) ([]pluginhost.PluginConfig, error)
 				if exe, err = filepath.EvalSymlinks(exe); err != nil {
 					return nil, fmt.Errorf("plugins[%d].path: %w", i, err)
 				}
-				if selfSum, err = fileSHA256(exe); err != nil {
+				if selfSum, err = pluginhost.FileSHA256(exe); err != nil {
 					return nil, fmt.Errorf("plugins[%d].path: pin the authz executable: %w", i, err)
 				}
 				self = exe
@@ -298,19 +296,6 @@ func resolvePlugins(in []server.PluginConfig) ([]pluginhost.PluginConfig, error)
 		})
 	}
 	return out, nil
-}
-
-func fileSHA256(path string) (string, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return "", err
-	}
-	defer f.Close()
-	h := sha256.New()
-	if _, err := io.Copy(h, f); err != nil {
-		return "", err
-	}
-	return hex.EncodeToString(h.Sum(nil)), nil
 }
 
 // maskFlag collects --decision-log-mask values: comma-separated, repeatable; "" means none.

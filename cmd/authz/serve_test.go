@@ -21,6 +21,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/authz-dev/authz/internal/pluginhost"
 	"github.com/authz-dev/authz/internal/server"
 	"github.com/authz-dev/authz/internal/specexamples"
 )
@@ -233,7 +234,7 @@ func TestResolvePlugins(t *testing.T) {
 	require.NoError(t, err)
 	exe, err = filepath.EvalSymlinks(exe)
 	require.NoError(t, err)
-	sum, err := fileSHA256(exe)
+	sum, err := pluginhost.FileSHA256(exe)
 	require.NoError(t, err)
 	upper := strings.ToUpper("0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef")
 	disabled := false

@@ -4,7 +4,6 @@ package pluginhost
 
 import (
 	"context"
-	"encoding/hex"
 	"errors"
 	"io"
 	"os"
@@ -58,8 +57,8 @@ func selfBinary(tb testing.TB) (path, sum string) {
 			self.err = err
 			return
 		}
-		b, err := fileSHA256(p)
-		self.path, self.sum, self.err = p, hex.EncodeToString(b), err
+		self.sum, self.err = FileSHA256(p)
+		self.path = p
 	})
 	require.NoError(tb, self.err)
 	return self.path, self.sum

@@ -5,7 +5,6 @@ package pluginhost
 import (
 	"bytes"
 	"context"
-	"encoding/hex"
 	"encoding/json"
 	"os/exec"
 	"path/filepath"
@@ -623,9 +622,9 @@ func TestNotADriver(t *testing.T) {
 	require.NoError(t, err)
 	path, err = filepath.EvalSymlinks(path)
 	require.NoError(t, err)
-	sum, err := fileSHA256(path)
+	sum, err := FileSHA256(path)
 	require.NoError(t, err)
-	cfg := testConfig(t, PluginConfig{ID: "true", Path: path, SHA256: hex.EncodeToString(sum)})
+	cfg := testConfig(t, PluginConfig{ID: "true", Path: path, SHA256: sum})
 	cfg.MinBackoff, cfg.MaxBackoff = time.Second, time.Second
 	h, _ := startHost(t, cfg)
 	waitFor(t, 30*time.Second, "status error", func() bool { return state(t, h, "true").Status == StatusError })

@@ -5,7 +5,6 @@ package pluginhost
 import (
 	"bufio"
 	"context"
-	"encoding/hex"
 	"fmt"
 	"os"
 	"os/exec"
@@ -31,13 +30,13 @@ func runAsHost() int {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
-	sum, err := fileSHA256(path)
+	sum, err := FileSHA256(path)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
 	cfg := DefaultConfig()
-	cfg.Plugins = []PluginConfig{{ID: "child", Path: path, SHA256: hex.EncodeToString(sum), Args: []string{asDriver}}}
+	cfg.Plugins = []PluginConfig{{ID: "child", Path: path, SHA256: sum, Args: []string{asDriver}}}
 	cfg.StartTimeout = 30 * time.Second
 	cfg.Logger = hclog.NewNullLogger()
 	h, err := New(cfg)

@@ -289,6 +289,13 @@ func validateManifest(d driverplugin.Description) error {
 	return errors.Join(errs...)
 }
 
+// FileSHA256 returns the lower-case hex SHA-256 of the file at path: the pin a PluginConfig
+// needs for that binary (what `sha256sum` prints).
+func FileSHA256(path string) (string, error) {
+	sum, err := fileSHA256(path)
+	return hex.EncodeToString(sum), err
+}
+
 func fileSHA256(path string) ([]byte, error) {
 	f, err := os.Open(path)
 	if err != nil {

@@ -459,13 +459,10 @@ func resolvePluginBackedSandbox(res *resolution, r request, f facts, key string)
 		res.identityFailure = failure
 		return
 	}
-	res.declaration = declarationOf(entry)
-	worker, running := f.workers[pluginID]
+	worker, running := readPinned(res, f, pluginID, entry)
 	if !running {
 		return // no worker: nothing verified, config not consulted
 	}
-	res.workerRunning = true
-	res.verified = supportedMethods(worker)
 	if cv, present := worker["configValid"]; present && !isTrue(cv) {
 		res.configFailed = true
 	}
@@ -485,13 +482,19 @@ func resolvePluginDriver(res *resolution, r request, f facts) {
 		res.identityFailure = failure
 		return
 	}
+	readPinned(res, f, pluginID, entry) // config is not consulted on this path
+}
+
+// readPinned records the pinned entry's declaration and, when the plugin's worker runs, its
+// methods (SPEC 6, both plugin paths).
+func readPinned(res *resolution, f facts, pluginID string, entry map[string]any) (worker map[string]any, running bool) {
 	res.declaration = declarationOf(entry)
-	worker, running := f.workers[pluginID]
-	if !running {
-		return
+	worker, running = f.workers[pluginID]
+	if running {
+		res.workerRunning = true
+		res.verified = supportedMethods(worker)
 	}
-	res.workerRunning = true
-	res.verified = supportedMethods(worker)
+	return worker, running
 }
 
 // pinnedEntry runs the identity checks plugin_not_found, plugin_not_ready, driver_entry_invalid

@@ -8,8 +8,6 @@ package main
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"errors"
 	"flag"
 	"fmt"
@@ -46,17 +44,16 @@ func measure(runs int) error {
 	if out, err := exec.Command("go", "build", "-o", bin, "./examples/exampledriver/cmd/example-driver").CombinedOutput(); err != nil {
 		return fmt.Errorf("build the example driver: %v: %s", err, out)
 	}
-	raw, err := os.ReadFile(bin)
+	sum, err := pluginhost.FileSHA256(bin)
 	if err != nil {
 		return err
 	}
-	sum := sha256.Sum256(raw)
 
 	var start, gone, restored, closing []time.Duration
 	var hostRSS, driverRSS []int
 	for range runs {
 		cfg := pluginhost.DefaultConfig()
-		cfg.Plugins = []pluginhost.PluginConfig{{ID: "example", Path: bin, SHA256: hex.EncodeToString(sum[:])}}
+		cfg.Plugins = []pluginhost.PluginConfig{{ID: "example", Path: bin, SHA256: sum}}
 		cfg.Logger = hclog.NewNullLogger()
 		h, err := pluginhost.New(cfg)
 		if err != nil {

@@ -105,16 +105,6 @@ func (s *Server) Handler() http.Handler { return s.handler }
 // Close closes the decision log file the server opened. Call it after Serve returned.
 func (s *Server) Close() error { return s.dlog.close() }
 
-// Run listens on the configured address and serves until ctx is done (see Serve). It logs the
-// bound address as `listening addr=...` (useful with port 0).
-func (s *Server) Run(ctx context.Context) error {
-	ln, err := Listen(s.cfg.Addr)
-	if err != nil {
-		return err
-	}
-	return s.Serve(ctx, ln)
-}
-
 // Serve answers on ln until ctx is done, then shuts down gracefully: it stops accepting, lets
 // in-flight requests finish (up to ShutdownTimeout, after which they are cut off) and returns.
 // It closes ln. It returns nil after a shutdown asked for by ctx.

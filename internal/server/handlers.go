@@ -75,8 +75,11 @@ func (s *Server) routes() http.Handler {
 	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		sw := &statusWriter{ResponseWriter: w}
-		rt, known := table[r.URL.Path]
-		label := r.URL.Path
+		// Route on the path as it was sent, not on its unescaped form: "/v1%2Fplugins" and
+		// "/%6detrics" name no endpoint, whatever they decode to.
+		path := r.URL.EscapedPath()
+		rt, known := table[path]
+		label := path
 		if !known {
 			label = "other"
 		}
@@ -85,7 +88,7 @@ func (s *Server) routes() http.Handler {
 				if p == http.ErrAbortHandler {
 					panic(p)
 				}
-				s.log.Error("handler panicked", "path", r.URL.Path, "panic", p)
+				s.log.Error("handler panicked", "path", path, "panic", p)
 				if sw.status == 0 {
 					writeError(sw, apiError{status: http.StatusInternalServerError, Code: CodeInternal, Message: "internal error; see the service log"})
 				}
@@ -95,7 +98,7 @@ func (s *Server) routes() http.Handler {
 		switch {
 		case !known:
 			writeError(sw, apiError{status: http.StatusNotFound, Code: CodeNotFound,
-				Message: fmt.Sprintf("no such endpoint %q: see docs/service.md for the API", r.URL.Path)})
+				Message: fmt.Sprintf("no such endpoint %q: paths are matched exactly as sent, without percent-decoding; see docs/service.md for the API", path)})
 		case r.Method == rt.method, rt.method == http.MethodGet && r.Method == http.MethodHead:
 			rt.handler(sw, r)
 		default:
@@ -192,7 +195,6 @@ func (s *Server) decide(r *http.Request, path string, req *snapshot.Request) (do
 	if doc.Reasons == nil {
 		doc.Reasons = []string{}
 	}
-	s.metrics.observeDecision(req.Operation, doc.Allow, doc.Code, evalCode, latency)
 	s.log.Debug("decision", "decision_id", doc.DecisionID, "path", path, "operation", req.Operation,
 		"allow", doc.Allow, "code", doc.Code, "reasons", doc.Reasons, "latency", latency)
 
@@ -211,10 +213,13 @@ func (s *Server) decide(r *http.Request, path string, req *snapshot.Request) (do
 		s.metrics.logFailures.Inc()
 		if s.cfg.DecisionLog.Required {
 			s.log.Error("decision log unavailable; answering 503 instead of the decision", "decision_id", doc.DecisionID, "error", logErr)
+			// Counted as what the client was answered: a deny, never the decision it replaced.
+			s.metrics.observeDecision(req.Operation, false, CodeDecisionLogUnavailable, evalCode, latency)
 			return doc, evalCode, false
 		}
 		s.log.Error("decision log line lost", "decision_id", doc.DecisionID, "error", logErr)
 	}
+	s.metrics.observeDecision(req.Operation, doc.Allow, doc.Code, evalCode, latency)
 	return doc, evalCode, true
 }
 

@@ -24,7 +24,7 @@ func newMetrics(d Decider, facts FactsSource) *metrics {
 		reg: prometheus.NewRegistry(),
 		decisions: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "authz_decisions_total",
-			Help: "Decisions made, by operation, verdict (allow) and decision code (\"\" on a grant).",
+			Help: "Decisions answered, by operation, verdict (allow) and decision code (\"\" on a grant; DECISION_LOG_UNAVAILABLE for a decision answered 503 because its log line could not be written).",
 		}, []string{"operation", "allow", "code"}),
 		evalFailures: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "authz_decision_evaluation_failures_total",

@@ -195,7 +195,8 @@ func namedTypeErrors(src []byte, te *yaml.TypeError) error {
 		line, _ := strconv.Atoi(m[1])
 		var cands []yamlField
 		fieldsAtLine(&root, line, "", &cands)
-		if v := yamlErrValue.FindStringSubmatch(m[2]); v != nil {
+		msg := m[2]
+		if v := yamlErrValue.FindStringSubmatch(msg); v != nil {
 			// A scalar was refused: name the fields that hold that value.
 			var same []yamlField
 			for _, c := range cands {
@@ -205,6 +206,8 @@ func namedTypeErrors(src []byte, te *yaml.TypeError) error {
 			}
 			if len(same) > 0 {
 				cands = same
+				// Quote the value as it was written: `"true"` is a string, not the boolean.
+				msg = strings.Replace(msg, v[0], writtenScalar(same[0]), 1)
 			}
 		} else if len(cands) > 1 {
 			// A collection was refused: the outermost field on the line holds it.
@@ -215,10 +218,10 @@ func namedTypeErrors(src []byte, te *yaml.TypeError) error {
 			names[i] = c.path
 		}
 		if len(names) == 0 {
-			errs = append(errs, fmt.Errorf("config: line %d: %s", line, m[2]))
+			errs = append(errs, fmt.Errorf("config: line %d: %s", line, msg))
 			continue
 		}
-		errs = append(errs, fmt.Errorf("config: %s (line %d): %s", strings.Join(names, " or "), line, m[2]))
+		errs = append(errs, fmt.Errorf("config: %s (line %d): %s", strings.Join(names, " or "), line, msg))
 	}
 	return errors.Join(errs...)
 }
@@ -226,6 +229,18 @@ func namedTypeErrors(src []byte, te *yaml.TypeError) error {
 type yamlField struct {
 	path, value string
 	scalar      bool
+	style       yaml.Style
+}
+
+// writtenScalar renders a scalar as the file wrote it: quoted when it was quoted.
+func writtenScalar(f yamlField) string {
+	switch {
+	case f.style&yaml.DoubleQuotedStyle != 0:
+		return strconv.Quote(f.value)
+	case f.style&yaml.SingleQuotedStyle != 0:
+		return "'" + strings.ReplaceAll(f.value, "'", "''") + "'"
+	}
+	return "`" + f.value + "`"
 }
 
 // fieldsAtLine collects the fields whose key or scalar value is on line.
@@ -243,7 +258,7 @@ func fieldsAtLine(n *yaml.Node, line int, path string, out *[]yamlField) {
 				p = path + "." + k.Value
 			}
 			if k.Line == line {
-				*out = append(*out, yamlField{path: p, value: v.Value, scalar: v.Kind == yaml.ScalarNode})
+				*out = append(*out, yamlField{path: p, value: v.Value, scalar: v.Kind == yaml.ScalarNode, style: v.Style})
 			}
 			if v.Kind != yaml.ScalarNode {
 				fieldsAtLine(v, line, p, out)
@@ -254,7 +269,7 @@ func fieldsAtLine(n *yaml.Node, line int, path string, out *[]yamlField) {
 			p := fmt.Sprintf("%s[%d]", path, i)
 			if c.Kind == yaml.ScalarNode {
 				if c.Line == line {
-					*out = append(*out, yamlField{path: p, value: c.Value, scalar: true})
+					*out = append(*out, yamlField{path: p, value: c.Value, scalar: true, style: c.Style})
 				}
 				continue
 			}
@@ -317,11 +332,17 @@ func (c Config) Validate() error {
 		if b == nil {
 			add("builtinProviders."+name, "must be an object such as {execute: true}, not empty")
 		}
-		for _, k := range []string{"execute", "supportsReusableLeases"} {
-			if v, ok := b[k]; ok {
-				if _, isBool := v.(bool); !isBool {
-					add(fmt.Sprintf("builtinProviders.%s.%s", name, k), "must be true or false, got %v", v)
-				}
+		// The schema is closed, as everywhere else in the file: a built-in provider has exactly
+		// the fields the facts give one, and anything else (a credential pasted in by mistake)
+		// would be shown on GET /v1/facts and in every decision log line.
+		for _, k := range slices.Sorted(maps.Keys(b)) {
+			f := fmt.Sprintf("builtinProviders.%s.%s", name, k)
+			if !slices.Contains(builtinProviderFields, k) {
+				add(f, "unknown field: a built-in provider has only %s", strings.Join(builtinProviderFields, " and "))
+				continue
+			}
+			if _, isBool := b[k].(bool); !isBool {
+				add(f, "must be true or false (unquoted), got %s", describeValue(b[k]))
 			}
 		}
 	}
@@ -356,6 +377,9 @@ func (c Config) Validate() error {
 			add(p.field, "must be a positive duration such as 5s, got %v", p.d)
 		}
 	}
+	if c.ConfigCheckTimeout > 0 && c.EvalTimeout > 0 && c.ConfigCheckTimeout >= c.EvalTimeout {
+		add("configCheckTimeout", "must be shorter than evalTimeout (%v), or a slow driver config check would use up the whole decision and every such decision would fail with EVAL_TIMEOUT", c.EvalTimeout)
+	}
 	if c.HTTP.WriteTimeout > 0 && c.EvalTimeout > 0 && c.HTTP.WriteTimeout <= c.EvalTimeout {
 		add("http.writeTimeout", "must be longer than evalTimeout (%v), or a slow decision could never be answered", c.EvalTimeout)
 	}
@@ -366,6 +390,25 @@ func (c Config) Validate() error {
 		add("log.level", "must be one of trace, debug, info, warn, error, off; got %q", c.Log.Level)
 	}
 	return errors.Join(errs...)
+}
+
+// builtinProviderFields are the fields of a built-in provider in the facts.
+var builtinProviderFields = []string{"execute", "supportsReusableLeases"}
+
+// describeValue names a configuration value the way it was written: a string quoted (so that
+// "true" reads as the string it is), anything else as YAML would print it.
+func describeValue(v any) string {
+	switch t := v.(type) {
+	case nil:
+		return "null"
+	case string:
+		return fmt.Sprintf("the string %q", t)
+	case map[string]any:
+		return "a mapping"
+	case []any:
+		return "a list"
+	}
+	return fmt.Sprintf("%v", v)
 }
 
 // ParseAddr splits a listen address into a network ("tcp" or "unix") and an address:

@@ -1,13 +1,18 @@
 package server_test
 
 import (
+	"encoding/json"
 	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/authz-dev/authz/internal/server"
+	"github.com/authz-dev/authz/internal/snapshot"
 )
 
 // An endpoint is reached only by its path as written: a percent-encoded separator or letter
@@ -44,4 +49,90 @@ func TestDecisionsTotalCountsWhatWasAnswered(t *testing.T) {
 	assert.NotContains(t, text, `authz_decisions_total{allow="true"`)
 	assert.Contains(t, text, `authz_decisions_total{allow="false",code="DECISION_LOG_UNAVAILABLE",operation="openDuplexChannel"} 1`)
 	assert.Contains(t, text, `authz_http_requests_total{route="/v1/authorize",status="503"} 1`)
+}
+
+// The facts file is parsed once: what GET /v1/facts and /v1/plugins show is what the decisions
+// read, and a replay of GET /v1/facts (as `authz decide --facts` does it) reproduces every
+// decision, even for a file whose keys differ in case only or repeat.
+func TestServedFactsReplayEveryDecision(t *testing.T) {
+	const facts = `{
+  "plugins": [
+    {"id": "test.plugin", "key": "acme.daytona", "status": "disabled", "Status": "ready",
+     "manifest": {"environmentDrivers": [{"driverKey": "daytona", "kind": "sandbox_provider",
+        "sandboxCapabilities": {"duplexCommandStream": true}}]}},
+    {"id": "runner.plugin", "key": "acme.runner", "status": "ready",
+     "manifest": {"environmentDrivers": [{"driverKey": "runner", "kind": "sandbox_provider",
+        "sandboxCapabilities": {"runnerWebSocketIngress": true}}]}}
+  ],
+  "Plugins": [
+    {"id": "test.plugin", "key": "acme.daytona", "status": "ready",
+     "manifest": {"environmentDrivers": [{"driverKey": "daytona", "kind": "sandbox_provider",
+        "sandboxCapabilities": {"duplexCommandStream": true}}]}}
+  ],
+  "workers": {"test.plugin": {"supportedMethods": ["duplexChannelOpen"]},
+              "runner.plugin": {"supportedMethods": ["environmentRunnerIngressEndpoint"], "configValid": false}},
+  "WORKERS": {"runner.plugin": {"supportedMethods": ["environmentRunnerIngressEndpoint"]}},
+  "builtinProviders": {"fake": {"execute": true}},
+  "BuiltinProviders": {"fake": {"execute": true, "supportsReusableLeases": true}}
+}`
+	path := filepath.Join(t.TempDir(), "facts.json")
+	require.NoError(t, os.WriteFile(path, []byte(facts), 0o600))
+	sf, err := server.LoadStaticFacts(path)
+	require.NoError(t, err)
+	url := startHTTP(t, newServer(t, withFacts(sf)))
+
+	plugins := get(t, url+"/v1/plugins").json(t)["plugins"].([]any)
+	require.Len(t, plugins, 2)
+	assert.Equal(t, "disabled", plugins[0].(map[string]any)["status"], "the status the decisions read")
+
+	served := get(t, url+"/v1/facts")
+	require.Equal(t, http.StatusOK, served.status)
+	assert.NotContains(t, string(served.body), `"Plugins"`)
+	replayPath := filepath.Join(t.TempDir(), "served.json")
+	require.NoError(t, os.WriteFile(replayPath, served.body, 0o600))
+	replayFacts, err := snapshot.LoadFacts(replayPath)
+	require.NoError(t, err)
+
+	requests := map[string]string{
+		"duplex on the disabled plugin": fixture(t, nil),
+		"ingress on the runner plugin": fixture(t, func(r map[string]any) {
+			r["operation"] = "getRunnerIngressEndpoint"
+			metadata(r)["pluginId"] = "runner.plugin"
+			metadata(r)["provider"] = "runner"
+			r["environment"].(map[string]any)["config"] = map[string]any{"provider": "runner"}
+		}),
+		"built-in provider": fixture(t, func(r map[string]any) {
+			md := metadata(r)
+			delete(md, "sandboxProviderPlugin")
+			delete(md, "pluginId")
+			md["provider"] = "fake"
+			r["lease"].(map[string]any)["leasePolicy"] = "reuse_by_environment"
+		}),
+	}
+	for name, body := range requests {
+		t.Run(name, func(t *testing.T) {
+			live := post(t, url+"/v1/authorize", body)
+			require.Equal(t, http.StatusOK, live.status)
+			req, err := snapshot.ParseRequest(strings.NewReader(body))
+			require.NoError(t, err)
+			replayed, _, err := testEngine(t).Decide(t.Context(), req, replayFacts)
+			require.NoError(t, err)
+			got := live.json(t)
+			want := toMap(t, replayed)
+			for _, k := range []string{"allow", "code", "message", "reasons", "capabilities"} {
+				assert.Equal(t, want[k], got[k], k)
+			}
+		})
+	}
+	assert.Equal(t, false, post(t, url+"/v1/authorize", requests["duplex on the disabled plugin"]).json(t)["allow"],
+		"the plugin the decisions read is disabled")
+}
+
+func toMap(t testing.TB, v any) map[string]any {
+	t.Helper()
+	b, err := json.Marshal(v)
+	require.NoError(t, err)
+	var m map[string]any
+	require.NoError(t, json.Unmarshal(b, &m))
+	return m
 }

@@ -1,10 +1,6 @@
 package server
 
 import (
-	"bytes"
-	"encoding/json"
-	"fmt"
-	"os"
 	"time"
 
 	"github.com/authz-dev/authz/internal/snapshot"
@@ -53,23 +49,15 @@ type StaticFacts struct {
 
 var _ FactsSource = (*StaticFacts)(nil)
 
-// LoadStaticFacts reads a facts file and checks it as `authz decide` does.
+// LoadStaticFacts reads a facts file and checks it as `authz decide` does. The file is parsed
+// once: GET /v1/facts and /v1/plugins show exactly the values the decisions read, so a replay
+// of GET /v1/facts with `authz decide` reproduces every decision.
 func LoadStaticFacts(path string) (*StaticFacts, error) {
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return nil, fmt.Errorf("read facts file: %w", err)
-	}
-	ff, err := snapshot.ParseFacts(bytes.NewReader(b))
+	ff, err := snapshot.LoadFacts(path)
 	if err != nil {
 		return nil, err
 	}
-	var file snapshot.File
-	dec := json.NewDecoder(bytes.NewReader(b))
-	dec.UseNumber()
-	if err := dec.Decode(&file); err != nil {
-		return nil, fmt.Errorf("facts file %s: %w", path, err)
-	}
-	return &StaticFacts{FileFacts: ff, file: normalizeFile(file), loadedAt: time.Now().UTC()}, nil
+	return &StaticFacts{FileFacts: ff, file: normalizeFile(ff.File()), loadedAt: time.Now().UTC()}, nil
 }
 
 // FactsFile implements FactsSource.

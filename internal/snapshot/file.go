@@ -22,6 +22,8 @@ type FileFacts struct {
 	plugins  map[string]map[string]any
 	workers  map[string]Worker
 	builtins map[string]map[string]any
+	// file is the document the three views above were read from, for File.
+	file File
 }
 
 var _ Facts = (*FileFacts)(nil)
@@ -51,6 +53,7 @@ func ParseFacts(r io.Reader) (*FileFacts, error) {
 		plugins:  map[string]map[string]any{},
 		workers:  map[string]Worker{},
 		builtins: map[string]map[string]any{},
+		file:     File{Plugins: []map[string]any{}},
 	}
 	if raw, present := top["plugins"]; present {
 		list, ok := raw.([]any)
@@ -70,12 +73,14 @@ func ParseFacts(r io.Reader) (*FileFacts, error) {
 				return nil, badFacts("facts.plugins[%d].id %q is a duplicate: plugin ids must be unique", i, id)
 			}
 			f.plugins[id] = p
+			f.file.Plugins = append(f.file.Plugins, p)
 		}
 	}
 	workers, err := objectOfObjects(top, "workers")
 	if err != nil {
 		return nil, err
 	}
+	f.file.Workers = workers
 	for id, w := range workers {
 		cv, hasCV := w["configValid"]
 		if !hasCV {
@@ -88,8 +93,16 @@ func ParseFacts(r io.Reader) (*FileFacts, error) {
 	if f.builtins, err = objectOfObjects(top, "builtinProviders"); err != nil {
 		return nil, err
 	}
+	f.file.BuiltinProviders = f.builtins
 	return f, nil
 }
+
+// File is the facts exactly as this FileFacts decides on them, in facts-file shape: the
+// sections it read (and only those: a key that differs from "plugins", "workers" or
+// "builtinProviders" in case only is not read, and not shown), with every value as parsed.
+// Rendered and parsed again, it gives the same decisions. The values are shared with f: do
+// not modify them.
+func (f *FileFacts) File() File { return f.file }
 
 func objectOfObjects(top map[string]any, field string) (map[string]map[string]any, error) {
 	out := map[string]map[string]any{}

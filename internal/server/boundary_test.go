@@ -136,3 +136,42 @@ func toMap(t testing.TB, v any) map[string]any {
 	require.NoError(t, json.Unmarshal(b, &m))
 	return m
 }
+
+// A masked value is masked everywhere it appears in the decision log line: in the input's
+// copies (input.resolved.*) and in the result's message, not only at its pointer.
+func TestDecisionLogMasksEveryCopy(t *testing.T) {
+	var buf lockedBuffer
+	s := newServer(t, withDecisionLog(&buf), withConfig(func(c *server.Config) {
+		c.DecisionLog.Mask = append(c.DecisionLog.Mask, "/input/lease/metadata/driver")
+	}))
+	url := startHTTP(t, s)
+	const driverSecret, configSecret = "drv-s3cret", "key-0f9e"
+	answer := post(t, url+"/v1/authorize", fixture(t, func(r map[string]any) {
+		metadata(r)["driver"] = driverSecret
+		r["environment"].(map[string]any)["config"] = map[string]any{"provider": "daytona", "apiKey": configSecret}
+	}))
+	require.Equal(t, http.StatusOK, answer.status)
+	doc := answer.json(t)
+	require.Equal(t, "ENVIRONMENT_DRIVER_NOT_REGISTERED", doc["code"])
+	require.Contains(t, doc["message"], driverSecret, "the answer itself is not masked")
+
+	buf.mu.Lock()
+	raw := buf.buf.String()
+	buf.mu.Unlock()
+	assert.NotContains(t, raw, driverSecret)
+	assert.NotContains(t, raw, configSecret)
+	lines := buf.lines(t)
+	require.Len(t, lines, 1)
+	in := lines[0]["input"].(map[string]any)
+	resolved := in["resolved"].(map[string]any)
+	assert.Equal(t, server.MaskedValue, resolved["driver"], "copy of lease.metadata.driver")
+	assert.Equal(t, server.MaskedValue, resolved["providerKey"], "copy of environment.config.provider")
+	assert.Equal(t, server.MaskedValue, in["environment"].(map[string]any)["config"])
+	assert.Equal(t, `Environment driver "[MASKED]" is not registered in the environment runtime yet.`,
+		lines[0]["result"].(map[string]any)["message"])
+	assert.Equal(t, "test.plugin", resolved["pluginId"], "values that were not masked stay")
+
+	// The live request and facts are untouched: the same request is still decided on its values.
+	again := post(t, url+"/v1/authorize", fixture(t, func(r map[string]any) { metadata(r)["driver"] = driverSecret }))
+	assert.Contains(t, again.json(t)["message"], driverSecret)
+}

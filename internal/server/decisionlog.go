@@ -54,8 +54,8 @@ func (l *decisionLog) write(e logEntry) error {
 	if l == nil {
 		return nil
 	}
-	for _, m := range l.masks {
-		e.Input = maskValue(e.Input, m)
+	if len(l.masks) > 0 {
+		e = maskEntry(e, l.masks)
 	}
 	b, err := json.Marshal(e)
 	if err != nil {
@@ -81,6 +81,120 @@ func (l *decisionLog) close() error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.closer.Close()
+}
+
+// maskEntry masks the values at the masks' pointers, then every other copy of them in the
+// line: the input document repeats request values (input.resolved.providerKey is the provider
+// of input.environment.config, input.resolved.driver the lease's driver, ...) and the result's
+// message quotes the driver. A masked string is replaced wherever it appears as a whole value
+// in the input, and wherever it appears in the result's message. Only non-empty strings are
+// followed to their copies: numbers and booleans are masked at their pointers only.
+func maskEntry(e logEntry, masks [][]string) logEntry {
+	secrets := map[string]struct{}{}
+	for _, m := range masks {
+		collectMasked(e.Input, m, secrets)
+		e.Input = maskValue(e.Input, m)
+	}
+	if len(secrets) == 0 {
+		return e
+	}
+	e.Input = maskCopies(e.Input, secrets)
+	for s := range secrets {
+		e.Result.Message = strings.ReplaceAll(e.Result.Message, s, MaskedValue)
+	}
+	return e
+}
+
+// collectMasked adds to into the non-empty strings of the values at path in v.
+func collectMasked(v any, path []string, into map[string]struct{}) {
+	if len(path) == 0 {
+		collectStrings(v, into)
+		return
+	}
+	seg, rest := path[0], path[1:]
+	switch t := v.(type) {
+	case map[string]any:
+		if seg == "*" {
+			for _, e := range t {
+				collectMasked(e, rest, into)
+			}
+		} else if child, ok := t[seg]; ok {
+			collectMasked(child, rest, into)
+		}
+	case []any:
+		if seg == "*" {
+			for _, e := range t {
+				collectMasked(e, rest, into)
+			}
+			return
+		}
+		if i, err := strconv.Atoi(seg); err == nil && i >= 0 && i < len(t) && strconv.Itoa(i) == seg {
+			collectMasked(t[i], rest, into)
+		}
+	}
+}
+
+func collectStrings(v any, into map[string]struct{}) {
+	switch t := v.(type) {
+	case string:
+		if t != "" {
+			into[t] = struct{}{}
+		}
+	case map[string]any:
+		for _, e := range t {
+			collectStrings(e, into)
+		}
+	case []any:
+		for _, e := range t {
+			collectStrings(e, into)
+		}
+	}
+}
+
+// maskCopies returns v with every string in secrets replaced by MaskedValue. Like maskValue it
+// never modifies v: the objects and arrays on the way to a replaced value are copied.
+func maskCopies(v any, secrets map[string]struct{}) any {
+	out, _ := maskCopiesChanged(v, secrets)
+	return out
+}
+
+func maskCopiesChanged(v any, secrets map[string]struct{}) (any, bool) {
+	switch t := v.(type) {
+	case string:
+		if _, ok := secrets[t]; ok {
+			return MaskedValue, true
+		}
+	case map[string]any:
+		var out map[string]any
+		for k, e := range t {
+			if m, changed := maskCopiesChanged(e, secrets); changed {
+				if out == nil {
+					out = make(map[string]any, len(t))
+					for k2, e2 := range t {
+						out[k2] = e2
+					}
+				}
+				out[k] = m
+			}
+		}
+		if out != nil {
+			return out, true
+		}
+	case []any:
+		var out []any
+		for i, e := range t {
+			if m, changed := maskCopiesChanged(e, secrets); changed {
+				if out == nil {
+					out = append([]any(nil), t...)
+				}
+				out[i] = m
+			}
+		}
+		if out != nil {
+			return out, true
+		}
+	}
+	return v, false
 }
 
 // parseMask reads a mask: a JSON pointer (RFC 6901, ~0 and ~1 escapes) into the log line that

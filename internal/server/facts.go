@@ -24,7 +24,10 @@ type FactsSource interface {
 type PluginInfo struct {
 	ID        string `json:"id"`
 	Key       string `json:"key"`
-	Status    string `json:"status"`
+	Status string `json:"status"`
+	// LastError is the reason code of the plugin's last failure (PIN_MISMATCH, START_TIMEOUT,
+	// WORKER_EXITED, ...; "" when none). The details are in the service log only: they name
+	// paths and digests that callers have no business seeing.
 	LastError string `json:"lastError"`
 	Restarts  uint64 `json:"restarts"`
 	// Worker is the running worker, nil (JSON null) while none runs.

@@ -1,0 +1,77 @@
+package pluginhost
+
+import (
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// Every way a real plugin fails has its reason code, and the code carries none of the details
+// (paths, digests, pids) that the last error holds for the service log.
+func TestLastErrorReasons(t *testing.T) {
+	truePath, err := exec.LookPath("true")
+	require.NoError(t, err)
+	truePath, err = filepath.EvalSymlinks(truePath)
+	require.NoError(t, err)
+	trueSum, err := FileSHA256(truePath)
+	require.NoError(t, err)
+
+	tests := []struct {
+		name   string
+		plugin func(t *testing.T) PluginConfig
+		start  time.Duration
+		kill   bool // SIGKILL the first worker and wait for the restart
+		want   string
+	}{
+		{name: "pin mismatch", want: ReasonPinMismatch, plugin: func(t *testing.T) PluginConfig {
+			p := driverPlugin(t, "p")
+			p.SHA256 = strings.Repeat("0", 64)
+			return p
+		}},
+		{name: "unreadable binary", want: ReasonPinUnreadable, plugin: func(t *testing.T) PluginConfig {
+			p := driverPlugin(t, "p")
+			p.Path = filepath.Join(t.TempDir(), "missing")
+			return p
+		}},
+		{name: "hang at start", want: ReasonStartTimeout, start: 500 * time.Millisecond,
+			plugin: func(t *testing.T) PluginConfig { return driverPlugin(t, "p", "-hang-at-start") }},
+		{name: "stdout noise", want: ReasonHandshakeFailed,
+			plugin: func(t *testing.T) PluginConfig { return driverPlugin(t, "p", "-stdout-noise") }},
+		{name: "not a driver", want: ReasonHandshakeFailed,
+			plugin: func(*testing.T) PluginConfig { return PluginConfig{ID: "p", Path: truePath, SHA256: trueSum} }},
+		{name: "invalid manifest", want: ReasonInvalidManifest,
+			plugin: func(t *testing.T) PluginConfig { return driverPlugin(t, "p", "-plugin-key", "") }},
+		{name: "worker killed", want: ReasonWorkerExited, kill: true,
+			plugin: func(t *testing.T) PluginConfig { return driverPlugin(t, "p") }},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			cfg := testConfig(t, tt.plugin(t))
+			cfg.MinBackoff, cfg.MaxBackoff = time.Second, time.Second
+			if tt.start > 0 {
+				cfg.StartTimeout = tt.start
+			}
+			h, rec := startHost(t, cfg)
+			if tt.kill {
+				waitStarted(t, h, rec)
+				w := state(t, h, "p").Worker
+				require.NotNil(t, w)
+				require.NoError(t, syscall.Kill(w.PID, syscall.SIGKILL))
+				waitFor(t, 30*time.Second, "the exit recorded", func() bool { return state(t, h, "p").LastError != "" })
+				rec.record(h)
+			} else {
+				waitFor(t, 30*time.Second, "status error", func() bool { return state(t, h, "p").Status == StatusError })
+			}
+			st := state(t, h, "p")
+			assert.Equal(t, tt.want, LastErrorReason(st.LastError), "last error: %s", st.LastError)
+		})
+	}
+	assert.Empty(t, LastErrorReason(""))
+	assert.Equal(t, ReasonStartFailed, LastErrorReason("dispense \"driver\": boom"))
+}

@@ -22,8 +22,8 @@ type FactsSource interface {
 
 // PluginInfo is one plugin as GET /v1/plugins shows it.
 type PluginInfo struct {
-	ID        string `json:"id"`
-	Key       string `json:"key"`
+	ID     string `json:"id"`
+	Key    string `json:"key"`
 	Status string `json:"status"`
 	// LastError is the reason code of the plugin's last failure (PIN_MISMATCH, START_TIMEOUT,
 	// WORKER_EXITED, ...; "" when none). The details are in the service log only: they name

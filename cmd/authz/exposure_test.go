@@ -53,3 +53,37 @@ func TestPluginLastErrorShowsOnlyAReasonCode(t *testing.T) {
 	require.NoError(t, stop())
 	assert.Contains(t, stderr.String(), "sha256 mismatch for "+filepath.Clean(driver), "the details are in the service log")
 }
+
+// `authz decide` bounds its request as the service does: a request nested too deep or with too
+// long a string is exit 2 with one line naming the limit; a number too large for the policy
+// engine in an ignored field is decided (exit 0), not an evaluation failure.
+func TestDecideInputBounds(t *testing.T) {
+	facts := tempFile(t, "facts.json", []byte(`{}`))
+	tests := []struct {
+		name     string
+		request  string
+		wantCode int
+		want     string
+	}{
+		{name: "too deep", request: `{"lease":{"metadata":` + strings.Repeat(`[`, 80) + strings.Repeat(`]`, 80) + `}}`,
+			wantCode: 2, want: "is nested deeper than the limit of 64 levels"},
+		{name: "string too long", request: `{"command":"` + strings.Repeat("z", 70000) + `"}`,
+			wantCode: 2, want: "request field command is a string of 70000 bytes, over the limit of 65536 bytes"},
+		{name: "huge number in an ignored field", request: `{"lease":{"metadata":{"n":1e40000}}}`, wantCode: 0},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			code, out, errOut := runCLI(t, tt.request, "decide", "--facts", facts)
+			require.Equal(t, tt.wantCode, code, "stderr: %s", errOut)
+			if tt.wantCode == 0 {
+				assert.Empty(t, errOut)
+				assert.Contains(t, out, `"allow": false`)
+				return
+			}
+			assert.Empty(t, out)
+			assert.Equal(t, 1, strings.Count(errOut, "\n"), "one line: %q", errOut)
+			assert.Contains(t, errOut, "authz: decide: bad request: ")
+			assert.Contains(t, errOut, tt.want)
+		})
+	}
+}

@@ -175,3 +175,59 @@ func TestDecisionLogMasksEveryCopy(t *testing.T) {
 	again := post(t, url+"/v1/authorize", fixture(t, func(r map[string]any) { metadata(r)["driver"] = driverSecret }))
 	assert.Contains(t, again.json(t)["message"], driverSecret)
 }
+
+// A number too large for the policy engine, in a field the policy ignores, does not turn the
+// decision into a 500: the request is decided as it would be without it. Input nested too
+// deep or with too long a string is a 400 naming the limit, on every decision endpoint.
+func TestInputBounds(t *testing.T) {
+	var buf lockedBuffer
+	url := startHTTP(t, newServer(t, withDecisionLog(&buf)))
+	plain := post(t, url+"/v1/authorize", fixture(t, nil)).json(t)
+	require.Equal(t, true, plain["allow"])
+
+	huge := fixture(t, func(r map[string]any) {
+		metadata(r)["weight"] = json.Number("1e40000")
+		r["environment"].(map[string]any)["limits"] = []any{json.Number("-1e40000"), json.Number("1e-40000")}
+	})
+	require.Contains(t, huge, "1e40000")
+	a := post(t, url+"/v1/authorize", huge)
+	require.Equal(t, http.StatusOK, a.status, "body: %s", a.body)
+	assert.Empty(t, a.header.Get(server.HeaderError))
+	got := a.json(t)
+	for _, k := range []string{"allow", "code", "reasons", "capabilities"} {
+		assert.Equal(t, plain[k], got[k], k)
+	}
+	d := post(t, url+"/v1/data/authz/decision", `{"input":`+huge+`}`)
+	require.Equal(t, http.StatusOK, d.status, "body: %s", d.body)
+
+	deep := fixture(t, func(r map[string]any) {
+		var v any = "x"
+		for range snapshot.MaxRequestDepth {
+			v = map[string]any{"a": v}
+		}
+		metadata(r)["deep"] = v
+	})
+	long := fixture(t, func(r map[string]any) {
+		r["command"] = []any{"sh", "-c", strings.Repeat("y", snapshot.MaxRequestStringBytes+1)}
+	})
+	for _, tt := range []struct{ name, body, want string }{
+		{name: "too deep", body: deep, want: "nested deeper than the limit of 64 levels"},
+		{name: "string too long", body: long, want: "over the limit of 65536 bytes"},
+	} {
+		for _, path := range []string{"/v1/authorize", "/v1/capabilities", "/v1/data/authz/decision"} {
+			t.Run(tt.name+" "+path, func(t *testing.T) {
+				body := tt.body
+				if path == "/v1/data/authz/decision" {
+					body = `{"input":` + body + `}`
+				}
+				a := post(t, url+path, body)
+				requireAPIError(t, a, http.StatusBadRequest, server.CodeBadRequest)
+				assert.Contains(t, a.json(t)["message"], tt.want)
+			})
+		}
+	}
+	lines := buf.lines(t)
+	require.Len(t, lines, 3, "two plain decisions and the Data API one; bad requests have no line")
+	md := lines[1]["input"].(map[string]any)["lease"].(map[string]any)["metadata"].(map[string]any)
+	assert.Equal(t, "1e40000", md["weight"], "logged as the literal the policy engine saw")
+}

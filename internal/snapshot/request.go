@@ -1,8 +1,22 @@
 package snapshot
 
 import (
+	"encoding/json"
 	"fmt"
 	"io"
+	"strconv"
+
+	"github.com/open-policy-agent/opa/v1/ast"
+)
+
+// Bounds of a request, so that its decision log line (which carries the request) stays readable
+// by ordinary JSON tools and cheap to write. A request over either is a bad request.
+const (
+	// MaxRequestDepth is the deepest nesting of objects and arrays in a request; the request
+	// object itself is level 1.
+	MaxRequestDepth = 64
+	// MaxRequestStringBytes is the longest string (value or object key) in a request, in bytes.
+	MaxRequestStringBytes = 64 << 10
 )
 
 // The two operations of SPEC section 5.
@@ -32,10 +46,18 @@ func ParseRequest(r io.Reader) (*Request, error) {
 
 // RequestFromValue checks a decoded JSON value (as encoding/json decodes into any, numbers as
 // json.Number or float64) and returns the request. The value's maps are used, not copied.
+//
+// The request is bounded (MaxRequestDepth, MaxRequestStringBytes). A number the policy engine
+// cannot represent (a binary exponent beyond what OPA accepts, such as 1e40000) is replaced, in
+// place, by the string of its literal: the policy reads no number of the request, so the
+// request is still decided, and the input document (and its log line) stays evaluable.
 func RequestFromValue(doc any) (*Request, error) {
 	top, ok := doc.(map[string]any)
 	if !ok {
 		return nil, badRequest("request must be a JSON object, got %s", typeName(doc))
+	}
+	if err := boundValue(top, 1); err != nil {
+		return nil, badRequest("request %v", err)
 	}
 	req := &Request{Operation: OpOpenDuplexChannel}
 	var err error
@@ -80,4 +102,75 @@ func describe(v any) string {
 		return fmt.Sprintf("%q", s)
 	}
 	return typeName(v)
+}
+
+// boundError says where a request exceeds a bound; path is built on the way out.
+type boundError struct {
+	path string
+	msg  string
+}
+
+func (e *boundError) Error() string {
+	if e.path == "" {
+		return e.msg
+	}
+	return "field " + e.path + " " + e.msg
+}
+
+func (e *boundError) under(seg string) *boundError {
+	if e.path == "" || e.path[0] == '[' {
+		e.path = seg + e.path
+	} else {
+		e.path = seg + "." + e.path
+	}
+	return e
+}
+
+// boundValue checks the depth and string lengths of v, which is at nesting level depth when it
+// is an object or array, and replaces out-of-range numbers by their literal strings.
+func boundValue(v any, depth int) error {
+	switch t := v.(type) {
+	case map[string]any:
+		if depth > MaxRequestDepth {
+			return &boundError{msg: fmt.Sprintf("is nested deeper than the limit of %d levels of objects and arrays", MaxRequestDepth)}
+		}
+		for k, e := range t {
+			if len(k) > MaxRequestStringBytes {
+				return &boundError{msg: fmt.Sprintf("has a key of %d bytes, over the limit of %d bytes for a string", len(k), MaxRequestStringBytes)}
+			}
+			if n, ok := e.(json.Number); ok {
+				t[k] = boundNumber(n)
+				continue
+			}
+			if err := boundValue(e, depth+1); err != nil {
+				return err.(*boundError).under(k)
+			}
+		}
+	case []any:
+		if depth > MaxRequestDepth {
+			return &boundError{msg: fmt.Sprintf("is nested deeper than the limit of %d levels of objects and arrays", MaxRequestDepth)}
+		}
+		for i, e := range t {
+			if n, ok := e.(json.Number); ok {
+				t[i] = boundNumber(n)
+				continue
+			}
+			if err := boundValue(e, depth+1); err != nil {
+				return err.(*boundError).under("[" + strconv.Itoa(i) + "]")
+			}
+		}
+	case string:
+		if len(t) > MaxRequestStringBytes {
+			return &boundError{msg: fmt.Sprintf("is a string of %d bytes, over the limit of %d bytes", len(t), MaxRequestStringBytes)}
+		}
+	}
+	return nil
+}
+
+// boundNumber keeps n when the policy engine can represent it, else gives its literal text.
+func boundNumber(n json.Number) any {
+	if _, err := ast.NumberChecked(string(n)); err != nil {
+		return string(n)
+	}
+	return n
 }

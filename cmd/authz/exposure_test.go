@@ -87,3 +87,41 @@ func TestDecideInputBounds(t *testing.T) {
 		})
 	}
 }
+
+// The access-control flags reach the service: --authentication token with a tokens file.
+func TestServeTokenAuthenticationFlags(t *testing.T) {
+	dir := t.TempDir()
+	facts := writeFile(t, dir, "facts.json", `{}`)
+	const token = "0123456789abcdef0123456789abcdef"
+	tokens := writeFile(t, dir, "tokens", token+" inspect\n")
+	stderr, stop := startServe(t, "--facts", facts, "--addr", "127.0.0.1:0",
+		"--authentication", "token", "--authentication-tokens-file", tokens, "--allowed-host", "authz.internal")
+	base := "http://" + waitListening(t, stderr)
+	c := &http.Client{Timeout: 10 * time.Second}
+	get := func(auth, host string) int {
+		req, err := http.NewRequestWithContext(t.Context(), http.MethodGet, base+"/v1/facts", nil)
+		require.NoError(t, err)
+		if auth != "" {
+			req.Header.Set("Authorization", auth)
+		}
+		if host != "" {
+			req.Host = host
+		}
+		resp, err := c.Do(req)
+		require.NoError(t, err)
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	assert.Equal(t, http.StatusUnauthorized, get("", ""))
+	assert.Equal(t, http.StatusOK, get("Bearer "+token, ""))
+	assert.Equal(t, http.StatusOK, get("Bearer "+token, "authz.internal"))
+	assert.Equal(t, http.StatusForbidden, get("Bearer "+token, "rebound.example"))
+	c.CloseIdleConnections()
+	require.NoError(t, stop())
+	assert.Contains(t, stderr.String(), "authentication=token")
+	assert.NotContains(t, stderr.String(), token)
+
+	code, _, errOut := runCLI(t, "", "serve", "--facts", facts, "--authentication", "basic")
+	assert.Equal(t, 2, code)
+	assert.Contains(t, errOut, `authentication.mode: must be off, token or tls; got "basic"`)
+}

@@ -50,6 +50,12 @@ type serveFlags struct {
 	evalTimeout         time.Duration
 	logLevel            string
 	logJSON             bool
+
+	// Access control (the authentication block of the configuration).
+	authentication string
+	tokensFile     string
+	clientCAFile   string
+	allowedHosts   maskFlag
 }
 
 func runServe(ctx context.Context, args []string, _ io.Reader, _, stderr io.Writer) error {
@@ -69,6 +75,10 @@ func runServe(ctx context.Context, args []string, _ io.Reader, _, stderr io.Writ
 	fs.DurationVar(&f.evalTimeout, "eval-timeout", def.EvalTimeout, "bound on one decision: input assembly and evaluation")
 	fs.StringVar(&f.logLevel, "log-level", def.Log.Level, "service log level: trace, debug, info, warn, error, off")
 	fs.BoolVar(&f.logJSON, "log-json", false, "write the service log as JSON lines")
+	fs.StringVar(&f.authentication, "authentication", "off", "who may use the API: off, token (bearer tokens from --authentication-tokens-file)\nor tls (client certificates signed by --tls-ca-cert-file; needs --tls-cert)")
+	fs.StringVar(&f.tokensFile, "authentication-tokens-file", "", "bearer tokens, one per line with its scopes: TOKEN decide|inspect|decide,inspect")
+	fs.StringVar(&f.clientCAFile, "tls-ca-cert-file", "", "PEM CA certificate(s) that sign client certificates (--authentication tls)")
+	fs.Var(&f.allowedHosts, "allowed-host", "host name accepted in the Host header on loopback, besides localhost, 127.0.0.1, [::1];\ncomma-separated or repeated; replaces the configured list; * accepts any")
 	fs.Usage = func() { fmt.Fprint(stderr, serveUsage); fs.PrintDefaults() }
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -180,6 +190,14 @@ func loadServeConfig(fs *flag.FlagSet, f *serveFlags) (server.Config, error) {
 			cfg.Log.Level = f.logLevel
 		case "log-json":
 			cfg.Log.JSON = f.logJSON
+		case "authentication":
+			cfg.Authentication.Mode = f.authentication
+		case "authentication-tokens-file":
+			cfg.Authentication.TokensFile = f.tokensFile
+		case "tls-ca-cert-file":
+			cfg.Authentication.ClientCAFile = f.clientCAFile
+		case "allowed-host":
+			cfg.Authentication.AllowedHosts = f.allowedHosts.list
 		}
 	})
 	return cfg, nil
@@ -300,7 +318,8 @@ func resolvePlugins(in []server.PluginConfig) ([]pluginhost.PluginConfig, error)
 	return out, nil
 }
 
-// maskFlag collects --decision-log-mask values: comma-separated, repeatable; "" means none.
+// maskFlag collects a list flag (--decision-log-mask, --allowed-host): comma-separated,
+// repeatable; "" means none.
 type maskFlag struct{ list []string }
 
 func (m *maskFlag) String() string { return strings.Join(m.list, ",") }

@@ -64,6 +64,34 @@ type Config struct {
 	HTTP HTTPConfig `yaml:"http"`
 	// Log configures the service's own log (hclog, on stderr).
 	Log LogConfig `yaml:"log"`
+
+	// Authentication controls who may use the API (docs/service.md, "Authentication").
+	Authentication AuthConfig `yaml:"authentication"`
+}
+
+// AuthConfig is the access control of the API: who may ask for decisions and who may read the
+// inspection endpoints. The health endpoints are always open.
+type AuthConfig struct {
+	// Mode is "off" (the default), "token" (a bearer token from TokensFile) or "tls" (a client
+	// certificate signed by ClientCAFile; needs tls.cert and tls.key). Flag --authentication.
+	Mode string `yaml:"mode"`
+	// TokensFile holds the bearer tokens, one per line with its scopes: "TOKEN decide",
+	// "TOKEN inspect" or "TOKEN decide,inspect". Flag --authentication-tokens-file.
+	TokensFile string `yaml:"tokensFile"`
+	// ClientCAFile is the PEM CA certificate(s) that sign accepted client certificates.
+	// Flag --tls-ca-cert-file.
+	ClientCAFile string `yaml:"clientCAFile"`
+	// AllowedHosts are host names (without port) accepted in the Host header of plain-HTTP
+	// requests that arrive at a loopback address, besides localhost, 127.0.0.1 and [::1];
+	// "*" accepts any. Flag --allowed-host (repeatable).
+	AllowedHosts []string `yaml:"allowedHosts"`
+}
+
+func (c AuthConfig) mode() string {
+	if c.Mode == "" {
+		return AuthOff
+	}
+	return c.Mode
 }
 
 // TLSConfig names a PEM certificate (chain) and its key.
@@ -298,6 +326,8 @@ func (c Config) Validate() error {
 			add("tls.key", "must be set together with tls.cert")
 		}
 	}
+
+	c.Authentication.validate(c.TLS.Cert != "" && c.TLS.Key != "", add)
 
 	ids := map[string]int{}
 	for i, p := range c.Plugins {

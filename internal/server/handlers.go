@@ -55,23 +55,25 @@ type apiError struct {
 type route struct {
 	method  string
 	handler http.HandlerFunc
+	// scope is the token scope the endpoint needs; "" for the open health endpoints.
+	scope string
 }
 
 // routes builds the API. Paths match exactly; a known path with another method is 405 with an
 // Allow header, an unknown path 404, both as JSON errors.
 func (s *Server) routes() http.Handler {
 	table := map[string]route{
-		pathAuthorize:    {http.MethodPost, s.decisionHandler(pathAuthorize)},
-		pathCapabilities: {http.MethodPost, s.decisionHandler(pathCapabilities)},
-		pathDataDecision: {http.MethodPost, s.decisionHandler(pathDataDecision)},
-		"/v1/plugins":    {http.MethodGet, s.handlePlugins},
-		"/v1/facts":      {http.MethodGet, s.handleFacts},
-		"/health":        {http.MethodGet, s.handleHealth},
-		"/health/ready":  {http.MethodGet, s.handleReady},
+		pathAuthorize:    {http.MethodPost, s.decisionHandler(pathAuthorize), ScopeDecide},
+		pathCapabilities: {http.MethodPost, s.decisionHandler(pathCapabilities), ScopeDecide},
+		pathDataDecision: {http.MethodPost, s.decisionHandler(pathDataDecision), ScopeDecide},
+		"/v1/plugins":    {http.MethodGet, s.handlePlugins, ScopeInspect},
+		"/v1/facts":      {http.MethodGet, s.handleFacts, ScopeInspect},
+		"/health":        {http.MethodGet, s.handleHealth, ""},
+		"/health/ready":  {http.MethodGet, s.handleReady, ""},
 		"/metrics": {http.MethodGet, promhttp.HandlerFor(s.metrics.reg, promhttp.HandlerOpts{
 			ErrorHandling: promhttp.ContinueOnError,
 			ErrorLog:      s.log.StandardLogger(nil),
-		}).ServeHTTP},
+		}).ServeHTTP, ScopeInspect},
 	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		sw := &statusWriter{ResponseWriter: w}
@@ -95,7 +97,22 @@ func (s *Server) routes() http.Handler {
 			}
 			s.metrics.requests.WithLabelValues(label, strconv.Itoa(sw.statusOr200())).Inc()
 		}()
+		// Access is checked before anything else of the request is read (its body included).
+		var denied *apiError
+		if known {
+			denied = s.access.check(r, rt.scope)
+		}
 		switch {
+		case denied != nil:
+			if denied.status == http.StatusUnauthorized && s.cfg.Authentication.mode() == AuthToken {
+				sw.Header().Set("WWW-Authenticate", `Bearer realm="authz"`)
+			}
+			if rt.scope == ScopeDecide {
+				deny := false
+				denied.Allow = &deny
+			}
+			s.log.Debug("request refused", "path", path, "code", denied.Code, "remote", r.RemoteAddr)
+			writeError(sw, *denied)
 		case !known:
 			writeError(sw, apiError{status: http.StatusNotFound, Code: CodeNotFound,
 				Message: fmt.Sprintf("no such endpoint %q: paths are matched exactly as sent, without percent-decoding; see docs/service.md for the API", path)})

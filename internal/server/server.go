@@ -54,6 +54,7 @@ type Server struct {
 	metrics *metrics
 	handler http.Handler
 	tls     *tls.Config
+	access  *access
 }
 
 // New checks cfg (Validate), opens the decision log and loads the TLS certificate. It starts
@@ -69,14 +70,13 @@ func New(cfg Config, d Decider, facts FactsSource, opts Options) (*Server, error
 	if s.log == nil {
 		s.log = hclog.NewNullLogger()
 	}
-	if cfg.TLS.Cert != "" {
-		cert, err := tls.LoadX509KeyPair(cfg.TLS.Cert, cfg.TLS.Key)
-		if err != nil {
-			return nil, fmt.Errorf("tls.cert: load the certificate and key: %w", err)
-		}
-		s.tls = &tls.Config{MinVersion: tls.VersionTLS12, Certificates: []tls.Certificate{cert}}
-	}
 	var err error
+	if s.tls, err = tlsServerConfig(cfg); err != nil {
+		return nil, err
+	}
+	if s.access, err = newAccess(cfg.Authentication); err != nil {
+		return nil, err
+	}
 	switch {
 	case opts.DecisionLog != nil:
 		s.dlog, err = newDecisionLog(opts.DecisionLog, nil, cfg.DecisionLog.Mask)
@@ -98,6 +98,10 @@ func New(cfg Config, d Decider, facts FactsSource, opts Options) (*Server, error
 	s.handler = s.routes()
 	return s, nil
 }
+
+// ReloadTokens reads authentication.tokensFile again (with authentication mode token; nothing
+// to do otherwise). On an error the tokens in use stay in use.
+func (s *Server) ReloadTokens() error { return s.access.reloadTokens() }
 
 // Handler is the HTTP API, for tests and for mounting in another server.
 func (s *Server) Handler() http.Handler { return s.handler }
@@ -123,7 +127,7 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 	if s.tls != nil {
 		scheme = "https"
 	}
-	s.log.Info("listening", "addr", listenerAddr(ln), "scheme", scheme, "revision", s.decider.Revision())
+	s.log.Info("listening", "addr", listenerAddr(ln), "scheme", scheme, "authentication", s.cfg.Authentication.mode(), "revision", s.decider.Revision())
 
 	errc := make(chan error, 1)
 	go func() {

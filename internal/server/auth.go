@@ -1,0 +1,309 @@
+package server
+
+import (
+	"bufio"
+	"bytes"
+	"crypto/sha256"
+	"crypto/subtle"
+	"crypto/tls"
+	"crypto/x509"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
+	"sync/atomic"
+)
+
+// Authentication modes (authentication.mode, --authentication), as OPA names them.
+const (
+	AuthOff   = "off"   // no authentication: anyone who reaches the listener may ask
+	AuthToken = "token" // a bearer token from authentication.tokensFile
+	AuthTLS   = "tls"   // a client certificate verified against authentication.clientCAFile
+)
+
+// Token scopes: which endpoints a bearer token opens. The health endpoints need none.
+const (
+	ScopeDecide  = "decide"  // POST /v1/authorize, /v1/capabilities, /v1/data/authz/decision
+	ScopeInspect = "inspect" // GET /v1/facts, /v1/plugins, /metrics
+)
+
+// Error codes of access control.
+const (
+	CodeUnauthorized   = "UNAUTHORIZED"
+	CodeForbidden      = "FORBIDDEN"
+	CodeHostNotAllowed = "HOST_NOT_ALLOWED"
+)
+
+// minTokenBytes is the shortest token accepted in a tokens file: a guessable token is no token.
+const minTokenBytes = 16
+
+// tokenSet is a parsed tokens file. Tokens are kept as SHA-256 digests, so that comparing a
+// presented token costs the same whatever it shares with a stored one.
+type tokenSet struct {
+	digests [][sha256.Size]byte
+	scopes  []map[string]bool
+}
+
+// scopesOf returns the scopes of the presented token, nil when it is not in the set. It looks
+// at every stored token, with a constant-time comparison each, so its time does not depend on
+// which token (if any) matched or on how much of it did.
+func (t *tokenSet) scopesOf(presented string) map[string]bool {
+	d := sha256.Sum256([]byte(presented))
+	var found map[string]bool
+	for i := range t.digests {
+		if subtle.ConstantTimeCompare(d[:], t.digests[i][:]) == 1 {
+			found = t.scopes[i]
+		}
+	}
+	return found
+}
+
+// loadTokens reads a tokens file: one token per line, followed by white space and its scopes,
+// comma-separated (decide, inspect). Blank lines and lines starting with # are ignored.
+// Errors name the line, never the token.
+func loadTokens(path string) (*tokenSet, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("authentication.tokensFile: %w", err)
+	}
+	set := &tokenSet{}
+	seen := map[[sha256.Size]byte]int{}
+	sc := bufio.NewScanner(bytes.NewReader(b))
+	sc.Buffer(make([]byte, 0, 4096), 1<<20)
+	for n := 1; sc.Scan(); n++ {
+		line := strings.TrimSpace(sc.Text())
+		if line == "" || strings.HasPrefix(line, "#") {
+			continue
+		}
+		fields := strings.Fields(line)
+		where := fmt.Sprintf("authentication.tokensFile %s line %d", path, n)
+		if len(fields) != 2 {
+			return nil, fmt.Errorf("%s: want a token, white space and its scopes (decide, inspect or decide,inspect)", where)
+		}
+		tok := fields[0]
+		if len(tok) < minTokenBytes {
+			return nil, fmt.Errorf("%s: the token is shorter than %d characters; generate one with: openssl rand -hex 32", where, minTokenBytes)
+		}
+		scopes := map[string]bool{}
+		for _, s := range strings.Split(fields[1], ",") {
+			if s != ScopeDecide && s != ScopeInspect {
+				return nil, fmt.Errorf("%s: unknown scope %q: the scopes are %s and %s", where, s, ScopeDecide, ScopeInspect)
+			}
+			scopes[s] = true
+		}
+		d := sha256.Sum256([]byte(tok))
+		if first, dup := seen[d]; dup {
+			return nil, fmt.Errorf("%s: the same token as on line %d: give each token once, with all its scopes", where, first)
+		}
+		seen[d] = n
+		set.digests = append(set.digests, d)
+		set.scopes = append(set.scopes, scopes)
+	}
+	if err := sc.Err(); err != nil {
+		return nil, fmt.Errorf("authentication.tokensFile %s: %w", path, err)
+	}
+	if len(set.digests) == 0 {
+		return nil, fmt.Errorf("authentication.tokensFile %s: no token: with authentication.mode %s every request would be refused", path, AuthToken)
+	}
+	return set, nil
+}
+
+// clientCAPool reads the PEM certificates that sign accepted client certificates.
+func clientCAPool(path string) (*x509.CertPool, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("authentication.clientCAFile: %w", err)
+	}
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM(b) {
+		return nil, fmt.Errorf("authentication.clientCAFile %s: no PEM certificate in the file", path)
+	}
+	return pool, nil
+}
+
+// access is the access control in front of every endpoint: the Host check against DNS
+// rebinding, then authentication and the token's scope.
+type access struct {
+	mode         string
+	tokensFile   string
+	tokens       atomic.Pointer[tokenSet]
+	allowedHosts []string // lower case, without port
+	anyHost      bool
+}
+
+func newAccess(cfg AuthConfig) (*access, error) {
+	a := &access{mode: cfg.mode(), tokensFile: cfg.TokensFile}
+	for _, h := range cfg.AllowedHosts {
+		if h == "*" {
+			a.anyHost = true
+			continue
+		}
+		a.allowedHosts = append(a.allowedHosts, strings.ToLower(h))
+	}
+	if a.mode == AuthToken {
+		set, err := loadTokens(cfg.TokensFile)
+		if err != nil {
+			return nil, err
+		}
+		a.tokens.Store(set)
+	}
+	return a, nil
+}
+
+// reloadTokens reads the tokens file again; on an error the tokens in use stay.
+func (a *access) reloadTokens() error {
+	if a.mode != AuthToken {
+		return nil
+	}
+	set, err := loadTokens(a.tokensFile)
+	if err != nil {
+		return err
+	}
+	a.tokens.Store(set)
+	return nil
+}
+
+// check answers whether r may reach an endpoint that needs scope ("" for the health
+// endpoints). It returns nil when it may, else the error to answer.
+func (a *access) check(r *http.Request, scope string) *apiError {
+	if e := a.checkHost(r); e != nil {
+		return e
+	}
+	if scope == "" || a.mode == AuthOff {
+		return nil
+	}
+	switch a.mode {
+	case AuthTLS:
+		// The TLS handshake already required and verified the certificate; this is a second
+		// lock in case the handler is ever served without that listener configuration.
+		if r.TLS == nil || len(r.TLS.VerifiedChains) == 0 {
+			return &apiError{status: http.StatusUnauthorized, Code: CodeUnauthorized,
+				Message: "a client certificate signed by the configured client CA is required"}
+		}
+		return nil
+	case AuthToken:
+		tok, ok := bearerToken(r)
+		if !ok {
+			return &apiError{status: http.StatusUnauthorized, Code: CodeUnauthorized,
+				Message: "authentication required: send Authorization: Bearer <token>"}
+		}
+		scopes := a.tokens.Load().scopesOf(tok)
+		if scopes == nil {
+			return &apiError{status: http.StatusUnauthorized, Code: CodeUnauthorized,
+				Message: "the bearer token is not valid"}
+		}
+		if !scopes[scope] {
+			return &apiError{status: http.StatusForbidden, Code: CodeForbidden,
+				Message: fmt.Sprintf("the bearer token does not have the %q scope this endpoint needs", scope)}
+		}
+		return nil
+	}
+	return &apiError{status: http.StatusInternalServerError, Code: CodeInternal, Message: "unknown authentication mode"}
+}
+
+// bearerToken reads "Authorization: Bearer <token>" (the scheme in any case, RFC 7235).
+func bearerToken(r *http.Request) (string, bool) {
+	h := r.Header.Values("Authorization")
+	if len(h) != 1 {
+		return "", false
+	}
+	scheme, tok, ok := strings.Cut(h[0], " ")
+	if !ok || !strings.EqualFold(scheme, "Bearer") {
+		return "", false
+	}
+	tok = strings.TrimSpace(tok)
+	return tok, tok != ""
+}
+
+// checkHost refuses, on a plain-HTTP connection that arrived at a loopback address, a Host
+// header that does not name this service: localhost, 127.0.0.1 or [::1] with the port the
+// connection arrived at (or no port when that is 80), or one of authentication.allowedHosts.
+// A web page that made its name resolve to 127.0.0.1 (DNS rebinding) sends its own name and is
+// refused. TLS connections and unix sockets are not concerned: a browser cannot be steered to
+// them that way.
+func (a *access) checkHost(r *http.Request) *apiError {
+	if a.anyHost || r.TLS != nil {
+		return nil
+	}
+	local, ok := r.Context().Value(http.LocalAddrContextKey).(net.Addr)
+	if !ok {
+		return nil
+	}
+	tcp, ok := local.(*net.TCPAddr)
+	if !ok || !tcp.IP.IsLoopback() {
+		return nil
+	}
+	host, port := r.Host, ""
+	if h, p, err := net.SplitHostPort(r.Host); err == nil {
+		host, port = h, p
+	} else {
+		host = strings.TrimSuffix(strings.TrimPrefix(host, "["), "]")
+	}
+	host = strings.ToLower(host)
+	wantPort := strconv.Itoa(tcp.Port)
+	portOK := port == wantPort || (port == "" && tcp.Port == 80)
+	switch {
+	case portOK && (host == "localhost" || host == "127.0.0.1" || host == "::1"):
+		return nil
+	case (portOK || port == "") && slices.Contains(a.allowedHosts, host):
+		return nil
+	}
+	return &apiError{status: http.StatusForbidden, Code: CodeHostNotAllowed,
+		Message: fmt.Sprintf("Host %q is not a name of this service on a loopback address: use localhost:%s or 127.0.0.1:%s, or add the name to authentication.allowedHosts", r.Host, wantPort, wantPort)}
+}
+
+// tlsServerConfig builds the listener's TLS configuration: the certificate, and with
+// authentication mode tls the client CA whose certificates are required and verified.
+func tlsServerConfig(cfg Config) (*tls.Config, error) {
+	if cfg.TLS.Cert == "" {
+		return nil, nil
+	}
+	cert, err := tls.LoadX509KeyPair(cfg.TLS.Cert, cfg.TLS.Key)
+	if err != nil {
+		return nil, fmt.Errorf("tls.cert: load the certificate and key: %w", err)
+	}
+	tc := &tls.Config{MinVersion: tls.VersionTLS12, Certificates: []tls.Certificate{cert}}
+	if cfg.Authentication.mode() == AuthTLS {
+		pool, err := clientCAPool(cfg.Authentication.ClientCAFile)
+		if err != nil {
+			return nil, err
+		}
+		tc.ClientCAs = pool
+		tc.ClientAuth = tls.RequireAndVerifyClientCert
+	}
+	return tc, nil
+}
+
+// validate checks the authentication block; add reports a field's problem.
+func (c AuthConfig) validate(tlsOn bool, add func(field, format string, args ...any)) {
+	switch c.mode() {
+	case AuthOff:
+	case AuthToken:
+		if c.TokensFile == "" {
+			add("authentication.tokensFile", "needed with authentication.mode %s: a file of bearer tokens and their scopes", AuthToken)
+		}
+	case AuthTLS:
+		if !tlsOn {
+			add("authentication.mode", "%s needs tls.cert and tls.key: client certificates are checked in the TLS handshake", AuthTLS)
+		}
+		if c.ClientCAFile == "" {
+			add("authentication.clientCAFile", "needed with authentication.mode %s: the PEM CA certificate(s) that sign client certificates", AuthTLS)
+		}
+	default:
+		add("authentication.mode", "must be %s, %s or %s; got %q", AuthOff, AuthToken, AuthTLS, c.Mode)
+	}
+	if c.mode() != AuthToken && c.TokensFile != "" {
+		add("authentication.tokensFile", "is used only with authentication.mode %s", AuthToken)
+	}
+	if c.mode() != AuthTLS && c.ClientCAFile != "" {
+		add("authentication.clientCAFile", "is used only with authentication.mode %s", AuthTLS)
+	}
+	for i, h := range c.AllowedHosts {
+		if h == "" || strings.ContainsAny(h, ":/ []") && net.ParseIP(h) == nil {
+			add(fmt.Sprintf("authentication.allowedHosts[%d]", i), "must be a host name or IP address without port or scheme, or *; got %q", h)
+		}
+	}
+}

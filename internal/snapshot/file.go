@@ -7,6 +7,9 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strconv"
+
+	"github.com/open-policy-agent/opa/v1/ast"
 )
 
 // File is the facts-file shape of SPEC section 4. The live plugin host renders its state in the
@@ -48,6 +51,11 @@ func ParseFacts(r io.Reader) (*FileFacts, error) {
 	top, ok := doc.(map[string]any)
 	if !ok {
 		return nil, badFacts("facts must be a JSON object with plugins, workers and builtinProviders, got %s", typeName(doc))
+	}
+	if where, n, bad := unrepresentableNumber(top); bad {
+		// Every decision on these facts would fail to convert for the policy engine: refuse
+		// the file at load instead of denying each decision with an evaluation failure.
+		return nil, badFacts("facts%s: the number %s is out of the range the policy engine accepts", where, n)
 	}
 	f := &FileFacts{
 		plugins:  map[string]map[string]any{},
@@ -169,4 +177,28 @@ func stringsOnly(v any) []string {
 		}
 	}
 	return out
+}
+
+// unrepresentableNumber finds a number in v that the policy engine cannot represent, and says
+// where it is (".plugins[0].manifest" style).
+func unrepresentableNumber(v any) (where string, n json.Number, found bool) {
+	switch t := v.(type) {
+	case json.Number:
+		if _, err := ast.NumberChecked(string(t)); err != nil {
+			return "", t, true
+		}
+	case map[string]any:
+		for k, e := range t {
+			if w, n, bad := unrepresentableNumber(e); bad {
+				return "." + k + w, n, true
+			}
+		}
+	case []any:
+		for i, e := range t {
+			if w, n, bad := unrepresentableNumber(e); bad {
+				return "[" + strconv.Itoa(i) + "]" + w, n, true
+			}
+		}
+	}
+	return "", "", false
 }

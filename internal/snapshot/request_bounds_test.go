@@ -71,3 +71,17 @@ func TestRequestOutOfRangeNumbers(t *testing.T) {
 	assert.Equal(t, "1E+99999999", req.Metadata["weight"])
 	assert.Equal(t, []any{"1e40000"}, req.Command)
 }
+
+// A facts file holding a number the policy engine cannot represent is refused at load, instead
+// of turning every decision on it into an evaluation failure.
+func TestFactsOutOfRangeNumbers(t *testing.T) {
+	_, err := ParseFacts(strings.NewReader(`{"plugins":[{"id":"p","manifest":{"environmentDrivers":[{"weight":1e40000}]}}]}`))
+	require.Error(t, err)
+	assert.True(t, IsBadFacts(err))
+	assert.Equal(t, "facts.plugins[0].manifest.environmentDrivers[0].weight: the number 1e40000 is out of the range the policy engine accepts", err.Error())
+
+	f, err := ParseFacts(strings.NewReader(`{"plugins":[{"id":"p","n":1e400}],"builtinProviders":{"b":{"x":12345678901234567890}}}`))
+	require.NoError(t, err, "large but representable numbers are facts like any other")
+	_, err = ast.InterfaceToValue(map[string]any(Build(context.Background(), mustRequest(t, `{"lease":{"metadata":{"pluginId":"p","provider":"b"}}}`), f, Options{})))
+	require.NoError(t, err)
+}

@@ -1,6 +1,7 @@
 package pluginhost
 
 import (
+	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
@@ -8,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/hashicorp/go-hclog"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -74,4 +76,25 @@ func TestLastErrorReasons(t *testing.T) {
 	}
 	assert.Empty(t, LastErrorReason(""))
 	assert.Equal(t, ReasonStartFailed, LastErrorReason("dispense \"driver\": boom"))
+}
+
+// What a plugin writes to stderr before it fails is in the service log at the default level
+// (info): that is where a driver says why it cannot start.
+func TestPluginStderrAtDefaultLevel(t *testing.T) {
+	script := filepath.Join(t.TempDir(), "driver.sh")
+	require.NoError(t, os.WriteFile(script, []byte("#!/bin/sh\necho 'acme driver: DAYTONA_API_URL is not set' >&2\necho '[DEBUG] chatter' >&2\nexit 3\n"), 0o700))
+	sum, err := FileSHA256(script)
+	require.NoError(t, err)
+	var logs syncBuffer
+	cfg := testConfig(t, PluginConfig{ID: "p", Path: script, SHA256: sum})
+	cfg.Logger = hclog.New(&hclog.LoggerOptions{Name: "pluginhost", Level: hclog.Info, Output: &logs})
+	cfg.MinBackoff, cfg.MaxBackoff = time.Second, time.Second
+	h, _ := startHost(t, cfg)
+	waitFor(t, 30*time.Second, "status error", func() bool { return state(t, h, "p").Status == StatusError })
+	waitFor(t, 5*time.Second, "the stderr line in the log", func() bool {
+		return strings.Contains(logs.String(), "acme driver: DAYTONA_API_URL is not set")
+	})
+	assert.Regexp(t, `\[INFO\]\s+pluginhost\.p\.driver\.sh: acme driver: DAYTONA_API_URL is not set`, logs.String())
+	assert.NotContains(t, logs.String(), "chatter", "a line that says [DEBUG] stays at debug")
+	assert.Equal(t, ReasonHandshakeFailed, LastErrorReason(state(t, h, "p").LastError))
 }

@@ -137,6 +137,7 @@ func (h *Host) startWorker(ctx context.Context, m *managed, generation uint64) (
 	abortStart := context.AfterFunc(ctx, killProcess)
 
 	stdio := m.log.StandardWriter(&hclog.StandardLoggerOptions{InferLevels: true})
+	plog := stderrAtInfo{m.log} // plain stderr lines (why a driver fails) at Info, not Debug
 	client := plugin.NewClient(&plugin.ClientConfig{
 		HandshakeConfig:  driverplugin.Handshake,
 		VersionedPlugins: driverplugin.PluginSets,
@@ -146,7 +147,7 @@ func (h *Host) startWorker(ctx context.Context, m *managed, generation uint64) (
 		SecureConfig:     secure,
 		SkipHostEnv:      true,
 		StartTimeout:     h.cfg.StartTimeout,
-		Logger:           m.log, // the plugin's stderr is logged here, named after the plugin
+		Logger:           plog,  // the plugin's stderr is logged here, named after the plugin
 		SyncStdout:       stdio, // what the driver prints after the handshake
 		SyncStderr:       stdio, //
 		Stderr:           io.Discard,

@@ -125,3 +125,41 @@ func TestServeTokenAuthenticationFlags(t *testing.T) {
 	assert.Equal(t, 2, code)
 	assert.Contains(t, errOut, `authentication.mode: must be off, token or tls; got "basic"`)
 }
+
+// A replay of GET /v1/facts with `authz decide` gives the decision the service gave, even for
+// a facts file whose section names repeat in another case.
+func TestDecideReplaysServedFacts(t *testing.T) {
+	dir := t.TempDir()
+	plugin := func(status string) string {
+		return `{"id": "test.plugin", "key": "acme.daytona", "status": "` + status + `",
+		  "manifest": {"environmentDrivers": [{"driverKey": "daytona", "kind": "sandbox_provider",
+		    "sandboxCapabilities": {"duplexCommandStream": true}}]}}`
+	}
+	facts := writeFile(t, dir, "facts.json", `{"plugins": [`+plugin("disabled")+`], "Plugins": [`+plugin("ready")+`],
+		"workers": {"test.plugin": {"supportedMethods": ["duplexChannelOpen"]}}}`)
+	const request = `{"operation": "openDuplexChannel",
+		"environment": {"id": "env-1", "driver": "sandbox", "config": {"provider": "daytona"}},
+		"lease": {"id": "lease-1", "leasePolicy": "ephemeral",
+		  "metadata": {"driver": "sandbox", "sandboxProviderPlugin": true, "pluginId": "test.plugin", "provider": "daytona"}}}`
+	stderr, stop := startServe(t, "--facts", facts, "--addr", "127.0.0.1:0")
+	base := "http://" + waitListening(t, stderr)
+	c := &http.Client{Timeout: 10 * time.Second}
+	status, live := postJSON(t, c, base+"/v1/authorize", request)
+	require.Equal(t, http.StatusOK, status)
+	resp, err := c.Get(base + "/v1/facts")
+	require.NoError(t, err)
+	served, err := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	require.NoError(t, err)
+	c.CloseIdleConnections()
+	require.NoError(t, stop())
+
+	code, out, errOut := runCLI(t, request, "decide", "--facts", writeFile(t, dir, "served.json", string(served)))
+	require.Equal(t, 0, code, errOut)
+	var replay map[string]any
+	require.NoError(t, json.Unmarshal([]byte(out), &replay))
+	for _, k := range []string{"allow", "code", "reasons", "capabilities"} {
+		assert.Equal(t, live[k], replay[k], k)
+	}
+	assert.Equal(t, false, live["allow"], "the decisions read the disabled plugin")
+}

@@ -15,6 +15,8 @@ import (
 	"strconv"
 	"strings"
 	"sync/atomic"
+
+	"github.com/hashicorp/go-hclog"
 )
 
 // Authentication modes (authentication.mode, --authentication), as OPA names them.
@@ -306,4 +308,15 @@ func (c AuthConfig) validate(tlsOn bool, add func(field, format string, args ...
 			add(fmt.Sprintf("authentication.allowedHosts[%d]", i), "must be a host name or IP address without port or scheme, or *; got %q", h)
 		}
 	}
+}
+
+// warnCleartext warns when bearer tokens would cross a network in clear text: token
+// authentication on plain HTTP at an address that is not loopback.
+func (a *access) warnCleartext(log hclog.Logger, addr net.Addr, tlsOn bool) {
+	tcp, ok := addr.(*net.TCPAddr)
+	if a.mode != AuthToken || tlsOn || !ok || tcp.IP.IsLoopback() {
+		return
+	}
+	log.Warn("bearer tokens are sent in clear text on this address: serve TLS (tls.cert, tls.key) or listen on loopback or a unix socket",
+		"addr", addr.String())
 }

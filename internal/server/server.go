@@ -128,6 +128,7 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 		scheme = "https"
 	}
 	s.log.Info("listening", "addr", listenerAddr(ln), "scheme", scheme, "authentication", s.cfg.Authentication.mode(), "revision", s.decider.Revision())
+	s.access.warnCleartext(s.log, ln.Addr(), s.tls != nil)
 
 	errc := make(chan error, 1)
 	go func() {

@@ -59,8 +59,9 @@ type route struct {
 	scope string
 }
 
-// routes builds the API. Paths match exactly; a known path with another method is 405 with an
-// Allow header, an unknown path 404, both as JSON errors.
+// routes builds the API. Paths match exactly as sent (no percent-decoding); for a known path
+// the access control (Host check, authentication, scope) comes first, then a wrong method is
+// 405 with an Allow header; an unknown path is 404; all as JSON errors.
 func (s *Server) routes() http.Handler {
 	table := map[string]route{
 		pathAuthorize:    {http.MethodPost, s.decisionHandler(pathAuthorize), ScopeDecide},

@@ -304,7 +304,7 @@ func (c AuthConfig) validate(tlsOn bool, add func(field, format string, args ...
 		add("authentication.clientCAFile", "is used only with authentication.mode %s", AuthTLS)
 	}
 	for i, h := range c.AllowedHosts {
-		if h == "" || strings.ContainsAny(h, ":/ []") && net.ParseIP(h) == nil {
+		if h == "" || (strings.ContainsAny(h, ":/ []") && net.ParseIP(h) == nil) {
 			add(fmt.Sprintf("authentication.allowedHosts[%d]", i), "must be a host name or IP address without port or scheme, or *; got %q", h)
 		}
 	}

@@ -84,11 +84,10 @@ func (d *driverLog) allow() bool {
 	d.last = now
 	if d.tokens < 1 {
 		d.dropped++
-		// While the flood lasts, tell once every ten seconds; the rest is said with the next
-		// line that passes (or when the worker ends).
-		if now.Sub(d.lastDrop) >= 10*time.Second && d.tokens >= 0 {
+		// Tell when dropping starts and then every ten seconds while the flood lasts; the rest
+		// is said with the next line that passes (or when the worker ends).
+		if now.Sub(d.lastDrop) >= 10*time.Second {
 			d.lastDrop = now
-			d.tokens-- // the report itself is a line
 			d.reportDropped()
 		}
 		return false

@@ -177,7 +177,7 @@ func Main(args []string) int {
 // flood writes hclog JSON error lines, plain lines and one very long line, forever.
 func flood(w io.Writer) {
 	log := hclog.New(&hclog.LoggerOptions{Name: "flood", Level: hclog.Info, Output: w, JSONFormat: true})
-	long := strings.Repeat("y", 200_000) + "\n"
+	long := "[ERROR] " + strings.Repeat("y", 200_000) + "\n"
 	for i := 0; ; i++ {
 		log.Error("flooding the host log", "i", i, "padding", strings.Repeat("z", 200))
 		_, _ = fmt.Fprintf(w, "[ERROR] plain flood line %d\n", i)

@@ -1,0 +1,60 @@
+//go:build unix
+
+package pluginhost
+
+import (
+	"os"
+	"runtime"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// rssKiB is this process's resident set size (Linux /proc).
+func rssKiB(tb testing.TB) int {
+	tb.Helper()
+	b, err := os.ReadFile("/proc/self/status")
+	require.NoError(tb, err)
+	for _, line := range strings.Split(string(b), "\n") {
+		if rest, ok := strings.CutPrefix(line, "VmRSS:"); ok {
+			n, err := strconv.Atoi(strings.TrimSuffix(strings.TrimSpace(rest), " kB"))
+			require.NoError(tb, err)
+			return n
+		}
+	}
+	tb.Fatal("no VmRSS in /proc/self/status")
+	return 0
+}
+
+// TestBrokerFloodIsRefused: a driver that loops broker.Accept costs the host no goroutine per
+// message, and the host ends it, saying why in lastError. An honest plugin beside it stays
+// ready.
+func TestBrokerFloodIsRefused(t *testing.T) {
+	cfg := testConfig(t, driverPlugin(t, "honest"), boundsPlugin(t, "flood", "-broker-flood"))
+	cfg.MinBackoff, cfg.MaxBackoff = 500*time.Millisecond, time.Second
+	goroutines0, rss0 := runtime.NumGoroutine(), rssKiB(t)
+	h, rec := startHost(t, cfg)
+
+	// Sample for a few seconds: the flooding driver is started, ended and restarted meanwhile.
+	maxGoroutines, maxRSS := 0, 0
+	deadline := time.Now().Add(4 * time.Second)
+	for time.Now().Before(deadline) {
+		maxGoroutines = max(maxGoroutines, runtime.NumGoroutine())
+		maxRSS = max(maxRSS, rssKiB(t))
+		rec.record(h)
+		time.Sleep(50 * time.Millisecond)
+	}
+	t.Logf("under a broker flood: host goroutines %d before start, at most %d; RSS %d MiB before, at most %d MiB",
+		goroutines0, maxGoroutines, rss0>>10, maxRSS>>10)
+
+	st := state(t, h, "flood")
+	assert.Contains(t, st.LastError, "go-plugin broker messages")
+	assert.Contains(t, st.LastError, "ended by the host")
+	assert.Greater(t, st.Restarts, uint64(0))
+	assert.Less(t, maxGoroutines, goroutines0+300, "host goroutines stay bounded")
+	assert.Equal(t, StatusReady, state(t, h, "honest").Status)
+}

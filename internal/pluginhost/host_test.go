@@ -447,8 +447,8 @@ func TestConfigValid(t *testing.T) {
 	cfg := testConfig(t,
 		// Crashes on its first config check: any call that reaches it shows.
 		driverPlugin(t, "strict", "-crash-after", "3"),
-		driverPlugin(t, "slow", "-config-delay", "10s"),
-		driverPlugin(t, "rejecting", "-reject-config"),
+		driverPlugin(t, "slow", "-config-delay", "10s", "-plugin-key", "example.slow"),
+		driverPlugin(t, "rejecting", "-reject-config", "-plugin-key", "example.rejecting"),
 	)
 	cfg.ConfigCheckTimeout = 300 * time.Millisecond
 	h, rec := startHost(t, cfg)

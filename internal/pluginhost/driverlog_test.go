@@ -62,7 +62,7 @@ func TestStderrFloodIsBounded(t *testing.T) {
 	elapsed := time.Since(start)
 	bytesPerSec := float64(out.n.Load()-bytes0) / elapsed.Seconds()
 	cpu := float64(cpuTime(t)-cpu0) / float64(elapsed)
-	t.Logf("host log under a stderr flood: %.0f bytes/s; host CPU %.0f%% of one core (test process, race-instrumented)", bytesPerSec, 100*cpu)
+	t.Logf("host log under a stderr flood: %.0f bytes/s; host CPU %.0f%% of one core (the test process)", bytesPerSec, 100*cpu)
 
 	// Over the window at most LogBurst + LogLinesPerSecond·window lines, each at most
 	// LogLineBytes plus hclog's prefix and fields.

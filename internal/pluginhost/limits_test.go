@@ -4,6 +4,7 @@ package pluginhost
 
 import (
 	"fmt"
+	"os"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -132,17 +133,24 @@ func TestLastErrorIsCapped(t *testing.T) {
 }
 
 // TestHugePluginDoesNotStarveAnother measures decisions per second on an honest plugin, alone
-// and while other clients decide on a plugin at the limits and on one that reports 100,000
-// methods. It asserts what the host did with each plugin, and logs the throughputs (they depend
+// and while other clients decide on a plugin at the limits and on one that reports a huge
+// number of methods. It asserts what the host did with each plugin, and logs the throughputs (they depend
 // on the machine, so they are figures, not assertions).
+//
+// AUTHZ_TEST_HUGE_METHODS sets how many methods the huge plugin reports (default 100,000; the
+// figures in the docs were taken with 1,000,000, which takes long to generate under -race).
 func TestHugePluginDoesNotStarveAnother(t *testing.T) {
+	hugeMethods := "100000"
+	if n := os.Getenv("AUTHZ_TEST_HUGE_METHODS"); n != "" {
+		hugeMethods = n
+	}
 	cfg := testConfig(t,
 		driverPlugin(t, "small"),
 		boundsPlugin(t, "atlimits", "-key", "bounds.atlimits", "-methods", "63", "-entries", "255", "-unknown-caps", "31", "-string-len", "256"),
-		boundsPlugin(t, "huge", "-key", "bounds.huge", "-methods", "100000"),
+		boundsPlugin(t, "huge", "-key", "bounds.huge", "-methods", hugeMethods),
 	)
 	cfg.MinBackoff, cfg.MaxBackoff = time.Second, 2*time.Second
-	cfg.StartTimeout = time.Minute // time enough to take in 100,000 methods, were they accepted
+	cfg.StartTimeout = 2 * time.Minute // time enough to take in the huge plugin's methods, were they accepted
 	h, rec := startHost(t, cfg)
 	for _, id := range []string{"small", "atlimits", "huge"} {
 		settled(t, h, id)
@@ -192,16 +200,20 @@ func TestHugePluginDoesNotStarveAnother(t *testing.T) {
 		return float64(n) / elapsed.Seconds(), float64(loadN.Load()) / elapsed.Seconds()
 	}
 
+	rss0 := rssKiB(t)
 	alone, _ := rate(nil, 0)
 	besideLimits, limitsRate := rate(leaseOn(t, "atlimits", "bounds"+strings.Repeat("x", 256-len("bounds")), `{}`), 2)
+	rssLimits := rssKiB(t)
 	besideHuge, hugeRate := rate(leaseOn(t, "huge", "bounds", `{}`), 2)
+	rssHuge := rssKiB(t)
 	t.Logf("decisions/s on plugin small: alone %.0f; beside 2 clients on a plugin at the limits %.0f (%.0f%%; their own %.0f/s); "+
-		"beside 2 clients on a plugin reporting 100,000 methods %.0f (%.0f%%; their own %.1f/s)",
-		alone, besideLimits, 100*besideLimits/alone, limitsRate, besideHuge, 100*besideHuge/alone, hugeRate)
+		"beside 2 clients on a plugin reporting %s methods %.0f (%.0f%%; their own %.1f/s); host RSS %d MiB, %d MiB, %d MiB",
+		alone, besideLimits, 100*besideLimits/alone, limitsRate, hugeMethods, besideHuge, 100*besideHuge/alone, hugeRate,
+		rss0>>10, rssLimits>>10, rssHuge>>10)
 	t.Logf("plugin huge: status %s, lastError %q", state(t, h, "huge").Status, state(t, h, "huge").LastError)
 
 	assert.Equal(t, StatusReady, state(t, h, "atlimits").Status)
 	huge := state(t, h, "huge")
 	assert.Equal(t, StatusError, huge.Status)
-	assert.Contains(t, huge.LastError, "SupportedMethods reported 100001 distinct methods, more than the limit of 64")
+	assert.Contains(t, huge.LastError, "than the limit of", "refused for its methods or its message size")
 }

@@ -39,13 +39,20 @@ func TestBrokerFloodIsRefused(t *testing.T) {
 	goroutines0, rss0 := runtime.NumGoroutine(), rssKiB(t)
 	h, rec := startHost(t, cfg)
 
-	// Sample for a few seconds: the flooding driver is started, ended and restarted meanwhile.
+	// Sample until the host has ended the flooding driver at least once and the honest plugin
+	// is ready, and for at least 3 s: the flooding driver is started, ended and restarted
+	// meanwhile.
 	maxGoroutines, maxRSS := 0, 0
-	deadline := time.Now().Add(4 * time.Second)
-	for time.Now().Before(deadline) {
+	start := time.Now()
+	for {
 		maxGoroutines = max(maxGoroutines, runtime.NumGoroutine())
 		maxRSS = max(maxRSS, rssKiB(t))
 		rec.record(h)
+		ended := strings.Contains(state(t, h, "flood").LastError, "ended by the host")
+		if ended && state(t, h, "honest").Status == StatusReady && time.Since(start) >= 3*time.Second {
+			break
+		}
+		require.Less(t, time.Since(start), time.Minute, "the flooding driver was not ended within a minute")
 		time.Sleep(50 * time.Millisecond)
 	}
 	t.Logf("under a broker flood: host goroutines %d before start, at most %d; RSS %d MiB before, at most %d MiB",

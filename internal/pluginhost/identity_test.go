@@ -48,12 +48,12 @@ func TestPluginKeyCollisionIsRefused(t *testing.T) {
 		return true
 	}
 	// Keys are checked while the plugins start concurrently.
-	for !done() {
+	waitFor(t, 2*time.Minute, "every plugin ready or in error", func() bool {
 		for k, n := range keysShown(h) {
 			require.Equal(t, 1, n, "key %q shown %d times", k, n)
 		}
-		time.Sleep(time.Millisecond)
-	}
+		return done()
+	})
 	rec.record(h)
 
 	assert.Equal(t, StatusReady, state(t, h, "owner").Status)

@@ -21,7 +21,7 @@ import (
 // settled waits until the plugin is ready or in error.
 func settled(tb testing.TB, h *Host, id string) PluginState {
 	tb.Helper()
-	waitFor(tb, 60*time.Second, id+" ready or in error", func() bool {
+	waitFor(tb, 3*time.Minute, id+" ready or in error", func() bool {
 		s := state(tb, h, id).Status
 		return s == StatusReady || s == StatusError
 	})

@@ -163,3 +163,16 @@ func TestEscapeControlAndCapText(t *testing.T) {
 		})
 	}
 }
+
+// BenchmarkDriverLogFlood is the host's cost per line of a driver's stderr flood once the rate
+// limit drops it.
+func BenchmarkDriverLogFlood(b *testing.B) {
+	d := newDriverLog(hclog.NewNullLogger(), Limits{}.withDefaults())
+	w := d.writer("stderr")
+	line := []byte(`{"@level":"error","@message":"flooding the host log","i":1,"padding":"` + strings.Repeat("z", 200) + `"}` + "\n")
+	b.ReportAllocs()
+	b.SetBytes(int64(len(line)))
+	for b.Loop() {
+		_, _ = w.Write(line)
+	}
+}

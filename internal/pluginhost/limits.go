@@ -115,19 +115,22 @@ func dedupeMethods(methods []string) []string {
 }
 
 // checkBounds refuses a description or method list (already deduplicated) beyond the limits.
-// It looks at sizes only; validateManifest checks the meaning afterwards.
+// It looks at sizes only; validateManifest checks the meaning afterwards. Field names are
+// formatted only for the error.
 func checkBounds(l Limits, d driverplugin.Description, methods []string) error {
 	bad := func(format string, args ...any) error {
 		return fmt.Errorf("%s: %s", fmt.Sprintf(format, args...), limitsHint)
 	}
-	checkString := func(field, s string) error {
+	checkString := func(s string, field func() string) error {
 		switch {
 		case len(s) > l.MaxStringBytes:
-			return bad("%s is %d bytes, more than the limit of %d", field, len(s), l.MaxStringBytes)
+			return bad("%s is %d bytes, more than the limit of %d", field(), len(s), l.MaxStringBytes)
+		case plainString(s):
+			return nil
 		case !utf8.ValidString(s):
-			return bad("%s is not valid UTF-8", field)
+			return bad("%s is not valid UTF-8", field())
 		case strings.IndexFunc(s, isControl) >= 0:
-			return bad("%s %s holds a control character", field, quoteShort(s))
+			return bad("%s %s holds a control character", field(), quoteShort(s))
 		}
 		return nil
 	}
@@ -135,34 +138,47 @@ func checkBounds(l Limits, d driverplugin.Description, methods []string) error {
 		return bad("SupportedMethods reported %d distinct methods, more than the limit of %d", n, l.MaxMethods)
 	}
 	for i, m := range methods {
-		if err := checkString(fmt.Sprintf("SupportedMethods[%d]", i), m); err != nil {
+		if err := checkString(m, func() string { return fmt.Sprintf("SupportedMethods[%d]", i) }); err != nil {
 			return err
 		}
 	}
 	if n := len(d.EnvironmentDrivers); n > l.MaxManifestEntries {
 		return bad("the manifest has %d environmentDrivers entries, more than the limit of %d", n, l.MaxManifestEntries)
 	}
-	if err := checkString("key", d.Key); err != nil {
+	if err := checkString(d.Key, func() string { return "key" }); err != nil {
 		return err
 	}
 	for i, e := range d.EnvironmentDrivers {
-		field := fmt.Sprintf("environmentDrivers[%d]", i)
-		if err := checkString(field+".driverKey", e.DriverKey); err != nil {
+		field := func(f string) func() string {
+			return func() string { return fmt.Sprintf("environmentDrivers[%d].%s", i, f) }
+		}
+		if err := checkString(e.DriverKey, field("driverKey")); err != nil {
 			return err
 		}
-		if err := checkString(field+".kind", e.Kind); err != nil {
+		if err := checkString(e.Kind, field("kind")); err != nil {
 			return err
 		}
 		if n := len(e.SandboxCapabilities); n > l.MaxCapabilityKeys {
-			return bad("%s.sandboxCapabilities has %d keys, more than the limit of %d", field, n, l.MaxCapabilityKeys)
+			return bad("%s has %d keys, more than the limit of %d", field("sandboxCapabilities")(), n, l.MaxCapabilityKeys)
 		}
 		for k := range e.SandboxCapabilities {
-			if err := checkString(field+".sandboxCapabilities key", k); err != nil {
+			if err := checkString(k, field("sandboxCapabilities key")); err != nil {
 				return err
 			}
 		}
 	}
 	return nil
+}
+
+// plainString reports whether s is printable ASCII (and tab) only: the common case, checked
+// without decoding runes.
+func plainString(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; c < 0x20 && c != '\t' || c >= 0x7f {
+			return false
+		}
+	}
+	return true
 }
 
 // explainRPCError says which bound a driver's answer broke when gRPC refused it for its size.

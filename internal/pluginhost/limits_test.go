@@ -14,6 +14,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/authz-dev/authz/driverplugin"
 	"github.com/authz-dev/authz/internal/decision"
 	"github.com/authz-dev/authz/internal/snapshot"
 )
@@ -216,4 +217,30 @@ func TestHugePluginDoesNotStarveAnother(t *testing.T) {
 	huge := state(t, h, "huge")
 	assert.Equal(t, StatusError, huge.Status)
 	assert.Contains(t, huge.LastError, "than the limit of", "refused for its methods or its message size")
+}
+
+// BenchmarkCheckBoundsAtTheLimits is the per-start cost of checking a driver at every limit.
+func BenchmarkCheckBoundsAtTheLimits(b *testing.B) {
+	l := Limits{}.withDefaults()
+	pad := func(s string) string { return s + strings.Repeat("x", l.MaxStringBytes-len(s)) }
+	var methods []string
+	for i := range l.MaxMethods {
+		methods = append(methods, pad(fmt.Sprintf("method%d", i)))
+	}
+	desc := driverplugin.Description{Key: pad("acme.key")}
+	for i := range l.MaxManifestEntries {
+		caps := map[string]any{}
+		for j := range l.MaxCapabilityKeys {
+			caps[pad(fmt.Sprintf("cap%d", j))] = true
+		}
+		desc.EnvironmentDrivers = append(desc.EnvironmentDrivers, driverplugin.EnvironmentDriver{
+			DriverKey: pad(fmt.Sprintf("driver%d", i)), Kind: driverplugin.KindSandboxProvider, SandboxCapabilities: caps,
+		})
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		if err := checkBounds(l, desc, dedupeMethods(methods)); err != nil {
+			b.Fatal(err)
+		}
+	}
 }

@@ -244,3 +244,42 @@ func BenchmarkCheckBoundsAtTheLimits(b *testing.B) {
 		}
 	}
 }
+
+func TestCheckBounds(t *testing.T) {
+	l := Limits{}.withDefaults()
+	entry := func(key string, caps map[string]any) driverplugin.EnvironmentDriver {
+		return driverplugin.EnvironmentDriver{DriverKey: key, Kind: driverplugin.KindSandboxProvider, SandboxCapabilities: caps}
+	}
+	tests := []struct {
+		name    string
+		desc    driverplugin.Description
+		methods []string
+		wantErr string
+	}{
+		{name: "honest", desc: driverplugin.Description{Key: "acme.k", EnvironmentDrivers: []driverplugin.EnvironmentDriver{entry("d", map[string]any{"duplexCommandStream": true})}},
+			methods: []string{"duplexChannelOpen"}},
+		{name: "non-ASCII text is fine", desc: driverplugin.Description{Key: "acmé.k\tx"}},
+		{name: "carriage return in a method", desc: driverplugin.Description{Key: "k"}, methods: []string{"ok", "evil\rforged"},
+			wantErr: `SupportedMethods[1] "evil\rforged" holds a control character`},
+		{name: "ANSI escape in the key", desc: driverplugin.Description{Key: "\x1b[2Jk"},
+			wantErr: `key "\x1b[2Jk" holds a control character`},
+		{name: "bidi override in a driver key", desc: driverplugin.Description{Key: "k", EnvironmentDrivers: []driverplugin.EnvironmentDriver{entry("a\u202eb", nil)}},
+			wantErr: `environmentDrivers[0].driverKey "a\u202eb" holds a control character`},
+		{name: "invalid UTF-8 in a capability key", desc: driverplugin.Description{Key: "k", EnvironmentDrivers: []driverplugin.EnvironmentDriver{entry("d", map[string]any{"a\xff": true})}},
+			wantErr: "environmentDrivers[0].sandboxCapabilities key is not valid UTF-8"},
+		{name: "long kind", desc: driverplugin.Description{Key: "k", EnvironmentDrivers: []driverplugin.EnvironmentDriver{{DriverKey: "d", Kind: strings.Repeat("k", 257)}}},
+			wantErr: "environmentDrivers[0].kind is 257 bytes, more than the limit of 256"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			err := checkBounds(l, tt.desc, tt.methods)
+			if tt.wantErr == "" {
+				require.NoError(t, err)
+				return
+			}
+			require.ErrorContains(t, err, tt.wantErr)
+			assert.ErrorContains(t, err, `see "Limits" in docs/drivers.md`)
+		})
+	}
+	assert.Equal(t, []string{"a", "b"}, dedupeMethods([]string{"a", "b", "a", "b", "a"}))
+}

@@ -298,6 +298,9 @@ func validateManifest(d driverplugin.Description) error {
 			v := e.SandboxCapabilities[k]
 			if _, ok := v.(bool); !ok {
 				js, _ := json.Marshal(v)
+				if len(js) > 64 { // the value may be as large as the driver's message
+					js = append(js[:64:64], "…"...)
+				}
 				errs = append(errs, fmt.Errorf("%s.sandboxCapabilities.%s: must be a boolean, got %s", field, k, js))
 			}
 		}

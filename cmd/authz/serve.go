@@ -312,7 +312,7 @@ func resolvePlugins(in []server.PluginConfig) ([]pluginhost.PluginConfig, error)
 			path = abs
 		}
 		out = append(out, pluginhost.PluginConfig{
-			ID: p.ID, Path: path, SHA256: strings.ToLower(sum), Args: p.Args, Enabled: p.Enabled,
+			ID: p.ID, Key: p.Key, Path: path, SHA256: strings.ToLower(sum), Args: p.Args, Enabled: p.Enabled,
 		})
 	}
 	return out, nil

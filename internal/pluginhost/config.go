@@ -27,6 +27,10 @@ type PluginConfig struct {
 	// SHA256 is the hex SHA-256 of the binary at Path (64 hex characters). The host refuses to
 	// start a binary with another hash. Compute it with `sha256sum PATH`.
 	SHA256 string `json:"sha256"`
+	// Key, when set, is the plugin key the driver must report: a driver that reports another key
+	// is refused, and no other plugin may report this one. Empty: the plugin key is whatever the
+	// driver reports, as long as no other plugin holds it.
+	Key string `json:"key,omitempty"`
 	// Args are passed to the binary.
 	Args []string `json:"args,omitempty"`
 	// Enabled turns the plugin off when false; nil means enabled.
@@ -55,6 +59,9 @@ type Config struct {
 	// or short-lived start and goes back to MinBackoff once a worker stayed up for at least
 	// twice MaxBackoff. Zero means DefaultMinBackoff / DefaultMaxBackoff.
 	MinBackoff, MaxBackoff time.Duration
+	// Limits bound what a driver may report and how much of the host its output may use. Zero
+	// fields mean their defaults.
+	Limits Limits
 	// Logger receives the host's log and every plugin's stderr. Nil means hclog's default logger.
 	Logger hclog.Logger
 }
@@ -87,6 +94,7 @@ func (c Config) withDefaults() Config {
 	if c.Logger == nil {
 		c.Logger = hclog.Default()
 	}
+	c.Limits = c.Limits.withDefaults()
 	return c
 }
 
@@ -98,6 +106,7 @@ func (c Config) Validate() error {
 		errs = append(errs, fmt.Errorf("%s: %s", field, fmt.Sprintf(format, args...)))
 	}
 	seen := map[string]int{}
+	keys := map[string]int{}
 	for i, p := range c.Plugins {
 		field := fmt.Sprintf("plugins[%d]", i)
 		switch prev, dup := seen[p.ID]; {
@@ -107,6 +116,13 @@ func (c Config) Validate() error {
 			fail(field+".id", "%q is already the id of plugins[%d]: plugin ids must be unique", p.ID, prev)
 		default:
 			seen[p.ID] = i
+		}
+		if p.Key != "" {
+			if prev, dup := keys[p.Key]; dup {
+				fail(field+".key", "%q is already the key of plugins[%d]: plugin keys must be unique", p.Key, prev)
+			} else {
+				keys[p.Key] = i
+			}
 		}
 		switch {
 		case p.Path == "":
@@ -143,6 +159,7 @@ func (c Config) Validate() error {
 			fail(d.field, "must not be negative (zero means the default)")
 		}
 	}
+	errs = append(errs, c.Limits.validate()...)
 	if c.MinBackoff > 0 && c.MaxBackoff > 0 && c.MaxBackoff < c.MinBackoff {
 		fail("maxBackoff", "%s must be at least minBackoff (%s)", c.MaxBackoff, c.MinBackoff)
 	}

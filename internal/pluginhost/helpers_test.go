@@ -20,6 +20,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/authz-dev/authz/examples/exampledriver"
+	"github.com/authz-dev/authz/internal/testdrivers/bounds"
 )
 
 // asDriver is the first argument that makes the test binary run as the example driver. The
@@ -27,9 +28,15 @@ import (
 // an argument, not as an environment variable.
 const asDriver = "--as-example-driver"
 
+// asBoundsDriver makes the test binary run as the hostile driver of internal/testdrivers/bounds.
+const asBoundsDriver = "--as-bounds-driver"
+
 func TestMain(m *testing.M) {
 	if len(os.Args) > 1 && os.Args[1] == asDriver {
 		os.Exit(exampledriver.Main(os.Args[2:]))
+	}
+	if len(os.Args) > 1 && os.Args[1] == asBoundsDriver {
+		os.Exit(bounds.Main(os.Args[2:]))
 	}
 	if len(os.Args) > 1 && os.Args[1] == asHost {
 		os.Exit(runAsHost())
@@ -69,6 +76,13 @@ func driverPlugin(tb testing.TB, id string, flags ...string) PluginConfig {
 	tb.Helper()
 	path, sum := selfBinary(tb)
 	return PluginConfig{ID: id, Path: path, SHA256: sum, Args: append([]string{asDriver}, flags...)}
+}
+
+// boundsPlugin configures the test binary as the hostile driver of internal/testdrivers/bounds.
+func boundsPlugin(tb testing.TB, id string, flags ...string) PluginConfig {
+	tb.Helper()
+	path, sum := selfBinary(tb)
+	return PluginConfig{ID: id, Path: path, SHA256: sum, Args: append([]string{asBoundsDriver}, flags...)}
 }
 
 // testConfig is a configuration with short back-offs for tests.

@@ -64,6 +64,8 @@ type Host struct {
 
 	cacheMu sync.Mutex
 	cache   map[configKey]bool
+
+	keyMu sync.RWMutex // held to change a plugin's key (publishReady) and to list every key
 }
 
 var _ snapshot.Facts = (*Host)(nil)
@@ -73,6 +75,7 @@ type managed struct {
 	cfg       PluginConfig
 	enabled   bool
 	log       hclog.Logger
+	dlog      *driverLog                 // the driver's output, relayed to log within Limits
 	state     atomic.Pointer[pluginView] // read without locks by the Facts methods
 	updateMu  sync.Mutex                 // serialises writers of state
 	ready     chan struct{}              // closed when the plugin is ready for the first time
@@ -97,6 +100,7 @@ type worker struct {
 	methods    []string
 	driver     driverplugin.Driver
 	done       <-chan struct{} // closed when the process has exited
+	guard      *guard          // ends the process when the driver abuses the host
 }
 
 // alive reports whether the process still runs. A worker whose process exited is gone at once,
@@ -161,6 +165,7 @@ func New(cfg Config) (*Host, error) {
 			log:     h.log.Named(p.ID),
 			ready:   make(chan struct{}),
 		}
+		m.dlog = newDriverLog(m.log, cfg.Limits)
 		status := StatusInstalled
 		if !m.enabled {
 			status = StatusDisabled
@@ -388,6 +393,8 @@ func (h *Host) forgetConfigChecks(pluginID string, current uint64) {
 
 // Plugins returns every configured plugin's state, in configuration order.
 func (h *Host) Plugins() []PluginState {
+	h.keyMu.RLock() // no key shown twice (publishReady)
+	defer h.keyMu.RUnlock()
 	out := make([]PluginState, 0, len(h.plugins))
 	for _, m := range h.plugins {
 		v := m.state.Load()
@@ -404,6 +411,8 @@ func (h *Host) Plugins() []PluginState {
 // decision can be replayed with `authz decide --facts`. Workers carry their supportedMethods;
 // config checks are per request and not part of the file.
 func (h *Host) FactsFile() snapshot.File {
+	h.keyMu.RLock() // no key shown twice (publishReady)
+	defer h.keyMu.RUnlock()
 	f := snapshot.File{
 		Plugins:          make([]map[string]any, 0, len(h.plugins)),
 		Workers:          map[string]map[string]any{},

@@ -84,6 +84,20 @@ func TestConfigValidate(t *testing.T) {
 			wantErr: []string{"startTimeout: must not be negative", "maxBackoff: 1ms must be at least minBackoff (1s)"},
 		},
 		{
+			name: "duplicate configured key",
+			cfg: Config{Plugins: []PluginConfig{
+				{ID: "a", Key: "acme.k", Path: "/bin/a", SHA256: good},
+				{ID: "b", Path: "/bin/b", SHA256: good},
+				{ID: "c", Key: "acme.k", Path: "/bin/c", SHA256: good},
+			}},
+			wantErr: []string{`plugins[2].key: "acme.k" is already the key of plugins[0]`},
+		},
+		{
+			name:    "negative limit",
+			cfg:     Config{Limits: Limits{MaxMethods: -1, LogBurst: -2}},
+			wantErr: []string{"limits.maxMethods: must not be negative", "limits.logBurst: must not be negative"},
+		},
+		{
 			name: "several problems at once",
 			cfg:  Config{Plugins: []PluginConfig{{}, {ID: "x", Path: "/x", SHA256: "1"}}},
 			wantErr: []string{
@@ -447,8 +461,8 @@ func TestConfigValid(t *testing.T) {
 	cfg := testConfig(t,
 		// Crashes on its first config check: any call that reaches it shows.
 		driverPlugin(t, "strict", "-crash-after", "3"),
-		driverPlugin(t, "slow", "-config-delay", "10s"),
-		driverPlugin(t, "rejecting", "-reject-config"),
+		driverPlugin(t, "slow", "-config-delay", "10s", "-plugin-key", "example.slow"),
+		driverPlugin(t, "rejecting", "-reject-config", "-plugin-key", "example.rejecting"),
 	)
 	cfg.ConfigCheckTimeout = 300 * time.Millisecond
 	h, rec := startHost(t, cfg)

@@ -94,7 +94,7 @@ func TestPluginStderrAtDefaultLevel(t *testing.T) {
 	waitFor(t, 5*time.Second, "the stderr line in the log", func() bool {
 		return strings.Contains(logs.String(), "acme driver: DAYTONA_API_URL is not set")
 	})
-	assert.Regexp(t, `\[INFO\]\s+pluginhost\.p\.driver\.sh: acme driver: DAYTONA_API_URL is not set`, logs.String())
+	assert.Regexp(t, `\[INFO\]\s+pluginhost\.p: acme driver: DAYTONA_API_URL is not set`, logs.String())
 	assert.NotContains(t, logs.String(), "chatter", "a line that says [DEBUG] stays at debug")
 	assert.Equal(t, ReasonHandshakeFailed, LastErrorReason(state(t, h, "p").LastError))
 }

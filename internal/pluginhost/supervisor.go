@@ -15,8 +15,8 @@ import (
 	"strings"
 	"time"
 
-	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/go-plugin"
+	"google.golang.org/grpc"
 
 	"github.com/authz-dev/authz/driverplugin"
 )
@@ -38,10 +38,11 @@ func (h *Host) supervise(ctx context.Context, m *managed) {
 			if ctx.Err() != nil {
 				return // closing: not the plugin's fault
 			}
-			m.log.Error("plugin failed to start", "attempt", attempt+1, "retry_in", backoff.peek(), "error", err)
+			lastError := capText(err.Error(), h.cfg.Limits.MaxLastErrorBytes)
+			m.log.Error("plugin failed to start", "attempt", attempt+1, "retry_in", backoff.peek(), "error", lastError)
 			m.update(func(v *pluginView) {
 				v.status = StatusError
-				v.lastError = err.Error()
+				v.lastError = lastError
 				v.worker = nil
 			})
 		} else {
@@ -59,6 +60,10 @@ func (h *Host) supervise(ctx context.Context, m *managed) {
 			upFor := time.Since(w.startedAt)
 			exit := stop()
 			msg := fmt.Sprintf("worker generation %d (pid %d) exited after %s: %s", w.generation, w.pid, upFor.Round(time.Millisecond), exit)
+			if why := w.guard.why(); why != "" {
+				msg = why + "; " + msg
+			}
+			msg = capText(msg, h.cfg.Limits.MaxLastErrorBytes)
 			m.log.Error("worker exited; restarting", "generation", w.generation, "pid", w.pid, "exit", exit, "up_for", upFor)
 			if upFor >= 2*h.cfg.MaxBackoff {
 				backoff.reset()
@@ -109,6 +114,7 @@ func (b *backoff) reset() { b.next = b.min }
 // generation. stop kills it (gracefully first) and returns how the process ended.
 func (h *Host) startWorker(ctx context.Context, m *managed, generation uint64) (_ *worker, stop func() string, err error) {
 	p := m.cfg
+	lim := h.cfg.Limits
 	deadline := time.Now().Add(h.cfg.StartTimeout)
 
 	var secure *plugin.SecureConfig
@@ -135,9 +141,9 @@ func (h *Host) startWorker(ctx context.Context, m *managed, generation uint64) (
 	cmd := exec.CommandContext(procCtx, p.Path, p.Args...)
 	setParentDeathSignal(cmd)
 	abortStart := context.AfterFunc(ctx, killProcess)
+	g := &guard{}
+	g.setKill(killProcess)
 
-	stdio := m.log.StandardWriter(&hclog.StandardLoggerOptions{InferLevels: true})
-	plog := stderrAtInfo{m.log} // plain stderr lines (why a driver fails) at Info, not Debug
 	client := plugin.NewClient(&plugin.ClientConfig{
 		HandshakeConfig:  driverplugin.Handshake,
 		VersionedPlugins: driverplugin.PluginSets,
@@ -147,12 +153,18 @@ func (h *Host) startWorker(ctx context.Context, m *managed, generation uint64) (
 		SecureConfig:     secure,
 		SkipHostEnv:      true,
 		StartTimeout:     h.cfg.StartTimeout,
-		Logger:           plog,  // the plugin's stderr is logged here, named after the plugin
-		SyncStdout:       stdio, // what the driver prints after the handshake
-		SyncStderr:       stdio, //
-		Stderr:           io.Discard,
+		// go-plugin's own messages; the driver's output is relayed by m.dlog, within Limits.
+		Logger:     pluginLogger{m.log},
+		Stderr:     m.dlog.writer("stderr"),
+		SyncStdout: m.dlog.writer("stdout"), // what the driver prints after the handshake
+		SyncStderr: m.dlog.writer("stderr"),
+		GRPCDialOptions: []grpc.DialOption{
+			grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(lim.MaxMessageBytes)),
+			grpc.WithStreamInterceptor(refuseBroker(m.log, g, lim.MaxBrokerMessages)),
+		},
 	})
 	kill := func() string {
+		defer m.dlog.flush()
 		client.Kill()
 		killProcess()
 		if cmd.ProcessState != nil { // safe: Kill has waited for the process to be reaped
@@ -166,6 +178,10 @@ func (h *Host) startWorker(ctx context.Context, m *managed, generation uint64) (
 		if !setUp {
 			client.Kill()
 			killProcess()
+			m.dlog.flush()
+			if why := g.why(); why != "" {
+				err = fmt.Errorf("%s (%w)", why, err)
+			}
 		}
 	}()
 
@@ -186,37 +202,36 @@ func (h *Host) startWorker(ctx context.Context, m *managed, generation uint64) (
 	defer cancel()
 	desc, err := drv.Describe(rctx)
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, explainRPCError(lim, err)
 	}
 	methods, err := drv.SupportedMethods(rctx)
 	if err != nil {
+		return nil, nil, explainRPCError(lim, err)
+	}
+	methods = dedupeMethods(methods)
+	if err := checkBounds(lim, desc, methods); err != nil {
 		return nil, nil, err
 	}
 	if err := validateManifest(desc); err != nil {
 		return nil, nil, fmt.Errorf("invalid manifest from plugin %q: %w", desc.Key, err)
 	}
-	for _, e := range desc.EnvironmentDrivers {
-		for k := range e.SandboxCapabilities {
-			if !knownCapabilities[k] {
-				m.log.Warn("manifest declares an unknown capability; it has no effect", "driverKey", e.DriverKey, "capability", k)
-			}
-		}
+	if n, examples := unknownCapabilities(desc); n > 0 {
+		m.log.Warn("manifest declares capabilities the host does not know; they have no effect",
+			"count", n, "examples", examples)
 	}
 
 	w := &worker{
 		pid:        cmd.Process.Pid, // set by client.Client in this goroutine
 		generation: generation,
 		startedAt:  time.Now(),
-		methods:    slices.Clone(methods),
+		methods:    methods,
 		driver:     drv,
 		done:       drv.Done(),
+		guard:      g,
 	}
-	m.update(func(v *pluginView) {
-		v.status = StatusReady // lastError stays: it tells why the previous worker went away
-		v.key = desc.Key
-		v.drivers = desc.EnvironmentDrivers
-		v.worker = w
-	})
+	if err := h.publishReady(m, desc, w); err != nil {
+		return nil, nil, err
+	}
 	setUp = true
 	return w, kill, nil
 }
@@ -283,9 +298,16 @@ func validateManifest(d driverplugin.Description) error {
 			v := e.SandboxCapabilities[k]
 			if _, ok := v.(bool); !ok {
 				js, _ := json.Marshal(v)
+				if len(js) > 64 { // the value may be as large as the driver's message
+					js = append(js[:64:64], "…"...)
+				}
 				errs = append(errs, fmt.Errorf("%s.sandboxCapabilities.%s: must be a boolean, got %s", field, k, js))
 			}
 		}
+	}
+	const maxProblems = 10
+	if len(errs) > maxProblems {
+		errs = append(errs[:maxProblems], fmt.Errorf("and %d more problems", len(errs)-maxProblems))
 	}
 	return errors.Join(errs...)
 }

@@ -108,6 +108,8 @@ type PluginConfig struct {
 	// SHA256 is the hex digest the executable must have (64 hex characters).
 	SHA256 string   `yaml:"sha256"`
 	Args   []string `yaml:"args"`
+	// Key, when set, is the plugin key the driver must report; no other plugin may report it.
+	Key string `yaml:"key"`
 	// Enabled is true when absent.
 	Enabled *bool `yaml:"enabled"`
 }

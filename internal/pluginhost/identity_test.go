@@ -1,0 +1,89 @@
+//go:build unix
+
+package pluginhost
+
+import (
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// keysShown counts how often each key appears in Plugins().
+func keysShown(h *Host) map[string]int {
+	n := map[string]int{}
+	for _, p := range h.Plugins() {
+		if p.Key != "" {
+			n[p.Key]++
+		}
+	}
+	return n
+}
+
+// TestPluginKeyCollisionIsRefused: a driver that reports the key configured for another plugin,
+// or the key another plugin already reports, or not the key configured for its own plugin, is
+// refused; no listing shows one key twice.
+func TestPluginKeyCollisionIsRefused(t *testing.T) {
+	owner := driverPlugin(t, "owner")
+	owner.Key = "example.sandbox"
+	renamed := driverPlugin(t, "renamed", "-plugin-key", "acme.real")
+	renamed.Key = "acme.expected"
+	cfg := testConfig(t,
+		owner,
+		boundsPlugin(t, "impostor", "-key", "example.sandbox"),
+		boundsPlugin(t, "first", "-key", "bounds.same"),
+		boundsPlugin(t, "second", "-key", "bounds.same"),
+		renamed,
+	)
+	cfg.MinBackoff, cfg.MaxBackoff = 500*time.Millisecond, time.Second
+	h, rec := startHost(t, cfg)
+
+	done := func() bool {
+		for _, id := range []string{"owner", "impostor", "first", "second", "renamed"} {
+			if s := state(t, h, id).Status; s != StatusReady && s != StatusError {
+				return false
+			}
+		}
+		return true
+	}
+	// Keys are checked while the plugins start concurrently.
+	waitFor(t, 2*time.Minute, "every plugin ready or in error", func() bool {
+		for k, n := range keysShown(h) {
+			require.Equal(t, 1, n, "key %q shown %d times", k, n)
+		}
+		return done()
+	})
+	rec.record(h)
+
+	assert.Equal(t, StatusReady, state(t, h, "owner").Status)
+	imp := state(t, h, "impostor")
+	assert.Equal(t, StatusError, imp.Status)
+	assert.Contains(t, imp.LastError, `the driver reports plugin key "example.sandbox", which is configured for plugin "owner"`)
+	assert.Empty(t, imp.Key)
+	_, ok := h.Worker("impostor")
+	assert.False(t, ok)
+
+	// Of two plugins reporting one key, the first to be ready holds it.
+	first, second := state(t, h, "first"), state(t, h, "second")
+	winner, loser := first, second
+	if second.Status == StatusReady {
+		winner, loser = second, first
+	}
+	assert.Equal(t, StatusReady, winner.Status)
+	assert.Equal(t, StatusError, loser.Status)
+	assert.Contains(t, loser.LastError, `the driver reports plugin key "bounds.same", which plugin "`+winner.ID+`" already reports`)
+
+	ren := state(t, h, "renamed")
+	assert.Equal(t, StatusError, ren.Status)
+	assert.Contains(t, ren.LastError, `the driver reports plugin key "acme.real", but plugin "renamed" is configured with key "acme.expected"`)
+
+	for k, n := range keysShown(h) {
+		assert.Equal(t, 1, n, "key %q", k)
+	}
+	for _, p := range h.FactsFile().Plugins {
+		if p["id"] == "impostor" || p["id"] == loser.ID {
+			assert.Empty(t, p["key"])
+		}
+	}
+}

@@ -31,6 +31,10 @@ type PluginConfig struct {
 	Args []string `json:"args,omitempty"`
 	// Enabled turns the plugin off when false; nil means enabled.
 	Enabled *bool `json:"enabled,omitempty"`
+	// AllowWritableBinary starts the plugin (with a loud warning at every start) even when its
+	// binary or the directory holding it is writable by group or others. By default the host
+	// refuses: whoever can write there can replace the driver.
+	AllowWritableBinary bool `json:"allowWritableBinary,omitempty"`
 }
 
 // IsEnabled reports whether the plugin is enabled (Enabled nil or true).
@@ -57,6 +61,9 @@ type Config struct {
 	MinBackoff, MaxBackoff time.Duration
 	// Logger receives the host's log and every plugin's stderr. Nil means hclog's default logger.
 	Logger hclog.Logger
+	// SocketDir is where each worker start gets a private directory for its unix socket
+	// (removed when the worker ends, and after a failed start). Empty means os.TempDir().
+	SocketDir string
 }
 
 // DefaultConfig returns a configuration with no plugins and every default set.

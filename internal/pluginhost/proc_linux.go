@@ -3,6 +3,7 @@
 package pluginhost
 
 import (
+	"bytes"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -44,9 +45,10 @@ type proc struct {
 
 	stdout, stderr *os.File // read ends
 
-	mu     sync.Mutex // guards pid (before Start returns) and killed
+	mu     sync.Mutex // guards pid (before Start returns), killed and family
 	pid    int
 	killed bool
+	family map[int]bool // descendants killed so far, to reap once the driver is gone
 	exited chan struct{} // closed once the process has exited and was reaped
 	state  *os.ProcessState
 
@@ -164,7 +166,29 @@ func (p *proc) alive() bool {
 	}
 	var info unix.Siginfo
 	err := unix.Waitid(unix.P_PIDFD, p.pidfd, &info, unix.WEXITED|unix.WNOHANG|unix.WNOWAIT, nil)
-	return err == nil && info.Signo == 0
+	if err != nil || info.Signo != 0 {
+		return false
+	}
+	// A killed multi-threaded process shows as a zombie before the kernel reports its exit
+	// (its other threads are still being torn down): it runs no code any more, so it is dead.
+	return !dying(p.pid)
+}
+
+// dying reports whether the process table shows pid as a zombie (or gone).
+func dying(pid int) bool {
+	var buf [512]byte
+	fd, err := unix.Open("/proc/"+strconv.Itoa(pid)+"/stat", unix.O_RDONLY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return true
+	}
+	n, _ := unix.Read(fd, buf[:])
+	_ = unix.Close(fd)
+	s := buf[:max(n, 0)]
+	i := bytes.LastIndexByte(s, ')')
+	if i < 0 || len(s) < i+3 {
+		return true
+	}
+	return s[i+2] == 'Z' || s[i+2] == 'X'
 }
 
 // release closes the pidfd once the process is gone and nobody needs it any more.
@@ -206,16 +230,32 @@ func (p *proc) Kill(ctx context.Context) error {
 	case <-ctx.Done():
 	case <-t.C:
 	}
-	// Orphans reparented to the host while the driver died.
+	// Orphans reparented to the host while the driver died; then reap every descendant killed,
+	// all of them the host's children now that the driver is gone.
 	p.endDescendants()
+	p.mu.Lock()
+	family := p.family
+	p.family = nil
+	p.mu.Unlock()
+	reapOrphans(family, 2*time.Second)
 	return nil
 }
 
 // endDescendants stops and then kills every process the host can attribute to this driver:
 // its tree, its process group, and orphans carrying its marker.
 func (p *proc) endDescendants() {
-	if pid := p.started(); pid != 0 && p.reaper != nil {
-		p.reaper.endFamily(pid, p.marker)
+	pid := p.started()
+	if pid == 0 || p.reaper == nil {
+		return
+	}
+	killed := p.reaper.endFamily(pid, p.marker)
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.family == nil {
+		p.family = map[int]bool{}
+	}
+	for k := range killed {
+		p.family[k] = true
 	}
 }
 

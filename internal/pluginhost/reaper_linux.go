@@ -116,9 +116,10 @@ func (r *reaper) family(table []procInfo, root int, marker string) []procInfo {
 }
 
 // endFamily freezes (SIGSTOP) every process attributable to the driver root until no new one
-// appears, so none can fork away, then kills them all and reaps those reparented to the host.
-// The driver itself is left to its caller.
-func (r *reaper) endFamily(root int, marker string) {
+// appears, so none can fork away, then kills them all and returns their pids. The driver itself
+// is left to its caller; once it is gone, its killed descendants are the host's children and
+// reapOrphans reaps them.
+func (r *reaper) endFamily(root int, marker string) map[int]bool {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	stopped := map[int]bool{}
@@ -138,11 +139,11 @@ func (r *reaper) endFamily(root int, marker string) {
 	for pid := range stopped {
 		_ = syscall.Kill(pid, syscall.SIGKILL)
 	}
-	r.reapOrphans(stopped, time.Second)
+	return stopped
 }
 
 // reapOrphans waits (bounded) for the killed processes that are now the host's children.
-func (r *reaper) reapOrphans(pids map[int]bool, bound time.Duration) {
+func reapOrphans(pids map[int]bool, bound time.Duration) {
 	deadline := time.Now().Add(bound)
 	pending := len(pids)
 	for pending > 0 && time.Now().Before(deadline) {

@@ -44,11 +44,12 @@ type proc struct {
 	reaper    *reaper
 
 	stdout, stderr *os.File // read ends
+	pipesOnce      sync.Once
 
 	mu     sync.Mutex // guards pid (before Start returns), killed and family
 	pid    int
 	killed bool
-	family map[int]bool // descendants killed so far, to reap once the driver is gone
+	family map[int]bool  // descendants killed so far, to reap once the driver is gone
 	exited chan struct{} // closed once the process has exited and was reaped
 	state  *os.ProcessState
 
@@ -202,8 +203,10 @@ func (p *proc) release() {
 }
 
 // Wait implements runner.Runner.
+// go-plugin calls it once it has stopped reading the pipes, which are closed here.
 func (p *proc) Wait(context.Context) error {
 	<-p.exited
+	p.closePipes()
 	if p.state != nil && !p.state.Success() {
 		return errors.New(p.state.String())
 	}
@@ -238,7 +241,18 @@ func (p *proc) Kill(ctx context.Context) error {
 	p.family = nil
 	p.mu.Unlock()
 	reapOrphans(family, 2*time.Second)
+	p.closePipes()
 	return nil
+}
+
+// closePipes closes the read ends of the driver's stdout and stderr.
+func (p *proc) closePipes() {
+	p.pipesOnce.Do(func() {
+		if p.stdout != nil {
+			_ = p.stdout.Close()
+			_ = p.stderr.Close()
+		}
+	})
 }
 
 // endDescendants stops and then kills every process the host can attribute to this driver:

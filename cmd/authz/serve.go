@@ -293,6 +293,7 @@ func resolvePlugins(in []server.PluginConfig) ([]pluginhost.PluginConfig, error)
 		}
 		out = append(out, pluginhost.PluginConfig{
 			ID: p.ID, Path: path, SHA256: strings.ToLower(sum), Args: p.Args, Enabled: p.Enabled,
+			AllowWritableBinary: p.AllowWritableBinary,
 		})
 	}
 	return out, nil

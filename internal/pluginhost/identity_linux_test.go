@@ -34,7 +34,7 @@ func impostorBinary(tb testing.TB, dir string) string {
 	require.NoError(tb, err)
 	_, err = io.Copy(dst, src)
 	require.NoError(tb, err)
-	_, err = dst.WriteString("not the pinned binary")
+	_, err = dst.WriteString(identity.ImpostorTrailer)
 	require.NoError(tb, err)
 	require.NoError(tb, dst.Close())
 	return path

@@ -82,6 +82,9 @@ type PluginConfig struct {
 	Args   []string `yaml:"args"`
 	// Enabled is true when absent.
 	Enabled *bool `yaml:"enabled"`
+	// AllowWritableBinary starts the driver (with a warning) even when its binary or directory
+	// is writable by group or others; by default such a driver is refused.
+	AllowWritableBinary bool `yaml:"allowWritableBinary"`
 }
 
 // IsEnabled reports whether the plugin is to be started.

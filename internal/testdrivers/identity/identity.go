@@ -49,6 +49,11 @@ const Marker = "--as-identity-driver"
 // ImpostorKey is the plugin key an unpinned impostor reports.
 const ImpostorKey = "UNPINNED.impostor"
 
+// ImpostorTrailer ends an impostor binary: a copy of a driver binary with these bytes appended
+// runs the same code, but not the pinned bytes. A driver that finds it at the end of its own
+// executable reports ImpostorKey, whatever its flags say.
+const ImpostorTrailer = "\x00identity: not the pinned binary"
+
 // DriverKey is the driverKey of every entry these drivers declare.
 const DriverKey = "identity"
 
@@ -153,6 +158,9 @@ func run(o options) error {
 	}
 
 	d := &driver{key: o.key, declare: true, method: true}
+	if isImpostor(self) {
+		d.key = ImpostorKey
+	}
 	if o.flipflop != "" {
 		odd, err := countStart(o.flipflop)
 		if err != nil {
@@ -162,6 +170,24 @@ func run(o options) error {
 	}
 	driverplugin.Serve(d)
 	return nil
+}
+
+// isImpostor reports whether the executable at path ends with ImpostorTrailer.
+func isImpostor(path string) bool {
+	f, err := os.Open(path)
+	if err != nil {
+		return false
+	}
+	defer func() { _ = f.Close() }()
+	fi, err := f.Stat()
+	if err != nil || fi.Size() < int64(len(ImpostorTrailer)) {
+		return false
+	}
+	tail := make([]byte, len(ImpostorTrailer))
+	if _, err := f.ReadAt(tail, fi.Size()-int64(len(tail))); err != nil {
+		return false
+	}
+	return string(tail) == ImpostorTrailer
 }
 
 // countStart counts one start of the flip-flop driver and tells whether it is odd.

@@ -5,6 +5,7 @@ package pluginhost
 import (
 	"io"
 	"os"
+	"os/user"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -329,4 +330,58 @@ func readPids(tb testing.TB, path string) []int {
 		out = append(out, pid)
 	}
 	return out
+}
+
+// TestLeastPrivilege: a driver runs with no_new_privs and the configured resource limits, and
+// (when the host may switch users) another as the configured user; both still serve.
+func TestLeastPrivilege(t *testing.T) {
+	limited := identityPlugin(t, "limited")
+	limited.NoNewPrivileges = true
+	limited.Limits = Limits{OpenFiles: 200, CPUSeconds: 3600, Processes: 5000}
+	plugins := []PluginConfig{limited}
+	otherUID := -1
+	if nobody, err := user.Lookup("nobody"); err == nil && os.Getuid() == 0 {
+		other := identityPlugin(t, "other-user")
+		other.User, other.NoNewPrivileges = "nobody", true
+		otherUID, _ = strconv.Atoi(nobody.Uid)
+		plugins = append(plugins, other)
+	}
+	h, rec := startHost(t, testConfig(t, plugins...))
+	waitStarted(t, h, rec)
+
+	pid := state(t, h, "limited").Worker.PID
+	status := procFile(t, pid, "status")
+	assert.Contains(t, status, "NoNewPrivs:\t1")
+	assert.Contains(t, status, "Uid:\t"+strconv.Itoa(os.Getuid())+"\t")
+	limits := procFile(t, pid, "limits")
+	for _, want := range []string{`Max open files\s+200\s+200`, `Max cpu time\s+3600\s+3600`, `Max processes\s+5000\s+5000`} {
+		assert.Regexp(t, want, limits)
+	}
+	if otherUID >= 0 {
+		pid := state(t, h, "other-user").Worker.PID
+		status := procFile(t, pid, "status")
+		assert.Contains(t, status, "Uid:\t"+strconv.Itoa(otherUID)+"\t")
+		assert.Contains(t, status, "NoNewPrivs:\t1")
+		t.Logf("driver pid %d runs as uid %d", pid, otherUID)
+	}
+}
+
+// procFile reads /proc/PID/NAME.
+func procFile(tb testing.TB, pid int, name string) string {
+	tb.Helper()
+	b, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(pid), name))
+	require.NoError(tb, err)
+	return string(b)
+}
+
+// TestLeastPrivilegeConfig: an unknown user or group is a field error of the configuration.
+func TestLeastPrivilegeConfig(t *testing.T) {
+	p := identityPlugin(t, "x")
+	p.User = "no-such-user-authz"
+	q := identityPlugin(t, "y")
+	q.Group = "no-such-group-authz"
+	err := testConfig(t, p, q).Validate()
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), `plugins[0].user: no user "no-such-user-authz"`)
+	assert.Contains(t, err.Error(), `plugins[1].user: no group "no-such-group-authz"`)
 }

@@ -81,7 +81,8 @@ func openPinned(path string, want []byte, allowWritable bool) (*pinnedExecutable
 		_ = ro.Close()
 		return nil, warnings, fmt.Errorf("stat the in-memory copy of the plugin binary: %w", err)
 	}
-	if err := unix.Fchmod(int(ro.Fd()), 0o500); err != nil {
+	// Readable and executable by all: a driver may run as another user (PluginConfig.User).
+	if err := unix.Fchmod(int(ro.Fd()), 0o555); err != nil {
 		_ = ro.Close()
 		return nil, warnings, fmt.Errorf("make the in-memory copy executable: %w", err)
 	}

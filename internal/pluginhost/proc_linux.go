@@ -13,6 +13,7 @@ import (
 	"net"
 	"os"
 	"os/exec"
+	"runtime"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -46,6 +47,9 @@ type proc struct {
 	stdout, stderr *os.File // read ends
 	pipesOnce      sync.Once
 
+	noNewPrivs bool
+	limits     Limits
+
 	mu     sync.Mutex // guards pid (before Start returns), killed and family
 	pid    int
 	killed bool
@@ -65,20 +69,32 @@ var _ runner.Runner = (*proc)(nil)
 
 // newProc prepares (does not start) a driver process: spec carries the environment go-plugin
 // built (magic cookie, protocol versions, mTLS certificate, socket directory).
-func newProc(log hclog.Logger, spec *exec.Cmd, exe *pinnedExecutable, name string, args []string, socketDir string, rp *reaper) *proc {
+func newProc(log hclog.Logger, spec *exec.Cmd, exe *pinnedExecutable, cfg PluginConfig, socketDir string, rp *reaper) (*proc, error) {
 	marker := make([]byte, 12)
 	_, _ = rand.Read(marker)
-	p := &proc{log: log, exe: exe, socketDir: socketDir, marker: hex.EncodeToString(marker), reaper: rp, exited: make(chan struct{}), pidfd: -1}
-	cmd := exec.Command(exe.execPath(), args...)
-	cmd.Args[0] = name
+	p := &proc{log: log, exe: exe, socketDir: socketDir, marker: hex.EncodeToString(marker), reaper: rp, exited: make(chan struct{}), pidfd: -1,
+		noNewPrivs: cfg.NoNewPrivileges, limits: cfg.Limits}
+	cmd := exec.Command(exe.execPath(), cfg.Args...)
+	cmd.Args[0] = cfg.Path
 	cmd.Env = append(append([]string{}, spec.Env...), workerMarkerEnv+"="+p.marker)
 	cmd.Stdin = nil // /dev/null: the host's stdin is not the driver's
 	cmd.SysProcAttr = &syscall.SysProcAttr{
 		Setpgid:   true, // its own process group, ended as a whole
 		Pdeathsig: syscall.SIGKILL,
 	}
+	cred, err := resolveCredential(cfg.User, cfg.Group)
+	if err != nil {
+		return nil, err
+	}
+	if cred != nil {
+		cmd.SysProcAttr.Credential = cred
+		// The driver creates its socket in the directory go-plugin made for this start.
+		if err := os.Chown(socketDir, int(cred.Uid), int(cred.Gid)); err != nil {
+			return nil, fmt.Errorf("hand the socket directory to the driver's user: %w", err)
+		}
+	}
 	p.cmd = cmd
-	return p
+	return p, nil
 }
 
 // Start implements runner.Runner.
@@ -100,6 +116,33 @@ func (p *proc) Start(context.Context) error {
 		return err
 	}
 	p.cmd.Stdout, p.cmd.Stderr = outW, errW
+	p.stdout, p.stderr = outR, errR
+	started := make(chan error, 1)
+	go p.run(started)
+	err = <-started
+	_ = outW.Close()
+	_ = errW.Close()
+	if err != nil {
+		_ = outR.Close()
+		_ = errR.Close()
+		return fmt.Errorf("start plugin: %w", err)
+	}
+	return nil
+}
+
+// run starts the driver from a locked OS thread that lives exactly as long as the driver, and
+// then waits for it. Linux ties the parent-death signal to the thread that forked the child, and
+// no_new_privs is set on that thread only (it is inherited by the child); the thread is never
+// unlocked, so the runtime ends it with this goroutine and no other goroutine runs on it.
+func (p *proc) run(started chan<- error) {
+	runtime.LockOSThread()
+	if p.noNewPrivs {
+		if err := unix.Prctl(unix.PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0); err != nil {
+			started <- fmt.Errorf("set no_new_privs: %w", err)
+			return
+		}
+	}
+	var err error
 	for try := 0; ; try++ {
 		err = p.cmd.Start()
 		// A fork elsewhere in the host may briefly hold the copy's writable descriptor open.
@@ -109,20 +152,45 @@ func (p *proc) Start(context.Context) error {
 		time.Sleep(10 * time.Millisecond)
 		p.cmd = cloneCmd(p.cmd)
 	}
-	_ = outW.Close()
-	_ = errW.Close()
 	if err != nil {
-		_ = outR.Close()
-		_ = errR.Close()
-		return fmt.Errorf("start plugin: %w", err)
+		started <- err
+		return
 	}
-	p.stdout, p.stderr = outR, errR
-	p.pid = p.cmd.Process.Pid
+	p.pid = p.cmd.Process.Pid // read by others under p.mu, which Start holds until started
 	// Not reaped yet, so the pid is still this child's.
 	if fd, err := unix.PidfdOpen(p.pid, 0); err == nil {
 		p.pidfd = fd
 	}
-	go p.wait()
+	if err := p.applyLimits(); err != nil {
+		_ = p.cmd.Process.Kill()
+		p.wait()
+		started <- err
+		return
+	}
+	started <- nil
+	p.wait()
+}
+
+// applyLimits sets the configured resource limits on the started driver (prlimit).
+func (p *proc) applyLimits() error {
+	for _, l := range []struct {
+		name     string
+		resource int
+		value    uint64
+	}{
+		{"addressSpaceBytes", unix.RLIMIT_AS, p.limits.AddressSpaceBytes},
+		{"processes", unix.RLIMIT_NPROC, p.limits.Processes},
+		{"openFiles", unix.RLIMIT_NOFILE, p.limits.OpenFiles},
+		{"cpuSeconds", unix.RLIMIT_CPU, p.limits.CPUSeconds},
+	} {
+		if l.value == 0 {
+			continue
+		}
+		rl := unix.Rlimit{Cur: l.value, Max: l.value}
+		if err := unix.Prlimit(p.pid, l.resource, &rl, nil); err != nil {
+			return fmt.Errorf("limits.%s: set %d on the driver: %w", l.name, l.value, err)
+		}
+	}
 	return nil
 }
 
@@ -162,13 +230,15 @@ func (p *proc) alive() bool {
 	}
 	p.fdMu.RLock()
 	defer p.fdMu.RUnlock()
-	if p.fdClosed || p.pidfd < 0 {
+	if p.fdClosed {
 		return false
 	}
-	var info unix.Siginfo
-	err := unix.Waitid(unix.P_PIDFD, p.pidfd, &info, unix.WEXITED|unix.WNOHANG|unix.WNOWAIT, nil)
-	if err != nil || info.Signo != 0 {
-		return false
+	if p.pidfd >= 0 { // without a pidfd (Linux before 5.3), the process table alone decides
+		var info unix.Siginfo
+		err := unix.Waitid(unix.P_PIDFD, p.pidfd, &info, unix.WEXITED|unix.WNOHANG|unix.WNOWAIT, nil)
+		if err != nil || info.Signo != 0 {
+			return false
+		}
 	}
 	// A killed multi-threaded process shows as a zombie before the kernel reports its exit
 	// (its other threads are still being torn down): it runs no code any more, so it is dead.

@@ -45,6 +45,6 @@ func (*proc) checkExecutable() error                         { return errNeedsLi
 func (*proc) Kill(context.Context) error                     { return nil }
 func (*proc) dial(context.Context, string) (net.Conn, error) { return nil, errNeedsLinux }
 
-func newProc(hclog.Logger, *exec.Cmd, *pinnedExecutable, string, []string, string, *reaper) *proc {
-	return &proc{exited: make(chan struct{})}
+func newProc(hclog.Logger, *exec.Cmd, *pinnedExecutable, PluginConfig, string, *reaper) (*proc, error) {
+	return nil, errNeedsLinux
 }

@@ -146,7 +146,10 @@ func (h *Host) startWorker(ctx context.Context, m *managed, generation uint64) (
 		VersionedPlugins: driverplugin.PluginSets,
 		RunnerFunc: func(_ hclog.Logger, spec *exec.Cmd, dir string) (runner.Runner, error) {
 			socketDir = dir
-			pp := newProc(m.log, spec, exe, p.Path, p.Args, dir, h.reaper)
+			pp, err := newProc(m.log, spec, exe, p, dir, h.reaper)
+			if err != nil {
+				return nil, err
+			}
 			pr.Store(pp)
 			return pp, nil
 		},
@@ -178,8 +181,12 @@ func (h *Host) startWorker(ctx context.Context, m *managed, generation uint64) (
 		}
 		_ = pp.Kill(context.Background())
 		pp.release()
-		if pp.state != nil { // safe: Kill has waited for the process to be reaped
-			return pp.state.String()
+		select {
+		case <-pp.exited:
+			if pp.state != nil {
+				return pp.state.String()
+			}
+		default:
 		}
 		return "killed"
 	}

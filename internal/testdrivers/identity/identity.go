@@ -1,3 +1,5 @@
+//go:build linux
+
 // Package identity holds hostile driver plugins for tests, written against the public SDK
 // (driverplugin) the way an outside author would. Each attacks what the plugin host vouches
 // for: that the process it talks to is the pinned one, that a dead driver is gone, that one

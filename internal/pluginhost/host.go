@@ -213,7 +213,28 @@ func (h *Host) Start(ctx context.Context) error {
 		h.wg.Add(1)
 		go h.supervise(ctx, m)
 	}
+	h.wg.Add(1)
+	go h.reapOrphans(ctx)
 	return nil
+}
+
+// orphanReapInterval is how often the host reaps drivers' orphans that ended on their own.
+const orphanReapInterval = time.Second
+
+// reapOrphans reaps, until ctx ends, the zombies the host inherited as a child subreaper from
+// its drivers, so that a driver that leaves short-lived orphans does not fill the process table.
+func (h *Host) reapOrphans(ctx context.Context) {
+	defer h.wg.Done()
+	t := time.NewTicker(orphanReapInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			h.reaper.reapZombies()
+		}
+	}
 }
 
 // Close stops every supervisor, kills every worker and waits until the processes are reaped and

@@ -385,3 +385,23 @@ func TestLeastPrivilegeConfig(t *testing.T) {
 	assert.Contains(t, err.Error(), `plugins[0].user: no user "no-such-user-authz"`)
 	assert.Contains(t, err.Error(), `plugins[1].user: no group "no-such-group-authz"`)
 }
+
+// TestOrphansThatEndAreReaped: the host, a child subreaper, inherits the orphans a driver
+// leaves; those that end on their own while the driver runs are reaped, not left as zombies.
+func TestOrphansThatEndAreReaped(t *testing.T) {
+	h, rec := startHost(t, testConfig(t, identityPlugin(t, "orphaner", "-orphans", "10")))
+	waitStarted(t, h, rec)
+	worker := state(t, h, "orphaner").Worker.PID
+	sawOrphan := false
+	waitFor(t, 30*time.Second, "every orphan ended and reaped", func() bool {
+		n := 0
+		for _, pid := range childProcesses(t) {
+			if pid != worker {
+				n++
+				sawOrphan = true
+			}
+		}
+		return sawOrphan && n == 0
+	})
+	assert.Equal(t, worker, state(t, h, "orphaner").Worker.PID, "the driver itself still runs")
+}

@@ -157,6 +157,9 @@ func (p *proc) run(started chan<- error) {
 		return
 	}
 	p.pid = p.cmd.Process.Pid // read by others under p.mu, which Start holds until started
+	if p.reaper != nil {
+		p.reaper.started(p.pid)
+	}
 	// Not reaped yet, so the pid is still this child's.
 	if fd, err := unix.PidfdOpen(p.pid, 0); err == nil {
 		p.pidfd = fd

@@ -20,7 +20,10 @@ import (
 // the host can still end it and must reap it.
 type reaper struct {
 	self int
-	mu   sync.Mutex // one sweep at a time
+
+	mu     sync.Mutex   // one sweep at a time; guards groups and seen
+	groups map[int]bool // pids of the drivers started: each leads its own process group
+	seen   map[int]bool // host children seen alive with a worker marker (orphans of drivers)
 }
 
 var subreaperOnce sync.Once
@@ -30,7 +33,61 @@ func newReaper() *reaper {
 	subreaperOnce.Do(func() {
 		_ = unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
 	})
-	return &reaper{self: os.Getpid()}
+	return &reaper{self: os.Getpid(), groups: map[int]bool{}, seen: map[int]bool{}}
+}
+
+// started records a driver process: its process group is a driver's.
+func (r *reaper) started(pid int) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.groups[pid] = true
+}
+
+// reapZombies reaps the host's zombie children that came from drivers: orphans that ended on
+// their own while their driver ran (members of a driver's process group, or seen alive with a
+// worker marker). A driver process itself is reaped by its own wait, and any other child is
+// left to whoever started it.
+func (r *reaper) reapZombies() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	table := processTable()
+	present := map[int]bool{}
+	for _, p := range table {
+		present[p.pid], present[p.pgid] = true, true
+		if p.ppid != r.self || r.groups[p.pid] {
+			continue
+		}
+		if !p.zombie {
+			if !r.seen[p.pid] && hasAnyMarker(p.pid) {
+				r.seen[p.pid] = true
+			}
+			continue
+		}
+		if r.groups[p.pgid] || r.seen[p.pid] {
+			var ws unix.WaitStatus
+			_, _ = unix.Wait4(p.pid, &ws, unix.WNOHANG, nil)
+			delete(r.seen, p.pid)
+		}
+	}
+	for pid := range r.seen {
+		if !present[pid] {
+			delete(r.seen, pid)
+		}
+	}
+	for pid := range r.groups {
+		if !present[pid] { // neither the driver nor any member of its group is left
+			delete(r.groups, pid)
+		}
+	}
+}
+
+// hasAnyMarker reports whether process pid carries a worker marker in its environment.
+func hasAnyMarker(pid int) bool {
+	env, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(pid), "environ"))
+	if err != nil {
+		return false
+	}
+	return bytes.Contains(env, []byte("\x00"+workerMarkerEnv+"=")) || bytes.HasPrefix(env, []byte(workerMarkerEnv+"="))
 }
 
 // procInfo is one line of the process table.

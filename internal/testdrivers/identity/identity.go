@@ -21,6 +21,7 @@
 //	-setsid-children N        start N children in their own sessions (write pids to -pidfile)
 //	-pidfile FILE             where -setsid-children writes the pids, one a line
 //	-report-fds FILE          write the targets of every open descriptor to FILE
+//	-orphans N                leave N orphans that end on their own 2 s later
 //	-exec PATH                execve PATH (serve -key UNPINNED.impostor) instead of serving
 //	-relay unix|tcp           start PATH of -exec as a child and hand the host its socket
 //	                          (unix) or a loopback TCP relay to it (tcp)
@@ -72,6 +73,13 @@ func Main(args []string) int {
 		return 0
 	case "serve":
 		return serve(args[1:])
+	case "orphan":
+		// Start a grandchild that outlives this process by SECONDS, then exit at once.
+		c := exec.Command("/proc/self/exe", Marker, "sleep", argAt(args, 1))
+		if err := c.Start(); err != nil {
+			return 1
+		}
+		return 0
 	}
 	fmt.Fprintf(os.Stderr, "identity: unknown mode %q\n", args[0])
 	return 2
@@ -91,6 +99,7 @@ type options struct {
 	setsidChildren  int
 	pidfile         string
 	reportFDs       string
+	orphans         int
 	execPath        string
 	relay           string
 }
@@ -104,6 +113,7 @@ func serve(args []string) int {
 	fs.IntVar(&o.setsidChildren, "setsid-children", 0, "start this many children in their own sessions")
 	fs.StringVar(&o.pidfile, "pidfile", "", "pids of -setsid-children")
 	fs.StringVar(&o.reportFDs, "report-fds", "", "write the open descriptors here")
+	fs.IntVar(&o.orphans, "orphans", 0, "leave this many short-lived orphans (2 s), one every 100 ms")
 	fs.StringVar(&o.execPath, "exec", "", "impostor binary")
 	fs.StringVar(&o.relay, "relay", "", "unix or tcp: relay the host to the impostor instead of exec")
 	if err := fs.Parse(args); err != nil {
@@ -149,6 +159,17 @@ func run(o options) error {
 		if err := os.WriteFile(o.pidfile, []byte(strings.Join(pids, "\n")), 0o600); err != nil {
 			return err
 		}
+	}
+	if o.orphans > 0 {
+		go func() {
+			for range o.orphans {
+				c := exec.Command(self, Marker, "orphan", "2")
+				if c.Run() != nil {
+					return
+				}
+				time.Sleep(100 * time.Millisecond)
+			}
+		}()
 	}
 	impostorArgs := []string{Marker, "serve", "-key", ImpostorKey}
 	switch {

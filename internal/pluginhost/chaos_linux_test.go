@@ -241,8 +241,14 @@ func TestChaos(t *testing.T) {
 			flipGrants++
 		}
 	}
-	t.Logf("chaos: %d decisions, %d grants (%d false), %d kills, %d restarts of the flip-flop driver, longest kill-to-first-deny %s",
-		len(decisions), grants, falseGrants, len(kills), state(t, h, "flipflop").Restarts, worst)
+	durations := make([]time.Duration, 0, len(decisions))
+	for _, d := range decisions {
+		durations = append(durations, d.end.Sub(d.start))
+	}
+	slices.Sort(durations)
+	t.Logf("chaos: %d decisions, %d grants (%d false), %d kills, %d restarts of the flip-flop driver, longest kill-to-first-deny %s (decision time median %s, max %s)",
+		len(decisions), grants, falseGrants, len(kills), state(t, h, "flipflop").Restarts, worst,
+		durations[len(durations)/2], durations[len(durations)-1])
 	assert.Zero(t, falseGrants)
 	assert.Zero(t, flipGrants)
 	assert.Positive(t, grants, "the honest drivers should have granted between kills")

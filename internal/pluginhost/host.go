@@ -7,6 +7,12 @@
 // A worker is the live process of a plugin. Each successful start gets a new generation number
 // (1, 2, 3, …) and re-reads the plugin's manifest and methods; a worker that exits is gone at
 // once, so a decision never reads methods of a dead process.
+//
+// On Linux the host executes a sealed in-memory copy of exactly the bytes it hashed, talks to a
+// worker only over the unix socket that worker itself serves (SO_PEERCRED), publishes it only
+// while it still runs that copy, watches it by pidfd rather than by its pipes, runs it in its own
+// process group and, as a child subreaper, ends and reaps its descendants (docs/drivers.md,
+// "What the pin and the host vouch for").
 package pluginhost
 
 import (

@@ -313,6 +313,12 @@ func resolvePlugins(in []server.PluginConfig) ([]pluginhost.PluginConfig, error)
 		}
 		out = append(out, pluginhost.PluginConfig{
 			ID: p.ID, Key: p.Key, Path: path, SHA256: strings.ToLower(sum), Args: p.Args, Enabled: p.Enabled,
+			AllowWritableBinary: p.AllowWritableBinary,
+			User:                p.User, Group: p.Group, NoNewPrivileges: p.NoNewPrivileges,
+			ResourceLimits: pluginhost.ResourceLimits{
+				AddressSpaceBytes: p.Limits.AddressSpaceBytes, Processes: p.Limits.Processes,
+				OpenFiles: p.Limits.OpenFiles, CPUSeconds: p.Limits.CPUSeconds,
+			},
 		})
 	}
 	return out, nil

@@ -177,10 +177,9 @@ decision := {"allow": true, "code": "", "message": "", "reasons": [], "capabilit
 
 type emptyFacts struct{}
 
-func (emptyFacts) Plugin(string) (map[string]any, bool)          { return nil, false }
-func (emptyFacts) Worker(string) (snapshot.Worker, bool)         { return snapshot.Worker{}, false }
+func (emptyFacts) Plugin(string) (snapshot.PluginFacts, bool)    { return snapshot.PluginFacts{}, false }
 func (emptyFacts) BuiltinProvider(string) (map[string]any, bool) { return nil, false }
-func (emptyFacts) ConfigValid(context.Context, string, snapshot.Worker, string, any) (bool, error) {
+func (emptyFacts) ConfigValid(context.Context, string, *snapshot.Worker, string, any) (bool, error) {
 	return false, nil
 }
 

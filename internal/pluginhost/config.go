@@ -4,7 +4,11 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"os"
+	"os/user"
 	"path/filepath"
+	"strconv"
+	"syscall"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
@@ -35,6 +39,38 @@ type PluginConfig struct {
 	Args []string `json:"args,omitempty"`
 	// Enabled turns the plugin off when false; nil means enabled.
 	Enabled *bool `json:"enabled,omitempty"`
+	// AllowWritableBinary starts the plugin (with a loud warning at every start) even when its
+	// binary or the directory holding it is writable by group or others. By default the host
+	// refuses: whoever can write there can replace the driver.
+	AllowWritableBinary bool `json:"allowWritableBinary,omitempty"`
+
+	// Least privilege, all optional (Linux). See docs/drivers.md for the trade-offs.
+
+	// User and Group run the driver as this user and group (a name or a numeric id), with no
+	// supplementary groups. Empty means the host's. Switching needs the privilege to (root, or
+	// CAP_SETUID and CAP_SETGID). With User alone, the group is the user's primary group.
+	User  string `json:"user,omitempty"`
+	Group string `json:"group,omitempty"`
+	// NoNewPrivileges sets no_new_privs on the driver: neither it nor anything it executes can
+	// gain privileges (setuid binaries, file capabilities).
+	NoNewPrivileges bool `json:"noNewPrivileges,omitempty"`
+	// ResourceLimits are resource limits of the driver process; a zero field leaves the host's limit.
+	ResourceLimits ResourceLimits `json:"limits,omitzero"`
+}
+
+// ResourceLimits are per-driver resource limits (setrlimit), applied to the driver process right after
+// it starts; its children inherit them.
+type ResourceLimits struct {
+	// AddressSpaceBytes is RLIMIT_AS: the driver's virtual memory, in bytes.
+	AddressSpaceBytes uint64 `json:"addressSpaceBytes,omitempty"`
+	// Processes is RLIMIT_NPROC: counted per user, so it bounds every process of the driver's
+	// user, not the driver's alone; ignored by the kernel for root.
+	Processes uint64 `json:"processes,omitempty"`
+	// OpenFiles is RLIMIT_NOFILE: descriptors the driver may hold open.
+	OpenFiles uint64 `json:"openFiles,omitempty"`
+	// CPUSeconds is RLIMIT_CPU: CPU time in seconds, after which the kernel ends the driver
+	// (the supervisor then restarts it).
+	CPUSeconds uint64 `json:"cpuSeconds,omitempty"`
 }
 
 // IsEnabled reports whether the plugin is enabled (Enabled nil or true).
@@ -64,6 +100,9 @@ type Config struct {
 	Limits Limits
 	// Logger receives the host's log and every plugin's stderr. Nil means hclog's default logger.
 	Logger hclog.Logger
+	// SocketDir is where each worker start gets a private directory for its unix socket
+	// (removed when the worker ends, and after a failed start). Empty means os.TempDir().
+	SocketDir string
 }
 
 // DefaultConfig returns a configuration with no plugins and every default set.
@@ -130,6 +169,9 @@ func (c Config) Validate() error {
 		case !filepath.IsAbs(p.Path):
 			fail(field+".path", "%q must be an absolute path", p.Path)
 		}
+		if _, err := resolveCredential(p.User, p.Group); err != nil {
+			fail(field+".user", "%v", err)
+		}
 		switch {
 		case p.SHA256 == "" && c.InsecureSkipPinCheck:
 			// Allowed in development only; Start warns.
@@ -179,4 +221,41 @@ func orPlaceholder(path string) string {
 		return "PATH"
 	}
 	return path
+}
+
+// resolveCredential resolves user and group (names or numeric ids) to the credential a driver
+// runs with; nil when both are empty.
+func resolveCredential(userName, groupName string) (*syscall.Credential, error) {
+	if userName == "" && groupName == "" {
+		return nil, nil
+	}
+	cred := &syscall.Credential{Uid: uint32(os.Getuid()), Gid: uint32(os.Getgid()), Groups: []uint32{}}
+	if userName != "" {
+		u, err := user.Lookup(userName)
+		if err != nil {
+			if u, err = user.LookupId(userName); err != nil {
+				return nil, fmt.Errorf("no user %q", userName)
+			}
+		}
+		uid, err1 := strconv.ParseUint(u.Uid, 10, 32)
+		gid, err2 := strconv.ParseUint(u.Gid, 10, 32)
+		if err1 != nil || err2 != nil {
+			return nil, fmt.Errorf("user %q has no numeric uid and gid", userName)
+		}
+		cred.Uid, cred.Gid = uint32(uid), uint32(gid)
+	}
+	if groupName != "" {
+		g, err := user.LookupGroup(groupName)
+		if err != nil {
+			if g, err = user.LookupGroupId(groupName); err != nil {
+				return nil, fmt.Errorf("no group %q", groupName)
+			}
+		}
+		gid, err := strconv.ParseUint(g.Gid, 10, 32)
+		if err != nil {
+			return nil, fmt.Errorf("group %q has no numeric gid", groupName)
+		}
+		cred.Gid = uint32(gid)
+	}
+	return cred, nil
 }

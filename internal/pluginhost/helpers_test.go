@@ -21,6 +21,7 @@ import (
 
 	"github.com/authz-dev/authz/examples/exampledriver"
 	"github.com/authz-dev/authz/internal/testdrivers/bounds"
+	"github.com/authz-dev/authz/internal/testdrivers/identity"
 )
 
 // asDriver is the first argument that makes the test binary run as the example driver. The
@@ -37,6 +38,9 @@ func TestMain(m *testing.M) {
 	}
 	if len(os.Args) > 1 && os.Args[1] == asBoundsDriver {
 		os.Exit(bounds.Main(os.Args[2:]))
+	}
+	if len(os.Args) > 1 && os.Args[1] == identity.Marker {
+		os.Exit(identity.Main(os.Args[2:]))
 	}
 	if len(os.Args) > 1 && os.Args[1] == asHost {
 		os.Exit(runAsHost())
@@ -83,6 +87,13 @@ func boundsPlugin(tb testing.TB, id string, flags ...string) PluginConfig {
 	tb.Helper()
 	path, sum := selfBinary(tb)
 	return PluginConfig{ID: id, Path: path, SHA256: sum, Args: append([]string{asBoundsDriver}, flags...)}
+}
+
+// identityPlugin configures the test binary as a hostile identity driver (serve mode).
+func identityPlugin(tb testing.TB, id string, flags ...string) PluginConfig {
+	tb.Helper()
+	path, sum := selfBinary(tb)
+	return PluginConfig{ID: id, Path: path, SHA256: sum, Args: append([]string{identity.Marker, "serve"}, flags...)}
 }
 
 // testConfig is a configuration with short back-offs for tests.

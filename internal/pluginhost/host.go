@@ -7,6 +7,12 @@
 // A worker is the live process of a plugin. Each successful start gets a new generation number
 // (1, 2, 3, …) and re-reads the plugin's manifest and methods; a worker that exits is gone at
 // once, so a decision never reads methods of a dead process.
+//
+// On Linux the host executes a sealed in-memory copy of exactly the bytes it hashed, talks to a
+// worker only over the unix socket that worker itself serves (SO_PEERCRED), publishes it only
+// while it still runs that copy, watches it by pidfd rather than by its pipes, runs it in its own
+// process group and, as a child subreaper, ends and reaps its descendants (docs/drivers.md,
+// "What the pin and the host vouch for").
 package pluginhost
 
 import (
@@ -65,7 +71,8 @@ type Host struct {
 	cacheMu sync.Mutex
 	cache   map[configKey]bool
 
-	keyMu sync.RWMutex // held to change a plugin's key (publishReady) and to list every key
+	keyMu  sync.RWMutex // held to change a plugin's key (publishReady) and to list every key
+	reaper *reaper      // ends the descendants of drivers
 }
 
 var _ snapshot.Facts = (*Host)(nil)
@@ -90,6 +97,10 @@ type pluginView struct {
 	drivers   []driverplugin.EnvironmentDriver // last valid manifest
 	restarts  uint64
 	worker    *worker // nil: no live worker
+
+	// record is the plugin record rendered from status, key and drivers when the view was
+	// published: one generation's record, shared by every decision that reads this view.
+	record map[string]any
 }
 
 // worker is one live process of a plugin.
@@ -99,20 +110,15 @@ type worker struct {
 	startedAt  time.Time
 	methods    []string
 	driver     driverplugin.Driver
-	done       <-chan struct{} // closed when the process has exited
-	guard      *guard          // ends the process when the driver abuses the host
+	guard      *guard // ends the process when the driver abuses the host
+	proc       *proc
+	done       <-chan struct{}  // closed when the process has exited
+	facts      *snapshot.Worker // what decisions read, rendered once
 }
 
-// alive reports whether the process still runs. A worker whose process exited is gone at once,
-// even before its supervisor has noticed.
-func (w *worker) alive() bool {
-	select {
-	case <-w.done:
-		return false
-	default:
-		return true
-	}
-}
+// alive reports whether the process still runs, asking the kernel (a pidfd) without blocking:
+// a worker whose process exited is gone at once, even before its supervisor has noticed.
+func (w *worker) alive() bool { return w.proc.alive() }
 
 type configKey struct {
 	pluginID   string
@@ -170,7 +176,7 @@ func New(cfg Config) (*Host, error) {
 		if !m.enabled {
 			status = StatusDisabled
 		}
-		m.state.Store(&pluginView{status: status})
+		m.state.Store(&pluginView{status: status, record: renderPlugin(p.ID, &pluginView{status: status})})
 		h.plugins = append(h.plugins, m)
 		h.byID[p.ID] = m
 	}
@@ -207,6 +213,8 @@ func (h *Host) Start(ctx context.Context) error {
 		return errors.New("plugin host already started")
 	}
 	h.started = true
+	closeInheritedOnExec()
+	h.reaper = newReaper()
 	ctx, h.cancel = context.WithCancel(ctx)
 	for _, m := range h.plugins {
 		if !m.enabled {
@@ -215,7 +223,28 @@ func (h *Host) Start(ctx context.Context) error {
 		h.wg.Add(1)
 		go h.supervise(ctx, m)
 	}
+	h.wg.Add(1)
+	go h.reapOrphans(ctx)
 	return nil
+}
+
+// orphanReapInterval is how often the host reaps drivers' orphans that ended on their own.
+const orphanReapInterval = time.Second
+
+// reapOrphans reaps, until ctx ends, the zombies the host inherited as a child subreaper from
+// its drivers, so that a driver that leaves short-lived orphans does not fill the process table.
+func (h *Host) reapOrphans(ctx context.Context) {
+	defer h.wg.Done()
+	t := time.NewTicker(orphanReapInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			h.reaper.reapZombies()
+		}
+	}
 }
 
 // Close stops every supervisor, kills every worker and waits until the processes are reaped and
@@ -272,15 +301,23 @@ func (h *Host) WaitStarted(ctx context.Context) error {
 	return nil
 }
 
-// Plugin implements snapshot.Facts. It reads the current state without calling the plugin.
-func (h *Host) Plugin(id string) (map[string]any, bool) {
+// Plugin implements snapshot.Facts: one load of the plugin's current view gives its record and
+// its worker, both of one generation. It calls no plugin and copies nothing: the record was
+// rendered when the view was published, and a worker whose process has exited is left out.
+func (h *Host) Plugin(id string) (snapshot.PluginFacts, bool) {
 	m, ok := h.byID[id]
 	if !ok {
-		return nil, false
+		return snapshot.PluginFacts{}, false
 	}
-	return renderPlugin(id, m.state.Load()), true
+	v := m.state.Load()
+	pf := snapshot.PluginFacts{Record: v.record}
+	if w := v.worker; w != nil && w.alive() {
+		pf.Worker = w.facts
+	}
+	return pf, true
 }
 
+// renderPlugin renders the plugin record of a view.
 func renderPlugin(id string, v *pluginView) map[string]any {
 	entries := make([]any, 0, len(v.drivers))
 	for _, e := range v.drivers {
@@ -302,18 +339,14 @@ func renderPlugin(id string, v *pluginView) map[string]any {
 	}
 }
 
-// Worker implements snapshot.Facts: the plugin's live worker, or false when none runs. A worker
-// whose process has exited is reported gone at once.
-func (h *Host) Worker(pluginID string) (snapshot.Worker, bool) {
-	m, ok := h.byID[pluginID]
-	if !ok {
-		return snapshot.Worker{}, false
+// Worker returns the plugin's live worker, or false when none runs. It is for status displays
+// and tests; a decision reads the plugin and its worker together through Plugin.
+func (h *Host) Worker(pluginID string) (*snapshot.Worker, bool) {
+	pf, ok := h.Plugin(pluginID)
+	if !ok || pf.Worker == nil {
+		return nil, false
 	}
-	w := m.state.Load().worker
-	if w == nil || !w.alive() {
-		return snapshot.Worker{}, false
-	}
-	return snapshot.Worker{Generation: w.generation, SupportedMethods: slices.Clone(w.methods)}, true
+	return pf.Worker, true
 }
 
 // BuiltinProvider implements snapshot.Facts.
@@ -331,10 +364,13 @@ func (h *Host) BuiltinProvider(key string) (map[string]any, bool) {
 // time-outs are not cached. A worker other than the running one, an error or a time-out is
 // "not valid" (false with the error). A config that is not a JSON object is not valid, without
 // asking the driver.
-func (h *Host) ConfigValid(ctx context.Context, pluginID string, w snapshot.Worker, driverKey string, config any) (bool, error) {
+func (h *Host) ConfigValid(ctx context.Context, pluginID string, w *snapshot.Worker, driverKey string, config any) (bool, error) {
 	m, ok := h.byID[pluginID]
 	if !ok {
 		return false, fmt.Errorf("%w: %q", ErrUnknownPlugin, pluginID)
+	}
+	if w == nil {
+		return false, fmt.Errorf("%w: plugin %q", ErrNoWorker, pluginID)
 	}
 	cfg, ok := config.(map[string]any)
 	if !ok {
@@ -420,7 +456,7 @@ func (h *Host) FactsFile() snapshot.File {
 	}
 	for _, m := range h.plugins {
 		v := m.state.Load()
-		f.Plugins = append(f.Plugins, renderPlugin(m.cfg.ID, v))
+		f.Plugins = append(f.Plugins, v.record)
 		if w := v.worker; w != nil && w.alive() {
 			methods := make([]any, len(w.methods))
 			for i, s := range w.methods {
@@ -441,6 +477,7 @@ func (m *managed) update(change func(v *pluginView)) {
 	defer m.updateMu.Unlock()
 	next := *m.state.Load()
 	change(&next)
+	next.record = renderPlugin(m.cfg.ID, &next)
 	m.state.Store(&next)
 }
 

@@ -187,8 +187,9 @@ func TestHandshakeAndReady(t *testing.T) {
 	assert.True(t, processExists(st.Worker.PID))
 	assert.Contains(t, childProcesses(t), st.Worker.PID)
 
-	p, ok := h.Plugin("test.plugin")
+	pf, ok := h.Plugin("test.plugin")
 	require.True(t, ok)
+	p := pf.Record
 	assert.Equal(t, map[string]any{
 		"id": "test.plugin", "key": "example.sandbox", "status": "ready",
 		"manifest": map[string]any{"environmentDrivers": []any{map[string]any{
@@ -199,14 +200,18 @@ func TestHandshakeAndReady(t *testing.T) {
 
 	w, ok := h.Worker("test.plugin")
 	require.True(t, ok)
-	assert.Equal(t, snapshot.Worker{Generation: 1, SupportedMethods: exampledriver.DefaultMethods}, w)
+	assert.Same(t, pf.Worker, w, "one rendered worker per generation")
+	assert.Equal(t, uint64(1), w.Generation)
+	assert.Equal(t, exampledriver.DefaultMethods, w.SupportedMethods)
+	assert.True(t, w.Alive())
 
 	off := state(t, h, "off")
 	assert.Equal(t, StatusDisabled, off.Status)
 	assert.Nil(t, off.Worker)
-	p, ok = h.Plugin("off")
+	pf, ok = h.Plugin("off")
 	require.True(t, ok)
-	assert.Equal(t, map[string]any{"id": "off", "key": "", "status": "disabled", "manifest": map[string]any{"environmentDrivers": []any{}}}, p)
+	assert.Nil(t, pf.Worker)
+	assert.Equal(t, map[string]any{"id": "off", "key": "", "status": "disabled", "manifest": map[string]any{"environmentDrivers": []any{}}}, pf.Record)
 	_, ok = h.Worker("off")
 	assert.False(t, ok)
 
@@ -234,12 +239,12 @@ func TestHandshakeAndReady(t *testing.T) {
 		file, fileOK := ff.Plugin(id)
 		require.Equal(t, liveOK, fileOK, id)
 		if liveOK {
-			assert.Equal(t, mustJSON(t, live), mustJSON(t, file), id)
+			assert.Equal(t, mustJSON(t, live.Record), mustJSON(t, file.Record), id)
+			require.Equal(t, live.Worker == nil, file.Worker == nil, id)
+			if live.Worker != nil {
+				assert.Equal(t, live.Worker.SupportedMethods, file.Worker.SupportedMethods, id)
+			}
 		}
-		lw, lwOK := h.Worker(id)
-		fw, fwOK := ff.Worker(id)
-		require.Equal(t, lwOK, fwOK, id)
-		assert.Equal(t, lw.SupportedMethods, fw.SupportedMethods, id)
 	}
 	fb, ok := ff.BuiltinProvider("fake")
 	require.True(t, ok)
@@ -282,7 +287,7 @@ func TestPinMismatchRefused(t *testing.T) {
 	_, ok := h.Worker("pinned")
 	assert.False(t, ok)
 	pl, _ := h.Plugin("pinned")
-	assert.Equal(t, "error", pl["status"])
+	assert.Equal(t, "error", pl.Record["status"])
 
 	// It keeps being retried with back-off, and never runs.
 	waitFor(t, 30*time.Second, "a retry", func() bool { return state(t, h, "pinned").Restarts >= 2 })
@@ -325,10 +330,10 @@ func TestCrashIsNoticedAtOnceAndRestarted(t *testing.T) {
 	// Its methods are gone: nothing of the dead worker is reported anywhere.
 	_, inFile := h.FactsFile().Workers["crashy"]
 	assert.False(t, inFile)
-	_, err := h.ConfigValid(t.Context(), "crashy", snapshot.Worker{Generation: first.Generation}, "example", map[string]any{})
+	_, err := h.ConfigValid(t.Context(), "crashy", snapshot.NewWorker(first.Generation, nil, nil), "example", map[string]any{})
 	require.Error(t, err)
 
-	var w snapshot.Worker
+	var w *snapshot.Worker
 	back := waitFor(t, 30*time.Second, "a restarted worker", func() bool {
 		var ok bool
 		w, ok = h.Worker("crashy")
@@ -433,7 +438,7 @@ func TestInvalidManifestIsRefused(t *testing.T) {
 			_, ok := h.Worker("liar")
 			assert.False(t, ok)
 			p, _ := h.Plugin("liar")
-			assert.Equal(t, map[string]any{"environmentDrivers": []any{}}, p["manifest"], "an invalid manifest is never published")
+			assert.Equal(t, map[string]any{"environmentDrivers": []any{}}, p.Record["manifest"], "an invalid manifest is never published")
 		})
 	}
 }
@@ -496,7 +501,7 @@ func TestConfigValid(t *testing.T) {
 		assert.True(t, ok)
 	})
 	t.Run("wrong generation", func(t *testing.T) {
-		valid, err := h.ConfigValid(t.Context(), "strict", snapshot.Worker{Generation: 7}, "example", map[string]any{})
+		valid, err := h.ConfigValid(t.Context(), "strict", snapshot.NewWorker(7, nil, nil), "example", map[string]any{})
 		assert.False(t, valid)
 		require.ErrorIs(t, err, ErrStaleWorker)
 	})
@@ -567,7 +572,7 @@ func TestConfigValidCachePerGeneration(t *testing.T) {
 	require.Error(t, err)
 	require.False(t, valid)
 
-	var w2 snapshot.Worker
+	var w2 *snapshot.Worker
 	waitFor(t, 30*time.Second, "generation 2", func() bool {
 		w2, ok = h.Worker("gen")
 		return ok && w2.Generation == 2

@@ -1,7 +1,6 @@
 package pluginhost
 
 import (
-	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -9,16 +8,21 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"os"
 	"os/exec"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"time"
 
+	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/go-plugin"
+	"github.com/hashicorp/go-plugin/runner"
 	"google.golang.org/grpc"
 
 	"github.com/authz-dev/authz/driverplugin"
+	"github.com/authz-dev/authz/internal/snapshot"
 )
 
 // supervise runs one plugin until ctx ends: start a worker, wait for it to exit, restart it
@@ -110,47 +114,71 @@ func (b *backoff) step() time.Duration {
 func (b *backoff) reset() { b.next = b.min }
 
 // startWorker starts one worker process and, once it is fully set up (handshake, Describe,
-// SupportedMethods, valid manifest), publishes it as the plugin's ready worker with the given
-// generation. stop kills it (gracefully first) and returns how the process ended.
+// SupportedMethods, valid manifest, still the pinned executable), publishes it as the plugin's
+// ready worker with the given generation. stop ends it and every descendant (gracefully first)
+// and returns how the process ended.
+//
+// What runs is a sealed in-memory copy of the bytes whose digest was checked (openPinned); the
+// host talks to it only over the unix socket it announced, only when the peer of that socket is
+// the worker's own pid, and publishes it only while /proc/PID/exe is still that copy.
 func (h *Host) startWorker(ctx context.Context, m *managed, generation uint64) (_ *worker, stop func() string, err error) {
 	p := m.cfg
 	lim := h.cfg.Limits
 	deadline := time.Now().Add(h.cfg.StartTimeout)
 
-	var secure *plugin.SecureConfig
+	var want []byte
 	if h.cfg.InsecureSkipPinCheck {
 		m.log.Warn("INSECURE: starting a plugin binary WITHOUT checking its SHA-256 pin (InsecureSkipPinCheck); "+
 			"whatever binary is at this path runs with the host's trust. Never use this in production.", "path", p.Path)
 	} else {
-		want, _ := hex.DecodeString(p.SHA256) // Validate checked the format
-		got, err := fileSHA256(p.Path)
-		if err != nil {
-			return nil, nil, fmt.Errorf("cannot hash plugin binary for its sha256 pin: %w", err)
-		}
-		if !bytes.Equal(got, want) {
-			return nil, nil, fmt.Errorf("sha256 mismatch for %s: got %x, configured %s (refusing to start it; if the binary was upgraded on purpose, configure its new sha256)",
-				p.Path, got, strings.ToLower(p.SHA256))
-		}
-		// go-plugin checks the pin again right before it starts the binary.
-		secure = &plugin.SecureConfig{Checksum: want, Hash: sha256.New()}
+		want, _ = hex.DecodeString(p.SHA256) // Validate checked the format
 	}
+	exe, warnings, err := openPinned(p.Path, want, p.AllowWritableBinary)
+	for _, w := range warnings {
+		m.log.Warn("INSECURE: "+w+"; anyone who can write there can replace the driver (allowWritableBinary is set)", "path", p.Path)
+	}
+	if err != nil {
+		return nil, nil, err
+	}
+	defer func() { _ = exe.Close() }()
 
-	// go-plugin's Start cannot be interrupted, so the process is tied to procCtx: while the
-	// worker starts, the host closing kills it at once; afterwards stop() ends it gracefully.
-	procCtx, killProcess := context.WithCancel(context.Background())
-	cmd := exec.CommandContext(procCtx, p.Path, p.Args...)
-	setParentDeathSignal(cmd)
-	abortStart := context.AfterFunc(ctx, killProcess)
+	var (
+		pr        atomic.Pointer[proc]
+		socketDir string
+	)
+	// A driver that abuses the host (see refuseBroker) is ended through g.
 	g := &guard{}
-	g.setKill(killProcess)
-
+	g.setKill(func() {
+		if pp := pr.Load(); pp != nil {
+			_ = pp.Kill(context.Background())
+		}
+	})
 	client := plugin.NewClient(&plugin.ClientConfig{
 		HandshakeConfig:  driverplugin.Handshake,
 		VersionedPlugins: driverplugin.PluginSets,
-		Cmd:              cmd,
+		RunnerFunc: func(_ hclog.Logger, spec *exec.Cmd, dir string) (runner.Runner, error) {
+			socketDir = dir
+			pp, err := newProc(m.log, spec, exe, p, dir, h.reaper)
+			if err != nil {
+				return nil, err
+			}
+			pr.Store(pp)
+			return pp, nil
+		},
+		UnixSocketConfig: &plugin.UnixSocketConfig{TempDir: h.cfg.SocketDir},
+		GRPCDialOptions: []grpc.DialOption{
+			grpc.WithContextDialer(func(ctx context.Context, addr string) (net.Conn, error) {
+				pp := pr.Load()
+				if pp == nil {
+					return nil, errors.New("no driver process")
+				}
+				return pp.dial(ctx, addr)
+			}),
+			grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(lim.MaxMessageBytes)),
+			grpc.WithStreamInterceptor(refuseBroker(m.log, g, lim.MaxBrokerMessages)),
+		},
 		AllowedProtocols: []plugin.Protocol{plugin.ProtocolGRPC},
 		AutoMTLS:         true,
-		SecureConfig:     secure,
 		SkipHostEnv:      true,
 		StartTimeout:     h.cfg.StartTimeout,
 		// go-plugin's own messages; the driver's output is relayed by m.dlog, within Limits.
@@ -158,40 +186,63 @@ func (h *Host) startWorker(ctx context.Context, m *managed, generation uint64) (
 		Stderr:     m.dlog.writer("stderr"),
 		SyncStdout: m.dlog.writer("stdout"), // what the driver prints after the handshake
 		SyncStderr: m.dlog.writer("stderr"),
-		GRPCDialOptions: []grpc.DialOption{
-			grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(lim.MaxMessageBytes)),
-			grpc.WithStreamInterceptor(refuseBroker(m.log, g, lim.MaxBrokerMessages)),
-		},
 	})
 	kill := func() string {
 		defer m.dlog.flush()
+		pp := pr.Load()
+		if pp != nil {
+			pp.endDescendants() // while the driver lives, its tree is intact
+		}
 		client.Kill()
-		killProcess()
-		if cmd.ProcessState != nil { // safe: Kill has waited for the process to be reaped
-			return cmd.ProcessState.String()
+		if pp == nil {
+			return "killed"
+		}
+		_ = pp.Kill(context.Background())
+		pp.release()
+		select {
+		case <-pp.exited:
+			if pp.state != nil {
+				return pp.state.String()
+			}
+		default:
 		}
 		return "killed"
 	}
+	// go-plugin's Start cannot be interrupted: the host closing kills the process at once.
+	abortStart := context.AfterFunc(ctx, func() {
+		if pp := pr.Load(); pp != nil {
+			_ = pp.Kill(context.Background())
+		}
+	})
 	setUp := false
 	defer func() {
 		abortStart()
 		if !setUp {
-			client.Kill()
-			killProcess()
-			m.dlog.flush()
+			kill()
+			if socketDir != "" {
+				_ = os.RemoveAll(socketDir) // go-plugin leaves it when the process never started
+			}
 			if why := g.why(); why != "" {
 				err = fmt.Errorf("%s (%w)", why, err)
 			}
 		}
 	}()
+	refused := func(err error) error {
+		if pp := pr.Load(); pp != nil {
+			if why := pp.refused(); why != nil {
+				return why
+			}
+		}
+		return err
+	}
 
 	rpcClient, err := client.Client()
 	if err != nil {
-		return nil, nil, explainStartError(err, h.cfg.StartTimeout)
+		return nil, nil, refused(explainStartError(err, h.cfg.StartTimeout))
 	}
 	raw, err := rpcClient.Dispense(driverplugin.PluginName)
 	if err != nil {
-		return nil, nil, fmt.Errorf("dispense %q: %w", driverplugin.PluginName, err)
+		return nil, nil, refused(fmt.Errorf("dispense %q: %w", driverplugin.PluginName, err))
 	}
 	drv, ok := raw.(*driverplugin.GRPCClient)
 	if !ok {
@@ -202,11 +253,11 @@ func (h *Host) startWorker(ctx context.Context, m *managed, generation uint64) (
 	defer cancel()
 	desc, err := drv.Describe(rctx)
 	if err != nil {
-		return nil, nil, explainRPCError(lim, err)
+		return nil, nil, refused(explainRPCError(lim, err))
 	}
 	methods, err := drv.SupportedMethods(rctx)
 	if err != nil {
-		return nil, nil, explainRPCError(lim, err)
+		return nil, nil, refused(explainRPCError(lim, err))
 	}
 	methods = dedupeMethods(methods)
 	if err := checkBounds(lim, desc, methods); err != nil {
@@ -219,16 +270,23 @@ func (h *Host) startWorker(ctx context.Context, m *managed, generation uint64) (
 		m.log.Warn("manifest declares capabilities the host does not know; they have no effect",
 			"count", n, "examples", examples)
 	}
+	pp := pr.Load()
+	// Last, right before it is published: the worker still runs the pinned bytes.
+	if err := pp.checkExecutable(); err != nil {
+		return nil, nil, err
+	}
 
 	w := &worker{
-		pid:        cmd.Process.Pid, // set by client.Client in this goroutine
+		pid:        pp.started(),
 		generation: generation,
 		startedAt:  time.Now(),
 		methods:    methods,
 		driver:     drv,
-		done:       drv.Done(),
+		proc:       pp,
+		done:       pp.exited,
 		guard:      g,
 	}
+	w.facts = snapshot.NewWorker(generation, w.methods, pp.alive)
 	if err := h.publishReady(m, desc, w); err != nil {
 		return nil, nil, err
 	}
@@ -252,8 +310,6 @@ func explainStartError(err error, timeout time.Duration) error {
 		return fmt.Errorf("plugin did not complete the go-plugin handshake within the start timeout (%s): %w", timeout, err)
 	case strings.Contains(msg, "plugin exited before we could connect"):
 		return fmt.Errorf("plugin exited before the go-plugin handshake (see the plugin's log lines): %w", err)
-	case errors.Is(err, plugin.ErrChecksumsDoNotMatch):
-		return fmt.Errorf("sha256 pin check by go-plugin failed (the binary changed while starting): %w", err)
 	}
 	return fmt.Errorf("start plugin: %w", err)
 }
@@ -315,19 +371,14 @@ func validateManifest(d driverplugin.Description) error {
 // FileSHA256 returns the lower-case hex SHA-256 of the file at path: the pin a PluginConfig
 // needs for that binary (what `sha256sum` prints).
 func FileSHA256(path string) (string, error) {
-	sum, err := fileSHA256(path)
-	return hex.EncodeToString(sum), err
-}
-
-func fileSHA256(path string) ([]byte, error) {
 	f, err := os.Open(path)
 	if err != nil {
-		return nil, err
+		return "", err
 	}
 	defer func() { _ = f.Close() }()
 	h := sha256.New()
 	if _, err := io.Copy(h, f); err != nil {
-		return nil, err
+		return "", err
 	}
-	return h.Sum(nil), nil
+	return hex.EncodeToString(h.Sum(nil)), nil
 }

@@ -112,6 +112,24 @@ type PluginConfig struct {
 	Key string `yaml:"key"`
 	// Enabled is true when absent.
 	Enabled *bool `yaml:"enabled"`
+	// AllowWritableBinary starts the driver (with a warning) even when its binary or directory
+	// is writable by group or others; by default such a driver is refused.
+	AllowWritableBinary bool `yaml:"allowWritableBinary"`
+	// User and Group run the driver as this user and group (name or numeric id).
+	User  string `yaml:"user"`
+	Group string `yaml:"group"`
+	// NoNewPrivileges: the driver can never gain privileges (setuid binaries, file capabilities).
+	NoNewPrivileges bool `yaml:"noNewPrivileges"`
+	// Limits are the driver's resource limits; zero leaves the host's.
+	Limits PluginLimits `yaml:"limits"`
+}
+
+// PluginLimits are a driver's resource limits.
+type PluginLimits struct {
+	AddressSpaceBytes uint64 `yaml:"addressSpaceBytes"`
+	Processes         uint64 `yaml:"processes"`
+	OpenFiles         uint64 `yaml:"openFiles"`
+	CPUSeconds        uint64 `yaml:"cpuSeconds"`
 }
 
 // IsEnabled reports whether the plugin is to be started.

@@ -84,6 +84,29 @@ log: {level: debug, json: true}
 			},
 		},
 		{
+			name: "a plugin's trust and privilege settings",
+			yaml: `
+plugins:
+  - id: acme.daytona
+    path: /opt/authz/plugins/daytona
+    sha256: ` + validSHA + `
+    allowWritableBinary: true
+    user: authz-driver
+    group: authz-driver
+    noNewPrivileges: true
+    limits: {addressSpaceBytes: 1073741824, processes: 64, openFiles: 256, cpuSeconds: 600}
+`,
+			check: func(t *testing.T, c server.Config) {
+				require.Len(t, c.Plugins, 1)
+				p := c.Plugins[0]
+				assert.True(t, p.AllowWritableBinary)
+				assert.True(t, p.NoNewPrivileges)
+				assert.Equal(t, "authz-driver", p.User)
+				assert.Equal(t, "authz-driver", p.Group)
+				assert.Equal(t, server.PluginLimits{AddressSpaceBytes: 1 << 30, Processes: 64, OpenFiles: 256, CPUSeconds: 600}, p.Limits)
+			},
+		},
+		{
 			name:  "plugins: [] starts none",
 			yaml:  "plugins: []\n",
 			check: func(t *testing.T, c server.Config) { assert.Empty(t, c.Plugins) },

@@ -8,24 +8,58 @@ import (
 // state at the moment of the call, are safe for concurrent use, and never cache a capability: a
 // worker that restarted without a method must lose it at the next call.
 type Facts interface {
-	// Plugin returns the record of the plugin whose id equals id exactly, with the JSON fields
-	// id, key, status and manifest (values as encoding/json decodes them into any).
-	Plugin(id string) (map[string]any, bool)
-	// Worker returns the pinned plugin's running worker, or false when none runs.
-	Worker(pluginID string) (Worker, bool)
+	// Plugin returns one immutable snapshot of the plugin whose id equals id exactly: its record
+	// and, when one runs, its worker, both of one generation. A decision reads a plugin through
+	// this one call, so it never mixes the manifest of one worker with the methods of another.
+	Plugin(id string) (PluginFacts, bool)
 	// BuiltinProvider returns builtinProviders[key].
 	BuiltinProvider(key string) (map[string]any, bool)
 	// ConfigValid reports whether worker w of the plugin accepts config for the driver key.
 	// The caller treats an error (including a time-out of ctx) as "not valid".
-	ConfigValid(ctx context.Context, pluginID string, w Worker, driverKey string, config any) (bool, error)
+	ConfigValid(ctx context.Context, pluginID string, w *Worker, driverKey string, config any) (bool, error)
 }
 
-// Worker is what a running driver process reported when it started.
+// PluginFacts is one immutable snapshot of a plugin. Its maps and slices are shared between
+// decisions: readers must not modify them.
+type PluginFacts struct {
+	// Record is the plugin record with the JSON fields id, key, status and manifest (values as
+	// encoding/json decodes them into any).
+	Record map[string]any
+	// Worker is the plugin's running worker of the same generation as Record; nil when none runs.
+	Worker *Worker
+}
+
+// Worker is what a running driver process reported when it started. It never changes; create
+// it with NewWorker.
 type Worker struct {
 	// Generation counts the starts of the plugin's worker; it grows with every restart.
 	Generation uint64
-	// SupportedMethods are the method names the worker implements.
+	// SupportedMethods are the method names the worker implements. Read-only.
 	SupportedMethods []string
-	// configValid is the facts file's answer to ConfigValid (nil: absent, so valid).
-	configValid any
+
+	alive       func() bool
+	doc         map[string]any // facts.worker, rendered once
+	configValid any            // the facts file's answer to ConfigValid (nil: absent, so valid)
 }
+
+// NewWorker returns the facts of one worker. alive reports whether the worker's process still
+// runs; it must be cheap and must not block (a decision calls it once, after reading the
+// worker). A nil alive means the worker is always running (a facts file).
+func NewWorker(generation uint64, methods []string, alive func() bool) *Worker {
+	w := &Worker{Generation: generation, SupportedMethods: methods, alive: alive}
+	docMethods := make([]any, len(methods))
+	for i, m := range methods {
+		docMethods[i] = m
+	}
+	w.doc = map[string]any{"generation": generation, "supportedMethods": docMethods}
+	return w
+}
+
+// Alive reports whether the worker's process still runs at the moment of the call.
+func (w *Worker) Alive() bool {
+	return w != nil && (w.alive == nil || w.alive())
+}
+
+// Document is the worker as the input document's facts.worker carries it. It is shared:
+// readers must not modify it.
+func (w *Worker) Document() map[string]any { return w.doc }

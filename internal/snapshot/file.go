@@ -23,7 +23,7 @@ type File struct {
 // FileFacts is a Facts view over a parsed facts file. It never changes after parsing.
 type FileFacts struct {
 	plugins  map[string]map[string]any
-	workers  map[string]Worker
+	workers  map[string]*Worker
 	builtins map[string]map[string]any
 	// file is the document the three views above were read from, for File.
 	file File
@@ -59,7 +59,7 @@ func ParseFacts(r io.Reader) (*FileFacts, error) {
 	}
 	f := &FileFacts{
 		plugins:  map[string]map[string]any{},
-		workers:  map[string]Worker{},
+		workers:  map[string]*Worker{},
 		builtins: map[string]map[string]any{},
 		file:     File{Plugins: []map[string]any{}},
 	}
@@ -96,7 +96,9 @@ func ParseFacts(r io.Reader) (*FileFacts, error) {
 		} else if cv == nil {
 			cv = json.RawMessage("null") // present but null: not the literal true, so not valid
 		}
-		f.workers[id] = Worker{SupportedMethods: stringsOnly(w["supportedMethods"]), configValid: cv}
+		fw := NewWorker(0, stringsOnly(w["supportedMethods"]), nil)
+		fw.configValid = cv
+		f.workers[id] = fw
 	}
 	if f.builtins, err = objectOfObjects(top, "builtinProviders"); err != nil {
 		return nil, err
@@ -132,14 +134,17 @@ func objectOfObjects(top map[string]any, field string) (map[string]map[string]an
 	return out, nil
 }
 
-// Plugin implements Facts.
-func (f *FileFacts) Plugin(id string) (map[string]any, bool) {
+// Plugin implements Facts. A worker is reported only for a plugin the file lists.
+func (f *FileFacts) Plugin(id string) (PluginFacts, bool) {
 	p, ok := f.plugins[id]
-	return p, ok
+	if !ok {
+		return PluginFacts{}, false
+	}
+	return PluginFacts{Record: p, Worker: f.workers[id]}, true
 }
 
-// Worker implements Facts.
-func (f *FileFacts) Worker(pluginID string) (Worker, bool) {
+// Worker returns the file's worker of the plugin id, or false when the file has none.
+func (f *FileFacts) Worker(pluginID string) (*Worker, bool) {
 	w, ok := f.workers[pluginID]
 	return w, ok
 }
@@ -152,7 +157,10 @@ func (f *FileFacts) BuiltinProvider(key string) (map[string]any, bool) {
 
 // ConfigValid implements Facts: configValid absent means valid; present and not the literal true
 // means not valid.
-func (f *FileFacts) ConfigValid(_ context.Context, _ string, w Worker, _ string, _ any) (bool, error) {
+func (f *FileFacts) ConfigValid(_ context.Context, _ string, w *Worker, _ string, _ any) (bool, error) {
+	if w == nil {
+		return false, nil
+	}
 	if w.configValid == nil {
 		return true, nil
 	}

@@ -37,21 +37,17 @@ func Build(ctx context.Context, req *Request, facts Facts, opts Options) Input {
 	pluginID := nonEmpty(md["pluginId"])
 
 	factsDoc := map[string]any{}
+	// The plugin record and its worker come from one snapshot of one generation.
 	var plugin map[string]any
+	var worker *Worker
 	if pluginID != "" {
-		if p, ok := facts.Plugin(pluginID); ok {
-			plugin = p
-			factsDoc["plugin"] = p
-		}
-	}
-	worker, running := Worker{}, false
-	if plugin != nil {
-		if worker, running = facts.Worker(pluginID); running {
-			methods := make([]any, len(worker.SupportedMethods))
-			for i, m := range worker.SupportedMethods {
-				methods[i] = m
+		if p, ok := facts.Plugin(pluginID); ok && p.Record != nil {
+			plugin = p.Record
+			factsDoc["plugin"] = p.Record
+			if p.Worker != nil {
+				worker = p.Worker
+				factsDoc["worker"] = worker.Document()
 			}
-			factsDoc["worker"] = map[string]any{"generation": worker.Generation, "supportedMethods": methods}
 		}
 	}
 	if providerKey != "" {
@@ -63,7 +59,7 @@ func Build(ctx context.Context, req *Request, facts Facts, opts Options) Input {
 	// The config check is the one fact that may cost a call into a driver: ask only where SPEC
 	// section 6 consults it (the plugin-backed sandbox path with a ready plugin and a worker).
 	configFailed := false
-	if driver == "sandbox" && pluginBacked && providerKey != "" && running && plugin["status"] == "ready" {
+	if driver == "sandbox" && pluginBacked && providerKey != "" && worker != nil && plugin["status"] == "ready" {
 		cctx, cancel := ctx, context.CancelFunc(func() {})
 		if opts.ConfigTimeout > 0 {
 			cctx, cancel = context.WithTimeout(ctx, opts.ConfigTimeout)
@@ -71,6 +67,13 @@ func Build(ctx context.Context, req *Request, facts Facts, opts Options) Input {
 		ok, err := facts.ConfigValid(cctx, pluginID, worker, providerKey, req.Environment["config"])
 		cancel()
 		configFailed = err != nil || !ok
+	}
+	// Last, after its methods were read and its config checked: is the worker still running?
+	// A decision on a generation that has ended carries no worker, so the policy denies
+	// (worker_not_running) however recently the process died.
+	if worker != nil && !worker.Alive() {
+		delete(factsDoc, "worker")
+		configFailed = false
 	}
 
 	now := time.Now

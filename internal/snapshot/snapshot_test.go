@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -145,7 +146,7 @@ type countingFacts struct {
 	waitOn bool // block until ctx is done
 }
 
-func (c *countingFacts) ConfigValid(ctx context.Context, _ string, _ Worker, _ string, _ any) (bool, error) {
+func (c *countingFacts) ConfigValid(ctx context.Context, _ string, _ *Worker, _ string, _ any) (bool, error) {
 	c.calls++
 	if c.waitOn {
 		<-ctx.Done()
@@ -298,4 +299,74 @@ func TestBuildPassesRequestThrough(t *testing.T) {
 	in = Build(t.Context(), mustRequest(t, `{}`), mustFacts(t, `{}`), Options{})
 	_, has := in["command"]
 	assert.False(t, has)
+}
+
+// liveFacts is a plugin whose worker dies at a chosen moment of the input assembly.
+type liveFacts struct {
+	record     map[string]any
+	worker     *Worker
+	dieOnCheck bool // the process ends during the config check
+	dead       atomic.Bool
+	reads      int
+}
+
+func (l *liveFacts) Plugin(id string) (PluginFacts, bool) {
+	if id != "test.plugin" {
+		return PluginFacts{}, false
+	}
+	l.reads++
+	return PluginFacts{Record: l.record, Worker: l.worker}, true
+}
+
+func (l *liveFacts) BuiltinProvider(string) (map[string]any, bool) { return nil, false }
+
+func (l *liveFacts) ConfigValid(context.Context, string, *Worker, string, any) (bool, error) {
+	if l.dieOnCheck {
+		l.dead.Store(true)
+	}
+	return true, nil
+}
+
+// TestBuildDropsAWorkerThatDiedWhileAssembling: the worker is confirmed alive after its methods
+// were read (and its config checked); a worker that ended meanwhile is absent from the input,
+// so the policy denies (worker_not_running) instead of granting on a dead generation.
+func TestBuildDropsAWorkerThatDiedWhileAssembling(t *testing.T) {
+	const backed = `{"environment":{"driver":"sandbox","config":{"provider":"daytona"}},"lease":{"metadata":{"sandboxProviderPlugin":true,"pluginId":"test.plugin","provider":"daytona"}}}`
+	record := map[string]any{"id": "test.plugin", "key": "acme.daytona", "status": "ready", "manifest": map[string]any{"environmentDrivers": []any{}}}
+	tests := []struct {
+		name       string
+		deadBefore bool
+		dieOnCheck bool
+		wantWorker bool
+	}{
+		{name: "alive throughout", wantWorker: true},
+		{name: "dead before the read", deadBefore: true},
+		{name: "dies during the config check", dieOnCheck: true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			lf := &liveFacts{record: record, dieOnCheck: tt.dieOnCheck}
+			lf.dead.Store(tt.deadBefore)
+			lf.worker = NewWorker(7, []string{"duplexChannelOpen"}, func() bool { return !lf.dead.Load() })
+			in := Build(t.Context(), mustRequest(t, backed), lf, Options{})
+			f := in["facts"].(map[string]any)
+			_, hasWorker := f["worker"]
+			assert.Equal(t, tt.wantWorker, hasWorker)
+			assert.Equal(t, record, f["plugin"], "the record stays: the policy needs it to say why it denies")
+			assert.Equal(t, 1, lf.reads, "the plugin and its worker are read in one call")
+			assert.Equal(t, false, in["narrowing"].(map[string]any)["configResolutionFailed"])
+		})
+	}
+}
+
+// TestBuildSharesTheRenderedWorker: the worker document is rendered once, not per decision.
+func TestBuildSharesTheRenderedWorker(t *testing.T) {
+	w := NewWorker(3, []string{"a", "b"}, nil)
+	assert.Equal(t, map[string]any{"generation": uint64(3), "supportedMethods": []any{"a", "b"}}, w.Document())
+	lf := &liveFacts{record: map[string]any{"id": "test.plugin"}, worker: w}
+	in := Build(t.Context(), mustRequest(t, `{"lease":{"metadata":{"pluginId":"test.plugin"}}}`), lf, Options{})
+	got := in["facts"].(map[string]any)["worker"].(map[string]any)
+	assert.Same(t, &w.Document()["supportedMethods"].([]any)[0], &got["supportedMethods"].([]any)[0])
+	var nilWorker *Worker
+	assert.False(t, nilWorker.Alive())
 }

@@ -1,0 +1,121 @@
+//go:build linux
+
+package pluginhost
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"golang.org/x/sys/unix"
+)
+
+// pinnedExecutable is a sealed in-memory copy of a driver binary: the bytes the host hashed are
+// the bytes that run. The file at the configured path is read once, through one descriptor, into
+// a memfd; the memfd is sealed against every change and executed through /proc/self/fd. A
+// symlink swapped or the file rewritten after the read cannot change what runs.
+type pinnedExecutable struct {
+	file     *os.File // read-only descriptor of the sealed copy, close-on-exec
+	sum      []byte
+	dev, ino uint64 // identity of the sealed copy: /proc/PID/exe of the worker must be it
+}
+
+// execPath is the path the child executes: the sealed copy, by descriptor.
+func (p *pinnedExecutable) execPath() string { return fmt.Sprintf("/proc/self/fd/%d", p.file.Fd()) }
+
+func (p *pinnedExecutable) Close() error { return p.file.Close() }
+
+// openPinned copies the binary at path into a sealed memfd while hashing it, and checks the
+// digest against want (nil: no check, InsecureSkipPinCheck). Unless allowWritable, it refuses a
+// binary or a directory that group or others may write: whoever can write there can replace the
+// driver between two starts.
+func openPinned(path string, want []byte, allowWritable bool) (*pinnedExecutable, []string, error) {
+	src, err := os.Open(path)
+	if err != nil {
+		return nil, nil, fmt.Errorf("open plugin binary: %w", err)
+	}
+	defer func() { _ = src.Close() }()
+	warnings, err := checkWritable(path, src, allowWritable)
+	if err != nil {
+		return nil, warnings, err
+	}
+	fi, err := src.Stat()
+	if err != nil {
+		return nil, warnings, fmt.Errorf("stat plugin binary: %w", err)
+	}
+	if !fi.Mode().IsRegular() {
+		return nil, warnings, fmt.Errorf("plugin binary %s is not a regular file", path)
+	}
+
+	mfd, err := unix.MemfdCreate("authz-driver:"+filepath.Base(path), unix.MFD_CLOEXEC|unix.MFD_ALLOW_SEALING)
+	if err != nil {
+		return nil, warnings, fmt.Errorf("create the in-memory copy of the plugin binary: %w", err)
+	}
+	rw := os.NewFile(uintptr(mfd), "memfd")
+	defer func() { _ = rw.Close() }()
+	h := sha256.New()
+	if _, err := io.Copy(io.MultiWriter(rw, h), src); err != nil {
+		return nil, warnings, fmt.Errorf("copy plugin binary: %w", err)
+	}
+	sum := h.Sum(nil)
+	if want != nil && !bytes.Equal(sum, want) {
+		return nil, warnings, fmt.Errorf("sha256 mismatch for %s: got %x, configured %x (refusing to start it; if the binary was upgraded on purpose, configure its new sha256)",
+			path, sum, want)
+	}
+	const seals = unix.F_SEAL_SEAL | unix.F_SEAL_SHRINK | unix.F_SEAL_GROW | unix.F_SEAL_WRITE
+	if _, err := unix.FcntlInt(rw.Fd(), unix.F_ADD_SEALS, seals); err != nil {
+		return nil, warnings, fmt.Errorf("seal the in-memory copy of the plugin binary: %w", err)
+	}
+	// execve refuses a file open for writing (ETXTBSY): reopen the copy read-only, drop rw.
+	ro, err := os.OpenFile(fmt.Sprintf("/proc/self/fd/%d", rw.Fd()), os.O_RDONLY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, warnings, fmt.Errorf("reopen the in-memory copy of the plugin binary: %w", err)
+	}
+	var st unix.Stat_t
+	if err := unix.Fstat(int(ro.Fd()), &st); err != nil {
+		_ = ro.Close()
+		return nil, warnings, fmt.Errorf("stat the in-memory copy of the plugin binary: %w", err)
+	}
+	// Readable and executable by all: a driver may run as another user (PluginConfig.User).
+	if err := unix.Fchmod(int(ro.Fd()), 0o555); err != nil {
+		_ = ro.Close()
+		return nil, warnings, fmt.Errorf("make the in-memory copy executable: %w", err)
+	}
+	return &pinnedExecutable{file: ro, sum: sum, dev: st.Dev, ino: st.Ino}, warnings, nil
+}
+
+// checkWritable refuses (or, when allowed, reports) a binary or directory writable by group or
+// others. A directory with the sticky bit is fine: others cannot rename or remove our file there.
+func checkWritable(path string, f *os.File, allow bool) ([]string, error) {
+	var problems []string
+	if fi, err := f.Stat(); err == nil && fi.Mode().Perm()&0o022 != 0 {
+		problems = append(problems, fmt.Sprintf("plugin binary %s is writable by group or others (mode %s)", path, fi.Mode().Perm()))
+	}
+	dir := filepath.Dir(path)
+	if di, err := os.Stat(dir); err == nil && di.Mode().Perm()&0o022 != 0 && di.Mode()&os.ModeSticky == 0 {
+		problems = append(problems, fmt.Sprintf("plugin directory %s is writable by group or others (mode %s)", dir, di.Mode().Perm()))
+	}
+	if len(problems) == 0 {
+		return nil, nil
+	}
+	msg := strings.Join(problems, "; ")
+	if allow {
+		return problems, nil
+	}
+	return nil, errors.New(msg + ": anyone who can write there can replace the driver; " +
+		"make it writable by its owner only (chmod go-w), or set allowWritableBinary to start it anyway")
+}
+
+// exeIdentity returns the device and inode of the executable process pid runs now.
+func exeIdentity(pid int) (dev, ino uint64, err error) {
+	var st unix.Stat_t
+	if err := unix.Stat(fmt.Sprintf("/proc/%d/exe", pid), &st); err != nil {
+		return 0, 0, err
+	}
+	return st.Dev, st.Ino, nil
+}

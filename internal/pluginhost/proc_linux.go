@@ -1,0 +1,450 @@
+//go:build linux
+
+package pluginhost
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"os/exec"
+	"runtime"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+	"github.com/hashicorp/go-plugin/runner"
+	"golang.org/x/sys/unix"
+)
+
+// workerMarkerEnv is set in every driver's environment to a token of its worker; descendants
+// inherit it, which lets the host find a driver's orphans after they were reparented to it.
+const workerMarkerEnv = "AUTHZ_DRIVER_WORKER"
+
+// pipeDrain is how long the host keeps reading a driver's stdout and stderr after the driver
+// exited: a child the driver started may hold the pipes open forever.
+const pipeDrain = 250 * time.Millisecond
+
+// proc is one driver process, started by the host from its sealed copy (runner.Runner for
+// go-plugin). It watches the process itself (a pidfd and wait), not its pipes: the process is
+// gone the moment it exits, whatever its children hold.
+type proc struct {
+	log       hclog.Logger
+	cmd       *exec.Cmd
+	exe       *pinnedExecutable
+	socketDir string
+	marker    string
+	reaper    *reaper
+
+	stdout, stderr *os.File // read ends
+	pipesOnce      sync.Once
+
+	noNewPrivs bool
+	limits     ResourceLimits
+
+	mu     sync.Mutex // guards pid (before Start returns), killed and family
+	pid    int
+	killed bool
+	family map[int]bool  // descendants killed so far, to reap once the driver is gone
+	exited chan struct{} // closed once the process has exited and was reaped
+	state  *os.ProcessState
+
+	fdMu     sync.RWMutex
+	pidfd    int
+	fdClosed bool
+
+	addr    atomic.Pointer[string] // the announced unix socket
+	peerErr atomic.Pointer[error]  // why a connection was refused
+}
+
+var _ runner.Runner = (*proc)(nil)
+
+// newProc prepares (does not start) a driver process: spec carries the environment go-plugin
+// built (magic cookie, protocol versions, mTLS certificate, socket directory).
+func newProc(log hclog.Logger, spec *exec.Cmd, exe *pinnedExecutable, cfg PluginConfig, socketDir string, rp *reaper) (*proc, error) {
+	marker := make([]byte, 12)
+	_, _ = rand.Read(marker)
+	p := &proc{log: log, exe: exe, socketDir: socketDir, marker: hex.EncodeToString(marker), reaper: rp, exited: make(chan struct{}), pidfd: -1,
+		noNewPrivs: cfg.NoNewPrivileges, limits: cfg.ResourceLimits}
+	cmd := exec.Command(exe.execPath(), cfg.Args...)
+	cmd.Args[0] = cfg.Path
+	cmd.Env = append(append([]string{}, spec.Env...), workerMarkerEnv+"="+p.marker)
+	cmd.Stdin = nil // /dev/null: the host's stdin is not the driver's
+	cmd.SysProcAttr = &syscall.SysProcAttr{
+		Setpgid:   true, // its own process group, ended as a whole
+		Pdeathsig: syscall.SIGKILL,
+	}
+	cred, err := resolveCredential(cfg.User, cfg.Group)
+	if err != nil {
+		return nil, err
+	}
+	if cred != nil {
+		cmd.SysProcAttr.Credential = cred
+		// The driver creates its socket in the directory go-plugin made for this start.
+		if err := os.Chown(socketDir, int(cred.Uid), int(cred.Gid)); err != nil {
+			return nil, fmt.Errorf("hand the socket directory to the driver's user: %w", err)
+		}
+	}
+	p.cmd = cmd
+	return p, nil
+}
+
+// Start implements runner.Runner.
+func (p *proc) Start(context.Context) error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	defer func() { _ = p.exe.Close() }() // the child holds its own reference once started
+	if p.killed {
+		return errors.New("plugin start aborted: the host is closing")
+	}
+	outR, outW, err := os.Pipe()
+	if err != nil {
+		return err
+	}
+	errR, errW, err := os.Pipe()
+	if err != nil {
+		_ = outR.Close()
+		_ = outW.Close()
+		return err
+	}
+	p.cmd.Stdout, p.cmd.Stderr = outW, errW
+	p.stdout, p.stderr = outR, errR
+	started := make(chan error, 1)
+	go p.run(started)
+	err = <-started
+	_ = outW.Close()
+	_ = errW.Close()
+	if err != nil {
+		_ = outR.Close()
+		_ = errR.Close()
+		return fmt.Errorf("start plugin: %w", err)
+	}
+	return nil
+}
+
+// run starts the driver from a locked OS thread that lives exactly as long as the driver, and
+// then waits for it. Linux ties the parent-death signal to the thread that forked the child, and
+// no_new_privs is set on that thread only (it is inherited by the child); the thread is never
+// unlocked, so the runtime ends it with this goroutine and no other goroutine runs on it.
+func (p *proc) run(started chan<- error) {
+	runtime.LockOSThread()
+	if p.noNewPrivs {
+		if err := unix.Prctl(unix.PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0); err != nil {
+			started <- fmt.Errorf("set no_new_privs: %w", err)
+			return
+		}
+	}
+	var err error
+	for try := 0; ; try++ {
+		err = p.cmd.Start()
+		// A fork elsewhere in the host may briefly hold the copy's writable descriptor open.
+		if !errors.Is(err, syscall.ETXTBSY) || try == 20 {
+			break
+		}
+		time.Sleep(10 * time.Millisecond)
+		p.cmd = cloneCmd(p.cmd)
+	}
+	if err != nil {
+		started <- err
+		return
+	}
+	p.pid = p.cmd.Process.Pid // read by others under p.mu, which Start holds until started
+	if p.reaper != nil {
+		p.reaper.started(p.pid)
+	}
+	// Not reaped yet, so the pid is still this child's.
+	if fd, err := unix.PidfdOpen(p.pid, 0); err == nil {
+		p.pidfd = fd
+	}
+	if err := p.applyLimits(); err != nil {
+		_ = p.cmd.Process.Kill()
+		p.wait()
+		started <- err
+		return
+	}
+	started <- nil
+	p.wait()
+}
+
+// applyLimits sets the configured resource limits on the started driver (prlimit).
+func (p *proc) applyLimits() error {
+	for _, l := range []struct {
+		name     string
+		resource int
+		value    uint64
+	}{
+		{"addressSpaceBytes", unix.RLIMIT_AS, p.limits.AddressSpaceBytes},
+		{"processes", unix.RLIMIT_NPROC, p.limits.Processes},
+		{"openFiles", unix.RLIMIT_NOFILE, p.limits.OpenFiles},
+		{"cpuSeconds", unix.RLIMIT_CPU, p.limits.CPUSeconds},
+	} {
+		if l.value == 0 {
+			continue
+		}
+		rl := unix.Rlimit{Cur: l.value, Max: l.value}
+		if err := unix.Prlimit(p.pid, l.resource, &rl, nil); err != nil {
+			return fmt.Errorf("limits.%s: set %d on the driver: %w", l.name, l.value, err)
+		}
+	}
+	return nil
+}
+
+// cloneCmd returns an unstarted copy of cmd.
+func cloneCmd(c *exec.Cmd) *exec.Cmd {
+	n := exec.Command(c.Path, c.Args[1:]...)
+	n.Args = c.Args
+	n.Env, n.Stdin, n.Stdout, n.Stderr, n.SysProcAttr = c.Env, c.Stdin, c.Stdout, c.Stderr, c.SysProcAttr
+	return n
+}
+
+// started returns the pid, 0 before Start.
+func (p *proc) started() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.pid
+}
+
+// wait reaps the process, reports it gone at once, and then gives its pipes a short time to
+// drain before they are cut: a child holding them cannot keep the worker alive.
+func (p *proc) wait() {
+	state, _ := p.cmd.Process.Wait()
+	p.state = state
+	close(p.exited)
+	deadline := time.Now().Add(pipeDrain)
+	_ = p.stdout.SetReadDeadline(deadline)
+	_ = p.stderr.SetReadDeadline(deadline)
+}
+
+// alive reports whether the process still runs, asking the kernel without blocking; it is
+// correct even before wait has noticed the exit.
+func (p *proc) alive() bool {
+	select {
+	case <-p.exited:
+		return false
+	default:
+	}
+	p.fdMu.RLock()
+	defer p.fdMu.RUnlock()
+	if p.fdClosed {
+		return false
+	}
+	if p.pidfd >= 0 { // without a pidfd (Linux before 5.3), the process table alone decides
+		var info unix.Siginfo
+		err := unix.Waitid(unix.P_PIDFD, p.pidfd, &info, unix.WEXITED|unix.WNOHANG|unix.WNOWAIT, nil)
+		if err != nil || info.Signo != 0 {
+			return false
+		}
+	}
+	// A killed multi-threaded process shows as a zombie before the kernel reports its exit
+	// (its other threads are still being torn down): it runs no code any more, so it is dead.
+	return !dying(p.pid)
+}
+
+// dying reports whether the process table shows pid as a zombie (or gone).
+func dying(pid int) bool {
+	var buf [512]byte
+	fd, err := unix.Open("/proc/"+strconv.Itoa(pid)+"/stat", unix.O_RDONLY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return true
+	}
+	n, _ := unix.Read(fd, buf[:])
+	_ = unix.Close(fd)
+	s := buf[:max(n, 0)]
+	i := bytes.LastIndexByte(s, ')')
+	if i < 0 || len(s) < i+3 {
+		return true
+	}
+	return s[i+2] == 'Z' || s[i+2] == 'X'
+}
+
+// release closes the pidfd once the process is gone and nobody needs it any more.
+func (p *proc) release() {
+	p.fdMu.Lock()
+	defer p.fdMu.Unlock()
+	if !p.fdClosed && p.pidfd >= 0 {
+		_ = unix.Close(p.pidfd)
+	}
+	p.fdClosed = true
+}
+
+// Wait implements runner.Runner.
+// go-plugin calls it once it has stopped reading the pipes, which are closed here.
+func (p *proc) Wait(context.Context) error {
+	<-p.exited
+	p.closePipes()
+	if p.state != nil && !p.state.Success() {
+		return errors.New(p.state.String())
+	}
+	return nil
+}
+
+// Kill implements runner.Runner: it ends the driver and every descendant the host can find,
+// and returns once the driver is reaped (bounded).
+func (p *proc) Kill(ctx context.Context) error {
+	p.mu.Lock()
+	p.killed = true
+	pid := p.pid
+	p.mu.Unlock()
+	if pid == 0 {
+		return nil
+	}
+	p.endDescendants()
+	_ = syscall.Kill(-pid, syscall.SIGKILL) // the process group
+	_ = p.cmd.Process.Kill()
+	t := time.NewTimer(5 * time.Second)
+	defer t.Stop()
+	select {
+	case <-p.exited:
+	case <-ctx.Done():
+	case <-t.C:
+	}
+	// Orphans reparented to the host while the driver died; then reap every descendant killed,
+	// all of them the host's children now that the driver is gone.
+	p.endDescendants()
+	p.mu.Lock()
+	family := p.family
+	p.family = nil
+	p.mu.Unlock()
+	reapOrphans(family, 2*time.Second)
+	p.closePipes()
+	return nil
+}
+
+// closePipes closes the read ends of the driver's stdout and stderr.
+func (p *proc) closePipes() {
+	p.pipesOnce.Do(func() {
+		if p.stdout != nil {
+			_ = p.stdout.Close()
+			_ = p.stderr.Close()
+		}
+	})
+}
+
+// endDescendants stops and then kills every process the host can attribute to this driver:
+// its tree, its process group, and orphans carrying its marker.
+func (p *proc) endDescendants() {
+	pid := p.started()
+	if pid == 0 || p.reaper == nil {
+		return
+	}
+	killed := p.reaper.endFamily(pid, p.marker)
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.family == nil {
+		p.family = map[int]bool{}
+	}
+	for k := range killed {
+		p.family[k] = true
+	}
+}
+
+// Stdout implements runner.Runner.
+func (p *proc) Stdout() io.ReadCloser { return p.stdout }
+
+// Stderr implements runner.Runner.
+func (p *proc) Stderr() io.ReadCloser { return p.stderr }
+
+// Name implements runner.Runner.
+func (p *proc) Name() string { return p.cmd.Args[0] }
+
+// ID implements runner.Runner.
+func (p *proc) ID() string {
+	if pid := p.started(); pid != 0 {
+		return strconv.Itoa(pid)
+	}
+	return ""
+}
+
+// Diagnose implements runner.Runner.
+func (p *proc) Diagnose(context.Context) string { return "" }
+
+// PluginToHost implements runner.AddrTranslator: the host talks to a driver over the unix
+// socket it announced, never over TCP (a TCP address could be any other process's).
+func (p *proc) PluginToHost(network, addr string) (string, string, error) {
+	if network != "unix" {
+		return "", "", fmt.Errorf("driver announced a %q address %q in its handshake; the host accepts only a unix socket (is the driver built with driverplugin.Serve on a unix system?)", network, addr)
+	}
+	p.addr.Store(&addr)
+	return network, addr, nil
+}
+
+// HostToPlugin implements runner.AddrTranslator.
+func (p *proc) HostToPlugin(network, addr string) (string, string, error) { return network, addr, nil }
+
+// dial connects to the announced socket and accepts the connection only when the process at
+// the other end is this driver process (SO_PEERCRED).
+func (p *proc) dial(ctx context.Context, _ string) (net.Conn, error) {
+	addr := p.addr.Load()
+	if addr == nil {
+		return nil, errors.New("driver announced no address")
+	}
+	var d net.Dialer
+	conn, err := d.DialContext(ctx, "unix", *addr)
+	if err != nil {
+		return nil, err
+	}
+	pid, err := peerPID(conn)
+	if want := p.started(); err == nil && pid != want {
+		err = fmt.Errorf("the socket %s the driver announced is served by pid %d, not by the driver (pid %d): refusing to talk to another process", *addr, pid, want)
+	}
+	if err != nil {
+		_ = conn.Close()
+		p.peerErr.CompareAndSwap(nil, &err)
+		return nil, err
+	}
+	return conn, nil
+}
+
+// refused returns why a connection to the driver was refused, if one was.
+func (p *proc) refused() error {
+	if e := p.peerErr.Load(); e != nil {
+		return *e
+	}
+	return nil
+}
+
+// checkExecutable confirms that the process still runs the sealed copy it was started from:
+// a driver that execve'd another program is not the pinned driver any more.
+func (p *proc) checkExecutable() error {
+	pid := p.started()
+	dev, ino, err := exeIdentity(pid)
+	if err != nil {
+		return fmt.Errorf("cannot confirm what driver pid %d runs: %w", pid, err)
+	}
+	if dev != p.exe.dev || ino != p.exe.ino {
+		target, _ := os.Readlink(fmt.Sprintf("/proc/%d/exe", pid))
+		return fmt.Errorf("driver pid %d no longer runs the pinned binary (it runs %q): a pinned driver must not exec another program", pid, target)
+	}
+	return nil
+}
+
+// peerPID returns the pid of the process at the other end of a unix socket.
+func peerPID(conn net.Conn) (int, error) {
+	uc, ok := conn.(*net.UnixConn)
+	if !ok {
+		return 0, fmt.Errorf("not a unix socket: %T", conn)
+	}
+	raw, err := uc.SyscallConn()
+	if err != nil {
+		return 0, err
+	}
+	var cred *unix.Ucred
+	var credErr error
+	if err := raw.Control(func(fd uintptr) {
+		cred, credErr = unix.GetsockoptUcred(int(fd), unix.SOL_SOCKET, unix.SO_PEERCRED)
+	}); err != nil {
+		return 0, err
+	}
+	if credErr != nil {
+		return 0, fmt.Errorf("read the peer credentials of the driver socket: %w", credErr)
+	}
+	return int(cred.Pid), nil
+}

@@ -62,7 +62,7 @@ func TestChaos(t *testing.T) {
 	cfg := testConfig(t,
 		identityPlugin(t, "holder", "-child-holds-pipes", filepath.Join(dir, "holder-child")),
 		identityPlugin(t, "flipflop", "-flipflop", flipDir),
-		PluginConfig{ID: "swapped", Path: link, SHA256: sum, Args: []string{identity.Marker, "serve"}},
+		PluginConfig{ID: "swapped", Path: link, SHA256: sum, Args: []string{identity.Marker, "serve", "-key", "test.identity.swapped"}},
 	)
 	cfg.MinBackoff, cfg.MaxBackoff = 5*time.Millisecond, 50*time.Millisecond
 	cfg.Logger = testLogger(t, nil).Named("chaos")

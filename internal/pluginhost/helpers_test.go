@@ -5,6 +5,7 @@ package pluginhost
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"os"
 	"path/filepath"
@@ -29,12 +30,21 @@ import (
 // an argument, not as an environment variable.
 const asDriver = "--as-example-driver"
 
+// asFailingDriver makes the test binary a driver that says on stderr why it cannot start and
+// exits 3 (drivers run from a sealed copy of their bytes, so a #! script cannot serve here).
+const asFailingDriver = "--as-failing-driver"
+
 // asBoundsDriver makes the test binary run as the hostile driver of internal/testdrivers/bounds.
 const asBoundsDriver = "--as-bounds-driver"
 
 func TestMain(m *testing.M) {
 	if len(os.Args) > 1 && os.Args[1] == asDriver {
 		os.Exit(exampledriver.Main(os.Args[2:]))
+	}
+	if len(os.Args) > 1 && os.Args[1] == asFailingDriver {
+		fmt.Fprintln(os.Stderr, "acme driver: DAYTONA_API_URL is not set")
+		fmt.Fprintln(os.Stderr, "[DEBUG] chatter")
+		os.Exit(3)
 	}
 	if len(os.Args) > 1 && os.Args[1] == asBoundsDriver {
 		os.Exit(bounds.Main(os.Args[2:]))
@@ -89,11 +99,14 @@ func boundsPlugin(tb testing.TB, id string, flags ...string) PluginConfig {
 	return PluginConfig{ID: id, Path: path, SHA256: sum, Args: append([]string{asBoundsDriver}, flags...)}
 }
 
-// identityPlugin configures the test binary as a hostile identity driver (serve mode).
+// identityPlugin configures the test binary as a hostile identity driver (serve mode). Each
+// plugin reports its own key (test.identity.<id>), since the host refuses a key another plugin
+// reports; a -key among flags comes later and wins.
 func identityPlugin(tb testing.TB, id string, flags ...string) PluginConfig {
 	tb.Helper()
 	path, sum := selfBinary(tb)
-	return PluginConfig{ID: id, Path: path, SHA256: sum, Args: append([]string{identity.Marker, "serve"}, flags...)}
+	args := append([]string{identity.Marker, "serve", "-key", "test.identity." + id}, flags...)
+	return PluginConfig{ID: id, Path: path, SHA256: sum, Args: args}
 }
 
 // testConfig is a configuration with short back-offs for tests.

@@ -12,6 +12,11 @@ const (
 	ReasonHandshakeFailed = "HANDSHAKE_FAILED" // the process exited or wrote to stdout before the handshake
 	ReasonInvalidManifest = "INVALID_MANIFEST" // the driver described itself with an invalid manifest
 	ReasonWorkerExited    = "WORKER_EXITED"    // a running worker exited (it is restarted)
+	ReasonUnsafeBinary    = "UNSAFE_BINARY"    // the executable or its directory is writable by group or others
+	ReasonIdentity        = "IDENTITY_REFUSED" // the process is not the verified one (socket, peer, executable)
+	ReasonKeyConflict     = "KEY_CONFLICT"     // the reported plugin key is another plugin's
+	ReasonLimitExceeded   = "LIMIT_EXCEEDED"   // the driver reported more than the host's limits allow
+	ReasonBrokerRefused   = "BROKER_REFUSED"   // the driver flooded the go-plugin broker the host does not offer
 	ReasonStartFailed     = "START_FAILED"     // any other failure to start or set up a worker
 )
 
@@ -21,6 +26,17 @@ var reasonPrefixes = []struct{ prefix, reason string }{
 	{"sha256 mismatch for ", ReasonPinMismatch},
 	{"sha256 pin check by go-plugin failed", ReasonPinMismatch},
 	{"cannot hash plugin binary", ReasonPinUnreadable},
+	{"open plugin binary", ReasonPinUnreadable},
+	{"stat plugin binary", ReasonPinUnreadable},
+	{"copy plugin binary", ReasonPinUnreadable},
+	{"plugin binary ", ReasonUnsafeBinary},
+	{"plugin directory ", ReasonUnsafeBinary},
+	{"driver announced ", ReasonIdentity},
+	{"the socket ", ReasonIdentity},
+	{"driver pid ", ReasonIdentity},
+	{"cannot confirm what driver pid", ReasonIdentity},
+	{"the driver reports plugin key ", ReasonKeyConflict},
+	{"ended by the host: the driver sent more than", ReasonBrokerRefused},
 	{"plugin did not complete the go-plugin handshake within the start timeout", ReasonStartTimeout},
 	{"plugin wrote to stdout before the go-plugin handshake", ReasonHandshakeFailed},
 	{"plugin ended its stdout before the go-plugin handshake", ReasonHandshakeFailed},
@@ -38,6 +54,9 @@ func LastErrorReason(lastError string) string {
 		if strings.HasPrefix(lastError, p.prefix) {
 			return p.reason
 		}
+	}
+	if strings.Contains(lastError, limitsHint) {
+		return ReasonLimitExceeded
 	}
 	return ReasonStartFailed
 }

@@ -1,7 +1,6 @@
 package pluginhost
 
 import (
-	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
@@ -81,12 +80,11 @@ func TestLastErrorReasons(t *testing.T) {
 // What a plugin writes to stderr before it fails is in the service log at the default level
 // (info): that is where a driver says why it cannot start.
 func TestPluginStderrAtDefaultLevel(t *testing.T) {
-	script := filepath.Join(t.TempDir(), "driver.sh")
-	require.NoError(t, os.WriteFile(script, []byte("#!/bin/sh\necho 'acme driver: DAYTONA_API_URL is not set' >&2\necho '[DEBUG] chatter' >&2\nexit 3\n"), 0o700))
-	sum, err := FileSHA256(script)
-	require.NoError(t, err)
+	// The test binary as a driver that explains on stderr why it cannot start, and exits.
+	p := driverPlugin(t, "p")
+	p.Args = []string{asFailingDriver}
 	var logs syncBuffer
-	cfg := testConfig(t, PluginConfig{ID: "p", Path: script, SHA256: sum})
+	cfg := testConfig(t, p)
 	cfg.Logger = hclog.New(&hclog.LoggerOptions{Name: "pluginhost", Level: hclog.Info, Output: &logs})
 	cfg.MinBackoff, cfg.MaxBackoff = time.Second, time.Second
 	h, _ := startHost(t, cfg)

@@ -12,6 +12,9 @@ import (
 )
 
 func main() {
+	// A write to a closed pipe (stderr whose reader went away) is an error the writer
+	// handles, such as a required decision log answering 503, not a reason to die.
+	signal.Ignore(syscall.SIGPIPE)
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	err := run(ctx, os.Args[1:], os.Stdin, os.Stdout, os.Stderr)
 	stop()

@@ -13,10 +13,11 @@ import (
 	"github.com/hashicorp/go-hclog"
 )
 
-// connLimit caps the connections a listener hands out. At the cap it closes the oldest
-// connection that is idle (no request in progress) to make room; when every connection is
-// busy, Accept waits for one to close, and new connections wait in the kernel's accept queue,
-// where they hold no descriptor of this process.
+// connLimit caps the connections a listener hands out. At the cap it closes an idle
+// connection (no request in progress: a keep-alive connection first, else one that has sent
+// nothing for newConnGrace) to make room; when none is idle, Accept waits, and new
+// connections wait in the kernel's accept queue, where they hold no descriptor of this
+// process.
 //
 // Accept errors that pass (too many open files, an aborted connection) are retried with
 // back-off and logged at most once a second, with the number of errors in between.
@@ -27,7 +28,7 @@ type connLimit struct {
 	log   hclog.Logger
 
 	mu   sync.Mutex
-	idle map[net.Conn]time.Time // connections without a request in progress, since when
+	idle map[net.Conn]idleConn // connections without a request in progress
 
 	closeOnce  sync.Once
 	lastLogged time.Time
@@ -40,7 +41,7 @@ func newConnLimit(ln net.Listener, max int, log hclog.Logger) *connLimit {
 		slots:    make(chan struct{}, max),
 		done:     make(chan struct{}),
 		log:      log,
-		idle:     map[net.Conn]time.Time{},
+		idle:     map[net.Conn]idleConn{},
 	}
 }
 
@@ -69,36 +70,59 @@ func (l *connLimit) Accept() (net.Conn, error) {
 	}
 }
 
-// acquire takes a connection slot, closing the oldest idle connection when there is none.
+// acquire takes a connection slot. When there is none, it closes the oldest idle keep-alive
+// connection, or else the oldest connection that has sent nothing for newConnGrace, and
+// waits for the slot that frees.
 func (l *connLimit) acquire() error {
-	select {
-	case l.slots <- struct{}{}:
-		return nil
-	default:
-	}
-	l.evictOldestIdle()
-	select {
-	case l.slots <- struct{}{}:
-		return nil
-	case <-l.done:
-		return net.ErrClosed
+	for {
+		select {
+		case l.slots <- struct{}{}:
+			return nil
+		default:
+		}
+		l.evictOldestIdle()
+		t := time.NewTimer(newConnGrace / 4)
+		select {
+		case l.slots <- struct{}{}:
+			t.Stop()
+			return nil
+		case <-l.done:
+			t.Stop()
+			return net.ErrClosed
+		case <-t.C:
+		}
 	}
 }
 
+// newConnGrace is how long a new connection may stay silent before it can be closed to make
+// room: a client sends its request right after connecting, and its bytes may not have been
+// read yet.
+const newConnGrace = 250 * time.Millisecond
+
+type idleConn struct {
+	since time.Time
+	fresh bool // has not sent a request yet
+}
+
 func (l *connLimit) evictOldestIdle() {
+	now := time.Now()
 	l.mu.Lock()
-	var oldest net.Conn
-	var since time.Time
-	for c, t := range l.idle {
-		if oldest == nil || t.Before(since) {
-			oldest, since = c, t
+	var victim net.Conn
+	var vi idleConn
+	for c, i := range l.idle {
+		if i.fresh && now.Sub(i.since) < newConnGrace {
+			continue
+		}
+		// Keep-alive connections go first, then the oldest.
+		if victim == nil || (vi.fresh && !i.fresh) || (vi.fresh == i.fresh && i.since.Before(vi.since)) {
+			victim, vi = c, i
 		}
 	}
-	delete(l.idle, oldest)
+	delete(l.idle, victim)
 	l.mu.Unlock()
-	if oldest != nil {
-		l.log.Debug("connection limit reached: closing the oldest idle connection", "remote", oldest.RemoteAddr(), "idle", time.Since(since))
-		_ = oldest.Close()
+	if victim != nil {
+		l.log.Debug("connection limit reached: closing an idle connection", "remote", victim.RemoteAddr(), "idle", now.Sub(vi.since))
+		_ = victim.Close()
 	}
 }
 
@@ -107,8 +131,10 @@ func (l *connLimit) connState(c net.Conn, s http.ConnState) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	switch s {
-	case http.StateNew, http.StateIdle:
-		l.idle[c] = time.Now()
+	case http.StateNew:
+		l.idle[c] = idleConn{since: time.Now(), fresh: true}
+	case http.StateIdle:
+		l.idle[c] = idleConn{since: time.Now()}
 	default:
 		delete(l.idle, c)
 	}

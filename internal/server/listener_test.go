@@ -55,8 +55,12 @@ type syncLog struct {
 	buf bytes.Buffer
 }
 
-func (b *syncLog) Write(p []byte) (int, error) { b.mu.Lock(); defer b.mu.Unlock(); return b.buf.Write(p) }
-func (b *syncLog) String() string              { b.mu.Lock(); defer b.mu.Unlock(); return b.buf.String() }
+func (b *syncLog) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+func (b *syncLog) String() string { b.mu.Lock(); defer b.mu.Unlock(); return b.buf.String() }
 
 // TestConnLimitRetriesAcceptErrorsQuietly: a run of "too many open files" is retried with
 // back-off and logged at most once a second, and the connection that follows is accepted.

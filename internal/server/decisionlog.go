@@ -116,7 +116,9 @@ func newFileDecisionLog(path string, masks []string, log hclog.Logger) (*decisio
 		return nil, err
 	}
 	l.setFile(path, f)
-	l.log = log
+	if log != nil {
+		l.log = log
+	}
 	return l, nil
 }
 

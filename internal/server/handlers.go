@@ -118,7 +118,7 @@ func (s *Server) decisionHandler(path string) http.HandlerFunc {
 		// decisions being decoded stay bounded whatever the number of clients.
 		release := s.admit.acquire(r.Context(), s.admit.reading)
 		if release == nil {
-			s.answerOverloaded(w)
+			s.answerOverloaded(w, r)
 			return
 		}
 		defer release()
@@ -129,7 +129,7 @@ func (s *Server) decisionHandler(path string) http.HandlerFunc {
 		}
 		releaseDeciding := s.admit.acquire(r.Context(), s.admit.deciding)
 		if releaseDeciding == nil {
-			s.answerOverloaded(w)
+			s.answerOverloaded(w, r)
 			return
 		}
 		defer releaseDeciding()
@@ -234,9 +234,11 @@ func (s *Server) decide(r *http.Request, path string, req *snapshot.Request) (do
 
 // answerOverloaded answers a decision request that was not admitted in time: 503 with
 // Retry-After, and the connection is closed (its unread body is not worth reading).
-func (s *Server) answerOverloaded(w http.ResponseWriter) {
+func (s *Server) answerOverloaded(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("Retry-After", s.admit.retryAfter())
-	w.Header().Set("Connection", "close")
+	if r.ProtoMajor == 1 {
+		w.Header().Set("Connection", "close")
+	}
 	w.Header().Set(HeaderError, CodeOverloaded)
 	writeError(w, s.admit.overloaded())
 }

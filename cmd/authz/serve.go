@@ -98,6 +98,13 @@ func runServe(ctx context.Context, args []string, _ io.Reader, _, stderr io.Writ
 		JSONFormat: cfg.Log.JSON,
 		Output:     stderr,
 	})
+	// SIGHUP reloads what can be reloaded while serving: the decision log file is reopened
+	// (log rotation). Everything else needs a restart. Caught from here on, so that a SIGHUP
+	// during the start does not end the process; it is acted on once the service serves.
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	defer signal.Stop(hup)
+
 	// The admission limits bound the live memory; a soft limit at the documented bound
 	// makes the garbage collector return memory before the heap doubles past it. GOMEMLIMIT,
 	// when set, wins.
@@ -148,11 +155,6 @@ func runServe(ctx context.Context, args []string, _ io.Reader, _, stderr io.Writ
 		// Runs after Serve returned: in-flight requests have finished by then.
 		defer stop()
 	}
-	// SIGHUP reloads what can be reloaded while serving: the decision log file is reopened
-	// (log rotation). Everything else needs a restart.
-	hup := make(chan os.Signal, 1)
-	signal.Notify(hup, syscall.SIGHUP)
-	defer signal.Stop(hup)
 	reloadDone := make(chan struct{})
 	serveDone := make(chan struct{})
 	go func() {

@@ -181,11 +181,13 @@ func TestServeSoak(t *testing.T) {
 	cancel()
 	wg.Wait()
 	<-rotated
+	loadTime := time.Since(began)
 	peak := p.peakRSS(t)
 
 	require.True(t, p.alive(), "the service died; stderr:\n%s", p.stderr)
 	p.signal(t, syscall.SIGTERM)
 	require.NoError(t, p.waitExit(t, 30*time.Second), "stderr:\n%s", p.stderr)
+	t.Logf("load for %v, stopped %v later", loadTime.Round(time.Millisecond), (time.Since(began) - loadTime).Round(time.Millisecond))
 
 	logged := map[string]int{}
 	records := 0
@@ -199,7 +201,7 @@ func TestServeSoak(t *testing.T) {
 	mu.Lock()
 	defer mu.Unlock()
 	t.Logf("in %v: answered %d decisions, %d records in the log files, %d overloaded (503), peak RSS %d MiB (bound %d MiB)",
-		time.Since(began).Round(time.Second), len(answered), records, overloaded.Load(), peak>>20, server.DefaultConfig().MemoryBound()>>20)
+		loadTime.Round(time.Second), len(answered), records, overloaded.Load(), peak>>20, server.DefaultConfig().MemoryBound()>>20)
 
 	assert.GreaterOrEqual(t, len(answered), 300, "the soak decided too little to mean anything")
 	assert.Zero(t, logRefused.Load(), "decisions refused because the log could not be written")

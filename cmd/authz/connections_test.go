@@ -3,10 +3,12 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"net"
 	"net/http"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -83,6 +85,7 @@ func TestServeUnderHeldConnections(t *testing.T) {
 	}, 60*time.Second, 100*time.Millisecond, "never ready; stderr:\n%s", p.stderr)
 	before := pluginState(t, c, base)
 	require.NotNil(t, before.Worker)
+	assert.False(t, sigpipeIgnored(t, before.Worker.PID), "the plugin inherited an ignored SIGPIPE")
 
 	grant, err := os.ReadFile(filepath.Join("..", "..", "examples", "grant.json"))
 	require.NoError(t, err)
@@ -124,4 +127,20 @@ func TestServeUnderHeldConnections(t *testing.T) {
 	require.True(t, p.alive())
 	p.signal(t, syscall.SIGTERM)
 	assert.NoError(t, p.waitExit(t, 30*time.Second))
+}
+
+// sigpipeIgnored reports whether process pid ignores SIGPIPE (its SigIgn mask).
+func sigpipeIgnored(t *testing.T, pid int) bool {
+	t.Helper()
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	require.NoError(t, err)
+	for _, line := range strings.Split(string(b), "\n") {
+		if rest, ok := strings.CutPrefix(line, "SigIgn:"); ok {
+			mask, err := strconv.ParseUint(strings.TrimSpace(rest), 16, 64)
+			require.NoError(t, err)
+			return mask&(1<<(uint(syscall.SIGPIPE)-1)) != 0
+		}
+	}
+	t.Fatalf("no SigIgn in /proc/%d/status", pid)
+	return false
 }

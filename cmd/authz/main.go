@@ -12,6 +12,11 @@ import (
 )
 
 func main() {
+	// A write to a closed pipe (stderr whose reader went away) is an error the writer
+	// handles, such as a required decision log answering 503, not a reason to die. Caught
+	// (into a channel nobody reads; extra signals are dropped) rather than ignored, so that
+	// plugin processes started from here do not inherit an ignored SIGPIPE.
+	signal.Notify(make(chan os.Signal, 1), syscall.SIGPIPE)
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	err := run(ctx, os.Args[1:], os.Stdin, os.Stdout, os.Stderr)
 	stop()

@@ -1,12 +1,57 @@
 package main
 
 import (
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sync"
 	"testing"
 
+	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
 )
 
 // TestMain fails the package when a test leaves a goroutine behind (a server, a plugin client).
 func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(m)
+	goleak.VerifyTestMain(cleanupRun{m})
+}
+
+// cleanupRun removes the binary built by authzBinary after the tests ran.
+type cleanupRun struct{ m *testing.M }
+
+func (c cleanupRun) Run() int {
+	code := c.m.Run()
+	if binDir != "" {
+		_ = os.RemoveAll(binDir)
+	}
+	return code
+}
+
+var (
+	binOnce sync.Once
+	binDir  string
+	binPath string
+	binErr  error
+)
+
+// authzBinary builds the authz executable once for the tests that need a process (signals,
+// resident memory, file-descriptor limits) and returns its path.
+func authzBinary(t testing.TB) string {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("builds the authz binary")
+	}
+	binOnce.Do(func() {
+		if binDir, binErr = os.MkdirTemp("", "authz-bin"); binErr != nil {
+			return
+		}
+		binPath = filepath.Join(binDir, "authz")
+		out, err := exec.Command("go", "build", "-o", binPath, ".").CombinedOutput()
+		if err != nil {
+			binErr = err
+			binPath = string(out)
+		}
+	})
+	require.NoError(t, binErr, "go build: %s", binPath)
+	return binPath
 }

@@ -7,11 +7,14 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"os/signal"
 	"path/filepath"
 	"runtime"
+	"runtime/debug"
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
@@ -33,6 +36,7 @@ With no flags it listens on 127.0.0.1:8181 with the embedded policy and starts t
 example driver as plugin example.sandbox. The configuration file (YAML, examples/config.yaml)
 is optional; flags override it. An invalid configuration exits with status 2 and names the
 field. SIGINT/SIGTERM shut down gracefully: in-flight requests finish, then plugins stop.
+SIGHUP reopens the decision log file (log rotation).
 
 Flags:
 `
@@ -104,6 +108,19 @@ func runServe(ctx context.Context, args []string, _ io.Reader, _, stderr io.Writ
 		JSONFormat: cfg.Log.JSON,
 		Output:     stderr,
 	})
+	// SIGHUP reloads what can be reloaded while serving: the decision log file is reopened
+	// (log rotation). Everything else needs a restart. Caught from here on, so that a SIGHUP
+	// during the start does not end the process; it is acted on once the service serves.
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	defer signal.Stop(hup)
+
+	// The admission limits bound the live memory; a soft limit at the documented bound
+	// makes the garbage collector return memory before the heap doubles past it. GOMEMLIMIT,
+	// when set, wins.
+	if os.Getenv("GOMEMLIMIT") == "" {
+		debug.SetMemoryLimit(cfg.MemoryBound())
+	}
 
 	engine, err := decision.New(ctx, decision.Options{EvalTimeout: cfg.EvalTimeout, ConfigCheckTimeout: cfg.ConfigCheckTimeout,
 		MaxConcurrent: runtime.GOMAXPROCS(0)})
@@ -148,6 +165,21 @@ func runServe(ctx context.Context, args []string, _ io.Reader, _, stderr io.Writ
 		// Runs after Serve returned: in-flight requests have finished by then.
 		defer stop()
 	}
+	reloadDone := make(chan struct{})
+	serveDone := make(chan struct{})
+	go func() {
+		defer close(reloadDone)
+		for {
+			select {
+			case <-hup:
+				logger.Info("SIGHUP: reloading")
+				_ = srv.Reload()
+			case <-serveDone:
+				return
+			}
+		}
+	}()
+	defer func() { close(serveDone); <-reloadDone }()
 	return srv.Serve(ctx, ln)
 }
 

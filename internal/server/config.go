@@ -67,6 +67,10 @@ type Config struct {
 
 	// Authentication controls who may use the API (docs/service.md, "Authentication").
 	Authentication AuthConfig `yaml:"authentication"`
+
+	// Limits bounds what the service holds at once: connections, requests being read, requests
+	// being decided. They bound its memory and file descriptors whatever the load.
+	Limits LimitsConfig `yaml:"limits"`
 }
 
 // AuthConfig is the access control of the API: who may ask for decisions and who may read the
@@ -92,6 +96,61 @@ func (c AuthConfig) mode() string {
 		return AuthOff
 	}
 	return c.Mode
+}
+
+// LimitsConfig bounds the connections and the decision requests the service holds at once
+// (docs/service.md, "Limits and memory").
+type LimitsConfig struct {
+	// MaxConnections caps the open client connections. At the cap, the oldest idle
+	// connection is closed to make room; when none is idle, new connections wait in the
+	// kernel's accept queue. It is lowered at start so that FDReserve descriptors remain.
+	MaxConnections int `yaml:"maxConnections"`
+	// FDReserve is the number of file descriptors (RLIMIT_NOFILE) kept free of connections,
+	// for plugin restarts, the decision log and the service's own files.
+	FDReserve int `yaml:"fdReserve"`
+	// MaxReading caps the decision requests admitted at once: each holds at most
+	// maxBodyBytes of body from the moment it is admitted until it is answered.
+	MaxReading int `yaml:"maxReading"`
+	// MaxDeciding caps the admitted requests whose body is being decoded, evaluated and
+	// logged at once, the stage that costs memory in proportion to the body.
+	MaxDeciding int `yaml:"maxDeciding"`
+	// QueueWait is how long a decision request waits for a slot of either kind before it is
+	// answered 503 SERVICE_OVERLOADED with Retry-After.
+	QueueWait time.Duration `yaml:"queueWait"`
+}
+
+// Defaults of LimitsConfig.
+const (
+	DefaultMaxConnections = 256
+	DefaultFDReserve      = 64
+	DefaultMaxReading     = 32
+	DefaultMaxDeciding    = 4
+	DefaultQueueWait      = time.Second
+)
+
+// validateLimits checks the Limits block.
+func (c Config) validateLimits(add func(field, format string, args ...any)) {
+	for _, f := range []struct {
+		field string
+		v     int
+	}{
+		{"limits.maxConnections", c.Limits.MaxConnections},
+		{"limits.maxReading", c.Limits.MaxReading},
+		{"limits.maxDeciding", c.Limits.MaxDeciding},
+	} {
+		if f.v <= 0 {
+			add(f.field, "must be a positive number, got %d", f.v)
+		}
+	}
+	if c.Limits.FDReserve < 16 {
+		add("limits.fdReserve", "must be at least 16 (plugin restarts need descriptors), got %d", c.Limits.FDReserve)
+	}
+	if c.Limits.MaxDeciding > c.Limits.MaxReading && c.Limits.MaxReading > 0 {
+		add("limits.maxDeciding", "must not be more than limits.maxReading (%d): a request is decided only after it was admitted to be read", c.Limits.MaxReading)
+	}
+	if c.Limits.QueueWait <= 0 {
+		add("limits.queueWait", "must be a positive duration such as 1s, got %v", c.Limits.QueueWait)
+	}
 }
 
 // TLSConfig names a PEM certificate (chain) and its key.
@@ -188,10 +247,17 @@ func DefaultConfig() Config {
 			ReadHeaderTimeout: 5 * time.Second,
 			ReadTimeout:       10 * time.Second,
 			WriteTimeout:      30 * time.Second,
-			IdleTimeout:       120 * time.Second,
+			IdleTimeout:       30 * time.Second,
 			MaxHeaderBytes:    64 << 10,
 		},
 		Log: LogConfig{Level: "info"},
+		Limits: LimitsConfig{
+			MaxConnections: DefaultMaxConnections,
+			FDReserve:      DefaultFDReserve,
+			MaxReading:     DefaultMaxReading,
+			MaxDeciding:    DefaultMaxDeciding,
+			QueueWait:      DefaultQueueWait,
+		},
 	}
 }
 
@@ -439,6 +505,7 @@ func (c Config) Validate() error {
 	if hclog.LevelFromString(c.Log.Level) == hclog.NoLevel {
 		add("log.level", "must be one of trace, debug, info, warn, error, off; got %q", c.Log.Level)
 	}
+	c.validateLimits(add)
 	return errors.Join(errs...)
 }
 

@@ -2,11 +2,16 @@ package server
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
+	"os"
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
+
+	"github.com/hashicorp/go-hclog"
 
 	"github.com/authz-dev/authz/internal/decision"
 )
@@ -30,15 +35,66 @@ type logEntry struct {
 
 // decisionLog writes one JSON line per decision. Lines are marshalled outside the lock and
 // written with one Write each under it, so they never interleave.
+//
+// A log written to a file (path not empty) is kept honest about that file: before each line
+// it checks that the path still names the open file (a rename or removal makes it reopen the
+// path), after a line that went to a file removed meanwhile it writes the line again to the
+// new one, and after a short write (a full disk) it truncates the partial line away, so the
+// next line never lands glued to half a record.
 type decisionLog struct {
 	mu     sync.Mutex
 	w      io.Writer
 	closer io.Closer // nil when the writer is not ours to close
 	masks  [][]string
+
+	path string  // the file's path; "" when w is not a file we opened
+	file logFile // the open file when path is set
+	// partial is true when a write to a writer that cannot be truncated stopped in the
+	// middle of a line: the next line starts with a newline to end it.
+	partial bool
+	log     hclog.Logger
+}
+
+// logFile is what the decision log needs of its file (*os.File).
+type logFile interface {
+	io.WriteCloser
+	Stat() (os.FileInfo, error)
+	Truncate(size int64) error
+}
+
+// openLogFile opens (creating with mode 0600) the decision log file at path for appending. It
+// does not follow a symbolic link, and refuses a file that is not a regular file, that others
+// may read or write, or that another user owns: the log holds every decision's input.
+func openLogFile(path string) (*os.File, error) {
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_APPEND|os.O_CREATE|syscall.O_NOFOLLOW|syscall.O_CLOEXEC, 0o600)
+	if err != nil {
+		if errors.Is(err, syscall.ELOOP) {
+			return nil, fmt.Errorf("%s is a symbolic link: name the file itself", path)
+		}
+		return nil, err
+	}
+	fi, err := f.Stat()
+	if err != nil {
+		f.Close()
+		return nil, err
+	}
+	if !fi.Mode().IsRegular() {
+		f.Close()
+		return nil, fmt.Errorf("%s is not a regular file (%v): name a file", path, fi.Mode().Type())
+	}
+	if perm := fi.Mode().Perm(); perm&0o077 != 0 {
+		f.Close()
+		return nil, fmt.Errorf("%s has mode %04o: the decision log must be readable and writable by its owner only (chmod 600 %s)", path, perm, path)
+	}
+	if st, ok := fi.Sys().(*syscall.Stat_t); ok && int(st.Uid) != os.Geteuid() {
+		f.Close()
+		return nil, fmt.Errorf("%s is owned by uid %d, not by this service (uid %d): remove it or give it to this user", path, st.Uid, os.Geteuid())
+	}
+	return f, nil
 }
 
 func newDecisionLog(w io.Writer, closer io.Closer, masks []string) (*decisionLog, error) {
-	l := &decisionLog{w: w, closer: closer}
+	l := &decisionLog{w: w, closer: closer, log: hclog.NewNullLogger()}
 	for _, m := range masks {
 		segs, err := parseMask(m)
 		if err != nil {
@@ -47,6 +103,27 @@ func newDecisionLog(w io.Writer, closer io.Closer, masks []string) (*decisionLog
 		l.masks = append(l.masks, segs)
 	}
 	return l, nil
+}
+
+// newFileDecisionLog opens the decision log file at path (openLogFile).
+func newFileDecisionLog(path string, masks []string, log hclog.Logger) (*decisionLog, error) {
+	l, err := newDecisionLog(nil, nil, masks)
+	if err != nil {
+		return nil, err
+	}
+	f, err := openLogFile(path)
+	if err != nil {
+		return nil, err
+	}
+	l.setFile(path, f)
+	if log != nil {
+		l.log = log
+	}
+	return l, nil
+}
+
+func (l *decisionLog) setFile(path string, f logFile) {
+	l.path, l.file, l.w, l.closer = path, f, f, f
 }
 
 // write masks the entry's input and appends its line. A nil log writes nothing.
@@ -64,14 +141,122 @@ func (l *decisionLog) write(e logEntry) error {
 	b = append(b, '\n')
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	if l.path == "" {
+		return l.writeStream(b)
+	}
+	if err := l.followPath(); err != nil {
+		return err
+	}
+	if err := l.writeFile(b); err != nil {
+		return err
+	}
+	// The file may have been removed while the line was written: then it is in no file
+	// anyone can read. Write it again to the file now at the path.
+	if fi, err := l.file.Stat(); err == nil && nlink(fi) == 0 {
+		if err := l.followPath(); err != nil {
+			return err
+		}
+		return l.writeFile(b)
+	}
+	return nil
+}
+
+// writeStream writes a line to a writer that is not a file of ours (stderr, a test's writer).
+func (l *decisionLog) writeStream(b []byte) error {
+	prefixed := l.partial
+	if prefixed {
+		b = append([]byte{'\n'}, b...)
+	}
 	n, err := l.w.Write(b)
 	if err == nil && n != len(b) {
 		err = io.ErrShortWrite
 	}
 	if err != nil {
+		if n > 0 {
+			// A line was started and not finished (only the newline ending the previous
+			// partial line leaves none).
+			l.partial = !prefixed || n > 1
+		}
 		return fmt.Errorf("write decision log: %w", err)
 	}
+	l.partial = false
 	return nil
+}
+
+// writeFile writes a line to the file; after a short write it truncates the partial line away.
+func (l *decisionLog) writeFile(b []byte) error {
+	n, err := l.file.Write(b)
+	if err == nil && n != len(b) {
+		err = io.ErrShortWrite
+	}
+	if err == nil {
+		return nil
+	}
+	err = fmt.Errorf("write decision log %s: %w", l.path, err)
+	if n > 0 {
+		// The file was opened for appending and this is its only writer: its last n bytes
+		// are the partial line.
+		fi, serr := l.file.Stat()
+		if serr == nil && fi.Size() >= int64(n) {
+			serr = l.file.Truncate(fi.Size() - int64(n))
+		} else if serr == nil {
+			serr = fmt.Errorf("the file is shorter (%d bytes) than the partial line (%d bytes)", fi.Size(), n)
+		}
+		if serr != nil {
+			return errors.Join(err, fmt.Errorf("remove the partial line from %s: %w", l.path, serr))
+		}
+	}
+	return err
+}
+
+// followPath reopens the log file when its path no longer names the open file (it was
+// renamed or removed, e.g. by a log rotation that does not signal the service).
+func (l *decisionLog) followPath() error {
+	cur, err := l.file.Stat()
+	if err != nil {
+		return fmt.Errorf("decision log %s: %w", l.path, err)
+	}
+	if at, err := os.Stat(l.path); err == nil && os.SameFile(cur, at) {
+		return nil
+	}
+	if err := l.reopenLocked(); err != nil {
+		return err
+	}
+	l.log.Warn("the decision log file was moved or removed; reopened its path", "path", l.path)
+	return nil
+}
+
+// reopen opens the log file's path again (log rotation: SIGHUP). A log that is not a file
+// of ours is left as it is.
+func (l *decisionLog) reopen() error {
+	if l == nil {
+		return nil
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.path == "" {
+		return nil
+	}
+	return l.reopenLocked()
+}
+
+func (l *decisionLog) reopenLocked() error {
+	f, err := openLogFile(l.path)
+	if err != nil {
+		return fmt.Errorf("reopen the decision log: %w", err)
+	}
+	if cerr := l.file.Close(); cerr != nil {
+		l.log.Warn("closing the previous decision log file failed", "path", l.path, "error", cerr)
+	}
+	l.setFile(l.path, f)
+	return nil
+}
+
+func nlink(fi os.FileInfo) uint64 {
+	if st, ok := fi.Sys().(*syscall.Stat_t); ok {
+		return uint64(st.Nlink)
+	}
+	return 1
 }
 
 func (l *decisionLog) close() error {

@@ -135,11 +135,25 @@ func (s *Server) routes() http.Handler {
 // only in the envelope of the answer.
 func (s *Server) decisionHandler(path string) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
+		// Admitted before a byte of the body is read, so that the bodies in memory and the
+		// decisions being decoded stay bounded whatever the number of clients.
+		release := s.admit.acquire(r.Context(), s.admit.reading)
+		if release == nil {
+			s.answerOverloaded(w, r)
+			return
+		}
+		defer release()
 		body, aerr := s.readBody(w, r)
 		if aerr != nil {
 			writeError(w, *aerr)
 			return
 		}
+		releaseDeciding := s.admit.acquire(r.Context(), s.admit.deciding)
+		if releaseDeciding == nil {
+			s.answerOverloaded(w, r)
+			return
+		}
+		defer releaseDeciding()
 		var req *snapshot.Request
 		var err error
 		if path == pathDataDecision {
@@ -241,7 +255,20 @@ func (s *Server) decide(r *http.Request, path string, req *snapshot.Request) (do
 	return doc, evalCode, true
 }
 
-// readBody reads a request body of an accepted media type within the size limit.
+// answerOverloaded answers a decision request that was not admitted in time: 503 with
+// Retry-After, and the connection is closed (its unread body is not worth reading).
+func (s *Server) answerOverloaded(w http.ResponseWriter, r *http.Request) {
+	w.Header().Set("Retry-After", s.admit.retryAfter())
+	if r.ProtoMajor == 1 {
+		w.Header().Set("Connection", "close")
+	}
+	w.Header().Set(HeaderError, CodeOverloaded)
+	writeError(w, s.admit.overloaded())
+}
+
+// readBody reads a request body of an accepted media type within the size limit. It reads
+// into one buffer of the announced length when there is one, so that a body costs its size
+// once, not the doublings of a growing buffer.
 func (s *Server) readBody(w http.ResponseWriter, r *http.Request) ([]byte, *apiError) {
 	if ct := r.Header.Get("Content-Type"); ct != "" {
 		mt, _, err := mime.ParseMediaType(ct)
@@ -262,7 +289,7 @@ func (s *Server) readBody(w http.ResponseWriter, r *http.Request) ([]byte, *apiE
 	if u, ok := w.(interface{ Unwrap() http.ResponseWriter }); ok {
 		rw = u.Unwrap()
 	}
-	body, err := io.ReadAll(http.MaxBytesReader(rw, r.Body, limit))
+	body, err := readAllSized(http.MaxBytesReader(rw, r.Body, limit), r.ContentLength)
 	if err != nil {
 		var mbe *http.MaxBytesError
 		if errors.As(err, &mbe) {
@@ -272,6 +299,30 @@ func (s *Server) readBody(w http.ResponseWriter, r *http.Request) ([]byte, *apiE
 			Message: fmt.Sprintf("could not read the request body: %v", err)}
 	}
 	return body, nil
+}
+
+// readAllSized reads r to its end into a buffer of size bytes when size is known (>= 0).
+func readAllSized(r io.Reader, size int64) ([]byte, error) {
+	if size < 0 {
+		return io.ReadAll(r)
+	}
+	// One byte more than announced, to see the end without growing.
+	buf := make([]byte, 0, size+1)
+	for {
+		n, err := r.Read(buf[len(buf):cap(buf)])
+		buf = buf[:len(buf)+n]
+		if errors.Is(err, io.EOF) {
+			return buf, nil
+		}
+		if err != nil {
+			return buf, err
+		}
+		if len(buf) == cap(buf) {
+			// More than announced: net/http does not let this happen, but read on.
+			rest, err := io.ReadAll(r)
+			return append(buf, rest...), err
+		}
+	}
 }
 
 // parseDataRequest reads the OPA Data API body {"input": request}.

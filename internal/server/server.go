@@ -55,6 +55,7 @@ type Server struct {
 	handler http.Handler
 	tls     *tls.Config
 	access  *access
+	admit   *admission
 }
 
 // New checks cfg (Validate), opens the decision log and loads the TLS certificate. It starts
@@ -83,17 +84,14 @@ func New(cfg Config, d Decider, facts FactsSource, opts Options) (*Server, error
 	case cfg.DecisionLog.Path == "-":
 		s.dlog, err = newDecisionLog(os.Stderr, nil, cfg.DecisionLog.Mask)
 	case cfg.DecisionLog.Path != "":
-		f, ferr := os.OpenFile(cfg.DecisionLog.Path, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o600)
-		if ferr != nil {
-			return nil, fmt.Errorf("decisionLog.path: %w", ferr)
-		}
-		if s.dlog, err = newDecisionLog(f, f, cfg.DecisionLog.Mask); err != nil {
-			f.Close()
+		if s.dlog, err = newFileDecisionLog(cfg.DecisionLog.Path, cfg.DecisionLog.Mask, s.log); err != nil {
+			return nil, fmt.Errorf("decisionLog.path: %w", err)
 		}
 	}
 	if err != nil {
 		return nil, fmt.Errorf("decisionLog.mask: %w", err)
 	}
+	s.admit = newAdmission(cfg.Limits)
 	s.metrics = newMetrics(d, facts)
 	s.handler = s.routes()
 	return s, nil
@@ -109,11 +107,37 @@ func (s *Server) Handler() http.Handler { return s.handler }
 // Close closes the decision log file the server opened. Call it after Serve returned.
 func (s *Server) Close() error { return s.dlog.close() }
 
+// Reload reloads what can be reloaded while serving: it reopens the decision log file at its
+// path (after a log rotation renamed it). `authz serve` calls it on SIGHUP. On an error the
+// previous file stays open.
+func (s *Server) Reload() error {
+	if err := s.dlog.reopen(); err != nil {
+		s.log.Error("reload: the decision log could not be reopened; still writing to the previous file", "error", err)
+		return err
+	}
+	if s.cfg.DecisionLog.Path != "" && s.cfg.DecisionLog.Path != "-" {
+		s.log.Info("reload: decision log reopened", "path", s.cfg.DecisionLog.Path)
+	}
+	return nil
+}
+
 // Serve answers on ln until ctx is done, then shuts down gracefully: it stops accepting, lets
 // in-flight requests finish (up to ShutdownTimeout, after which they are cut off) and returns.
 // It closes ln. It returns nil after a shutdown asked for by ctx.
 func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
+	maxConns, err := connectionCap(s.cfg.Limits.MaxConnections, s.cfg.Limits.FDReserve)
+	if err != nil {
+		ln.Close()
+		return err
+	}
+	if maxConns < s.cfg.Limits.MaxConnections {
+		s.log.Warn("connection cap lowered to keep file descriptors for plugins (raise ulimit -n to allow more)",
+			"max_connections", maxConns, "configured", s.cfg.Limits.MaxConnections, "fd_reserve", s.cfg.Limits.FDReserve)
+	}
+	limited := newConnLimit(ln, maxConns, s.log)
+	ln = limited
 	hs := &http.Server{
+		ConnState:         limited.connState,
 		Handler:           s.handler,
 		ReadHeaderTimeout: s.cfg.HTTP.ReadHeaderTimeout,
 		ReadTimeout:       s.cfg.HTTP.ReadTimeout,
@@ -127,7 +151,8 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 	if s.tls != nil {
 		scheme = "https"
 	}
-	s.log.Info("listening", "addr", listenerAddr(ln), "scheme", scheme, "authentication", s.cfg.Authentication.mode(), "revision", s.decider.Revision())
+	s.log.Info("listening", "addr", listenerAddr(ln), "scheme", scheme, "authentication", s.cfg.Authentication.mode(),
+		"revision", s.decider.Revision(), "max_connections", maxConns)
 	s.access.warnCleartext(s.log, ln.Addr(), s.tls != nil)
 
 	errc := make(chan error, 1)
@@ -146,7 +171,7 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 	s.log.Info("shutting down: finishing in-flight requests", "timeout", s.cfg.ShutdownTimeout)
 	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.cfg.ShutdownTimeout)
 	defer cancel()
-	err := hs.Shutdown(sctx)
+	err = hs.Shutdown(sctx)
 	if err != nil {
 		s.log.Warn("in-flight requests did not finish in time; closing their connections", "error", err)
 		_ = hs.Close()

@@ -52,6 +52,9 @@ func testConfig() server.Config {
 	cfg := server.DefaultConfig()
 	cfg.Plugins = nil
 	cfg.Addr = "127.0.0.1:0"
+	// Tests run under -race on shared machines, where a decision may take a while: no test
+	// but those of admission itself should meet a 503 SERVICE_OVERLOADED.
+	cfg.Limits.QueueWait = time.Minute
 	return cfg
 }
 

@@ -1,0 +1,93 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/authz-dev/authz/internal/server"
+)
+
+// bigRequest is specRequest with lease.metadata.padding: an array of small objects that makes
+// the body about size bytes, the shape that costs the most memory once decoded.
+func bigRequest(t testing.TB, size int) []byte {
+	t.Helper()
+	var req map[string]any
+	require.NoError(t, json.Unmarshal([]byte(specRequest), &req))
+	var pad bytes.Buffer
+	pad.WriteString("[")
+	for i := 0; pad.Len() < size-len(specRequest)-64; i++ {
+		if i > 0 {
+			pad.WriteString(",")
+		}
+		fmt.Fprintf(&pad, `{"k":"v%d","n":%d}`, i%10, i%100)
+	}
+	pad.WriteString("]")
+	req["lease"].(map[string]any)["metadata"].(map[string]any)["padding"] = json.RawMessage(pad.Bytes())
+	b, err := json.Marshal(req)
+	require.NoError(t, err)
+	require.LessOrEqual(t, len(b), size)
+	return b
+}
+
+// TestServeMemoryBoundedUnderConcurrentBigBodies sends 60 bodies of just under 1 MiB at once:
+// the service admits a bounded number, answers the rest 503 with Retry-After, and its peak
+// resident memory stays within the bound docs/service.md states for the default configuration.
+func TestServeMemoryBoundedUnderConcurrentBigBodies(t *testing.T) {
+	facts := writeFile(t, t.TempDir(), "facts.json", specFacts)
+	p := startServeProcess(t, "", "--facts", facts, "--addr", "127.0.0.1:0")
+	base := "http://" + p.addr
+	body := bigRequest(t, server.DefaultMaxBodyBytes)
+
+	const clients = 60
+	var wg sync.WaitGroup
+	statuses := make([]int, clients)
+	retryAfter := make([]string, clients)
+	errs := make([]error, clients)
+	start := make(chan struct{})
+	for i := range clients {
+		wg.Go(func() {
+			c := &http.Client{Timeout: 60 * time.Second}
+			<-start
+			resp, err := c.Post(base+"/v1/authorize", "application/json", bytes.NewReader(body))
+			if err != nil {
+				errs[i] = err
+				return
+			}
+			defer resp.Body.Close()
+			_, _ = io.Copy(io.Discard, resp.Body)
+			statuses[i], retryAfter[i] = resp.StatusCode, resp.Header.Get("Retry-After")
+		})
+	}
+	close(start)
+	wg.Wait()
+	peak := p.peakRSS(t)
+	t.Logf("peak RSS (VmHWM) under %d concurrent %d-byte bodies: %d MiB (bound %d MiB)", clients, len(body), peak>>20, server.DefaultConfig().MemoryBound()>>20)
+
+	granted := 0
+	for i := range clients {
+		require.NoError(t, errs[i], "client %d", i)
+		switch statuses[i] {
+		case http.StatusOK:
+			granted++
+		case http.StatusServiceUnavailable:
+			assert.NotEmpty(t, retryAfter[i], "a 503 for overload says when to retry")
+		default:
+			t.Errorf("client %d: status %d", i, statuses[i])
+		}
+	}
+	assert.Positive(t, granted, "some requests were decided")
+	assert.LessOrEqual(t, peak, server.DefaultConfig().MemoryBound(), "peak RSS %d MiB over the documented bound", peak>>20)
+	require.True(t, p.alive())
+	p.signal(t, syscall.SIGTERM)
+	assert.NoError(t, p.waitExit(t, 30*time.Second))
+}

@@ -1,0 +1,111 @@
+package server_test
+
+import (
+	"bufio"
+	"fmt"
+	"net"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/authz-dev/authz/internal/server"
+)
+
+// startSlowRequest sends the headers of a decision request and part of its body, and returns
+// the connection and the rest of the body.
+func startSlowRequest(t *testing.T, base, body string) (net.Conn, string) {
+	t.Helper()
+	c, err := net.Dial("tcp", strings.TrimPrefix(base, "http://"))
+	require.NoError(t, err)
+	t.Cleanup(func() { c.Close() })
+	require.NoError(t, c.SetDeadline(time.Now().Add(20*time.Second)))
+	half := len(body) / 2
+	_, err = fmt.Fprintf(c, "POST /v1/authorize HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s", len(body), body[:half])
+	require.NoError(t, err)
+	return c, body[half:]
+}
+
+// TestAdmissionBoundsRequestsInProgress: requests are admitted before their body is read.
+// With every slot held by clients that send their bodies slowly, the next decision request
+// waits limits.queueWait and is answered 503 SERVICE_OVERLOADED with Retry-After and a deny,
+// while other endpoints still answer; once the slow requests are done, decisions are
+// answered again.
+func TestAdmissionBoundsRequestsInProgress(t *testing.T) {
+	s := newServer(t, withConfig(func(c *server.Config) {
+		c.Limits.MaxReading = 2
+		c.Limits.MaxDeciding = 1
+		c.Limits.QueueWait = 200 * time.Millisecond
+	}))
+	base := startHTTP(t, s)
+	body := fixture(t, nil)
+
+	type slow struct {
+		conn net.Conn
+		rest string
+	}
+	var held []slow
+	for range 2 {
+		c, rest := startSlowRequest(t, base, body)
+		held = append(held, slow{c, rest})
+	}
+	// The slow requests were admitted: the next one finds no slot.
+	require.Eventually(t, func() bool {
+		return post(t, base+"/v1/authorize", body).status == http.StatusServiceUnavailable
+	}, 10*time.Second, 50*time.Millisecond)
+
+	start := time.Now()
+	a := post(t, base+"/v1/authorize", body)
+	waited := time.Since(start)
+	require.Equal(t, http.StatusServiceUnavailable, a.status, "%s", a.body)
+	m := a.json(t)
+	assert.Equal(t, server.CodeOverloaded, m["code"])
+	assert.Equal(t, false, m["allow"])
+	assert.Equal(t, "1", a.header.Get("Retry-After"))
+	assert.Equal(t, server.CodeOverloaded, a.header.Get(server.HeaderError))
+	assert.GreaterOrEqual(t, waited, 200*time.Millisecond, "it waited for a slot first")
+	assert.Equal(t, http.StatusOK, get(t, base+"/health").status, "other endpoints are not held up")
+
+	for _, h := range held {
+		_, err := h.conn.Write([]byte(h.rest))
+		require.NoError(t, err)
+		resp, err := http.ReadResponse(bufio.NewReader(h.conn), nil)
+		require.NoError(t, err)
+		resp.Body.Close()
+		assert.Equal(t, http.StatusOK, resp.StatusCode, "the slow request was decided")
+	}
+	assert.Equal(t, http.StatusOK, post(t, base+"/v1/authorize", body).status)
+}
+
+func TestLimitsValidate(t *testing.T) {
+	tests := []struct {
+		name   string
+		change func(*server.Config)
+		want   string
+	}{
+		{name: "no connections", change: func(c *server.Config) { c.Limits.MaxConnections = 0 }, want: "limits.maxConnections: must be a positive number"},
+		{name: "small descriptor reserve", change: func(c *server.Config) { c.Limits.FDReserve = 3 }, want: "limits.fdReserve: must be at least 16"},
+		{name: "no reading slots", change: func(c *server.Config) { c.Limits.MaxReading = 0 }, want: "limits.maxReading: must be a positive number"},
+		{name: "more deciding than reading", change: func(c *server.Config) { c.Limits.MaxDeciding = 40 }, want: "limits.maxDeciding: must not be more than limits.maxReading (32)"},
+		{name: "no queue wait", change: func(c *server.Config) { c.Limits.QueueWait = 0 }, want: "limits.queueWait: must be a positive duration"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			c := server.DefaultConfig()
+			tt.change(&c)
+			assert.ErrorContains(t, c.Validate(), tt.want)
+		})
+	}
+	assert.NoError(t, server.DefaultConfig().Validate())
+}
+
+// TestMemoryBound is the bound docs/service.md states for the default limits.
+func TestMemoryBound(t *testing.T) {
+	c := server.DefaultConfig()
+	assert.Equal(t, int64(434), c.MemoryBound()>>20)
+	c.MaxBodyBytes = 64 << 10
+	assert.Less(t, c.MemoryBound(), int64(128<<20), "a smaller body limit lowers the bound")
+}

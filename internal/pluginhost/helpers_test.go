@@ -210,7 +210,9 @@ func startHost(tb testing.TB, cfg Config) (*Host, *pidRecorder) {
 		for pid := range rec.pids {
 			require.Falsef(tb, processExists(pid), "worker pid %d still exists after Close", pid)
 		}
-		require.Empty(tb, childProcesses(tb), "child processes left after Close")
+		if left := childProcesses(tb); len(left) > 0 {
+			require.Failf(tb, "child processes left after Close", "%s", describeProcesses(left))
+		}
 		goleak.VerifyNone(tb)
 	})
 	require.NoError(tb, h.Start(tb.Context()))
@@ -256,6 +258,17 @@ func childProcesses(tb testing.TB) []int {
 		}
 	}
 	return out
+}
+
+// describeProcesses says what each process is (its stat line and command line), for failures.
+func describeProcesses(pids []int) string {
+	var b strings.Builder
+	for _, pid := range pids {
+		stat, _ := os.ReadFile(filepath.Join("/proc", strconv.Itoa(pid), "stat"))
+		cmd, _ := os.ReadFile(filepath.Join("/proc", strconv.Itoa(pid), "cmdline"))
+		fmt.Fprintf(&b, "pid %d: %s; cmdline %q\n", pid, strings.TrimSpace(string(stat)), strings.ReplaceAll(string(cmd), "\x00", " "))
+	}
+	return b.String()
 }
 
 // waitFor polls cond every millisecond until it holds or timeout passes, and returns how long

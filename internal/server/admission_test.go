@@ -19,12 +19,13 @@ import (
 // the connection and the rest of the body.
 func startSlowRequest(t *testing.T, base, body string) (net.Conn, string) {
 	t.Helper()
-	c, err := net.Dial("tcp", strings.TrimPrefix(base, "http://"))
+	addr := strings.TrimPrefix(base, "http://")
+	c, err := net.Dial("tcp", addr)
 	require.NoError(t, err)
 	t.Cleanup(func() { c.Close() })
 	require.NoError(t, c.SetDeadline(time.Now().Add(20*time.Second)))
 	half := len(body) / 2
-	_, err = fmt.Fprintf(c, "POST /v1/authorize HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s", len(body), body[:half])
+	_, err = fmt.Fprintf(c, "POST /v1/authorize HTTP/1.1\r\nHost: %s\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s", addr, len(body), body[:half])
 	require.NoError(t, err)
 	return c, body[half:]
 }

@@ -155,12 +155,12 @@ func TestReloadTokens(t *testing.T) {
 	require.Equal(t, http.StatusOK, call(t, testClient, http.MethodPost, url+"/v1/authorize", "", bearer(decideToken), fixture(t, nil)).status)
 
 	require.NoError(t, os.WriteFile(path, []byte("short decide\n"), 0o600))
-	require.ErrorContains(t, s.ReloadTokens(), "line 1: the token is shorter than 16 characters")
+	require.ErrorContains(t, s.Reload(), "line 1: the token is shorter than 16 characters")
 	require.Equal(t, http.StatusOK, call(t, testClient, http.MethodPost, url+"/v1/authorize", "", bearer(decideToken), fixture(t, nil)).status,
 		"a bad file keeps the tokens in use")
 
 	require.NoError(t, os.WriteFile(path, []byte(bothToken+" decide\n"), 0o600))
-	require.NoError(t, s.ReloadTokens())
+	require.NoError(t, s.Reload())
 	assert.Equal(t, http.StatusUnauthorized, call(t, testClient, http.MethodPost, url+"/v1/authorize", "", bearer(decideToken), fixture(t, nil)).status, "revoked")
 	assert.Equal(t, http.StatusOK, call(t, testClient, http.MethodPost, url+"/v1/authorize", "", bearer(bothToken), fixture(t, nil)).status)
 }

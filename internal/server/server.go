@@ -97,9 +97,6 @@ func New(cfg Config, d Decider, facts FactsSource, opts Options) (*Server, error
 	return s, nil
 }
 
-// ReloadTokens reads authentication.tokensFile again (with authentication mode token; nothing
-// to do otherwise). On an error the tokens in use stay in use.
-func (s *Server) ReloadTokens() error { return s.access.reloadTokens() }
 
 // Handler is the HTTP API, for tests and for mounting in another server.
 func (s *Server) Handler() http.Handler { return s.handler }
@@ -108,17 +105,24 @@ func (s *Server) Handler() http.Handler { return s.handler }
 func (s *Server) Close() error { return s.dlog.close() }
 
 // Reload reloads what can be reloaded while serving: it reopens the decision log file at its
-// path (after a log rotation renamed it). `authz serve` calls it on SIGHUP. On an error the
-// previous file stays open.
+// path (after a log rotation renamed it) and re-reads the bearer tokens file (so a token can be
+// added or revoked). `authz serve` calls it on SIGHUP. What fails to reload keeps its previous
+// state (the open file, the tokens in use) and is reported in the error.
 func (s *Server) Reload() error {
+	var errs []error
 	if err := s.dlog.reopen(); err != nil {
 		s.log.Error("reload: the decision log could not be reopened; still writing to the previous file", "error", err)
-		return err
-	}
-	if s.cfg.DecisionLog.Path != "" && s.cfg.DecisionLog.Path != "-" {
+		errs = append(errs, err)
+	} else if s.cfg.DecisionLog.Path != "" && s.cfg.DecisionLog.Path != "-" {
 		s.log.Info("reload: decision log reopened", "path", s.cfg.DecisionLog.Path)
 	}
-	return nil
+	if err := s.access.reloadTokens(); err != nil {
+		s.log.Error("reload: the tokens file could not be read; the tokens in use stay", "error", err)
+		errs = append(errs, fmt.Errorf("authentication.tokensFile: %w", err))
+	} else if s.cfg.Authentication.mode() == AuthToken {
+		s.log.Info("reload: bearer tokens re-read", "path", s.cfg.Authentication.TokensFile)
+	}
+	return errors.Join(errs...)
 }
 
 // Serve answers on ln until ctx is done, then shuts down gracefully: it stops accepting, lets

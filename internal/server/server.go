@@ -97,7 +97,6 @@ func New(cfg Config, d Decider, facts FactsSource, opts Options) (*Server, error
 	return s, nil
 }
 
-
 // Handler is the HTTP API, for tests and for mounting in another server.
 func (s *Server) Handler() http.Handler { return s.handler }
 

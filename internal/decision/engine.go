@@ -292,7 +292,8 @@ func ctxErr(ctx context.Context) error {
 }
 
 // parseResult reads the policy's result strictly: an object with a boolean allow, string code
-// and message, an array of string reasons, and all nine capabilities as booleans. Anything else
+// and message, an array of string reasons, and exactly the capabilities of CapabilityKeys as
+// booleans (a capability this release does not know is a bad result, never dropped). Anything else
 // is a bad result, and a bad result never grants.
 func parseResult(v any) (Document, error) {
 	obj, ok := v.(map[string]any)
@@ -322,6 +323,13 @@ func parseResult(v any) (Document, error) {
 	caps, ok := obj["capabilities"].(map[string]any)
 	if !ok {
 		return Document{}, failf(CodeBadResult, "result.capabilities is %T, want an object", obj["capabilities"])
+	}
+	if len(caps) != len(CapabilityKeys) {
+		for k := range caps {
+			if _, known := capabilityIndex[k]; !known {
+				return Document{}, failf(CodeBadResult, "result.capabilities.%s is not a capability of this release (%v): adding a capability needs a release of authz", k, CapabilityKeys)
+			}
+		}
 	}
 	for _, k := range CapabilityKeys {
 		b, ok := caps[k].(bool)

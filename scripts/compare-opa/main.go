@@ -142,7 +142,7 @@ func run(ctx context.Context, o options, out io.Writer) error {
 	servers := []*server{
 		{name: "authz", cmd: exec.Command(authzBin, "serve", "--facts", factsFile, "--log-level", "error")},
 		{name: "authz (cache off)", cmd: exec.Command(authzBin, "serve", "--facts", factsFile, "--log-level", "error", "--decision-cache", "off")},
-		{name: "opa", opa: true, cmd: exec.Command(opaBin, "run", "--server", "--log-level", "error", "--disable-telemetry", filepath.Join(root, "policies"))},
+		{name: "opa", opa: true, cmd: exec.Command(opaBin, "run", "--server", "--log-level", "error", "--skip-version-check", filepath.Join(root, "policies"))},
 	}
 	for _, s := range servers {
 		if err := s.start(ctx); err != nil {

@@ -74,3 +74,21 @@ func benchDecide(b *testing.B, opts decision.Options) {
 		}
 	}
 }
+
+// BenchmarkEvaluateCacheHit is the engine's part of a repeated decision: the cache key of an
+// assembled input, the lookup, and a fresh decision id.
+func BenchmarkEvaluateCacheHit(b *testing.B) {
+	req, facts := benchFixture(b)
+	eng, err := decision.New(b.Context(), decision.Options{})
+	require.NoError(b, err)
+	in := snapshot.Build(b.Context(), req, facts, snapshot.Options{})
+	b.ReportAllocs()
+	for b.Loop() {
+		if d, err := eng.Evaluate(b.Context(), in); err != nil || !d.Allow {
+			b.Fatal("want a grant", err)
+		}
+	}
+	if s := eng.CacheStats(); s.Misses != 1 {
+		b.Fatalf("want one miss, got %+v", s)
+	}
+}

@@ -8,6 +8,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/authz-dev/authz/internal/decision"
 	"github.com/authz-dev/authz/internal/server"
 )
 
@@ -15,7 +16,10 @@ import (
 // decision id and decision-log line.
 func TestDecisionCacheMetricsAndLog(t *testing.T) {
 	var logBuf lockedBuffer
-	url := startHTTP(t, newServer(t, withDecisionLog(&logBuf)))
+	// an engine of its own: the shared test engine's cache counts every other test's decisions
+	eng, err := decision.New(t.Context(), decision.Options{})
+	require.NoError(t, err)
+	url := startHTTP(t, newServer(t, withDecider(eng), withDecisionLog(&logBuf)))
 	ids := map[string]bool{}
 	for range 3 {
 		a := post(t, url+"/v1/authorize", fixture(t, nil))

@@ -52,6 +52,7 @@ type serveFlags struct {
 	decisionLogMask     maskFlag
 	maxBodyBytes        int64
 	evalTimeout         time.Duration
+	decisionCache       string
 	logLevel            string
 	logJSON             bool
 
@@ -77,6 +78,7 @@ func runServe(ctx context.Context, args []string, _ io.Reader, _, stderr io.Writ
 	fs.Var(&f.decisionLogMask, "decision-log-mask", "JSON pointers below /input masked in the decision log, comma-separated or repeated;\nreplaces the configured list (default /input/environment/config; \"\" for none)")
 	fs.Int64Var(&f.maxBodyBytes, "max-body-bytes", def.MaxBodyBytes, "largest request body; larger is 413")
 	fs.DurationVar(&f.evalTimeout, "eval-timeout", def.EvalTimeout, "bound on one decision: input assembly and evaluation")
+	fs.StringVar(&f.decisionCache, "decision-cache", def.DecisionCache, "answer repeated decisions from the decision cache: on or off")
 	fs.StringVar(&f.logLevel, "log-level", def.Log.Level, "service log level: trace, debug, info, warn, error, off")
 	fs.BoolVar(&f.logJSON, "log-json", false, "write the service log as JSON lines")
 	fs.StringVar(&f.authentication, "authentication", "off", "who may use the API: off, token (bearer tokens from --authentication-tokens-file)\nor tls (client certificates signed by --tls-ca-cert-file; needs --tls-cert)")
@@ -123,7 +125,7 @@ func runServe(ctx context.Context, args []string, _ io.Reader, _, stderr io.Writ
 	}
 
 	engine, err := decision.New(ctx, decision.Options{EvalTimeout: cfg.EvalTimeout, ConfigCheckTimeout: cfg.ConfigCheckTimeout,
-		MaxConcurrent: runtime.GOMAXPROCS(0)})
+		MaxConcurrent: runtime.GOMAXPROCS(0), Cache: decision.CacheOptions{Disabled: cfg.DecisionCache == "off"}})
 	if err != nil {
 		return fmt.Errorf("serve: load the embedded policy: %w", err)
 	}
@@ -218,6 +220,8 @@ func loadServeConfig(fs *flag.FlagSet, f *serveFlags) (server.Config, error) {
 			cfg.MaxBodyBytes = f.maxBodyBytes
 		case "eval-timeout":
 			cfg.EvalTimeout = f.evalTimeout
+		case "decision-cache":
+			cfg.DecisionCache = f.decisionCache
 		case "log-level":
 			cfg.Log.Level = f.logLevel
 		case "log-json":

@@ -30,10 +30,13 @@ func BenchmarkAssemble(b *testing.B) {
 	}
 }
 
+// uncached is an engine option set that evaluates every decision.
+var uncached = decision.Options{Cache: decision.CacheOptions{Disabled: true}}
+
 // BenchmarkEvaluate is the policy's part: one evaluation of an assembled input.
 func BenchmarkEvaluate(b *testing.B) {
 	req, facts := benchFixture(b)
-	eng, err := decision.New(b.Context(), decision.Options{})
+	eng, err := decision.New(b.Context(), uncached)
 	require.NoError(b, err)
 	in := snapshot.Build(b.Context(), req, facts, snapshot.Options{})
 	b.ReportAllocs()
@@ -46,9 +49,19 @@ func BenchmarkEvaluate(b *testing.B) {
 
 // BenchmarkDecide is one whole decision from request bytes: parse, assemble, evaluate.
 func BenchmarkDecide(b *testing.B) {
+	benchDecide(b, uncached)
+}
+
+// BenchmarkDecideCacheHit is a repeated decision: parse, assemble, and the answer from the
+// decision cache (a fresh decision id included).
+func BenchmarkDecideCacheHit(b *testing.B) {
+	benchDecide(b, decision.Options{})
+}
+
+func benchDecide(b *testing.B, opts decision.Options) {
 	reqJSON, _ := specexamples.NewFixture().JSON()
 	_, facts := benchFixture(b)
-	eng, err := decision.New(b.Context(), decision.Options{})
+	eng, err := decision.New(b.Context(), opts)
 	require.NoError(b, err)
 	b.ReportAllocs()
 	for b.Loop() {
@@ -59,5 +72,23 @@ func BenchmarkDecide(b *testing.B) {
 		if d, _, err := eng.Decide(b.Context(), req, facts); err != nil || !d.Allow {
 			b.Fatal("want a grant", err)
 		}
+	}
+}
+
+// BenchmarkEvaluateCacheHit is the engine's part of a repeated decision: the cache key of an
+// assembled input, the lookup, and a fresh decision id.
+func BenchmarkEvaluateCacheHit(b *testing.B) {
+	req, facts := benchFixture(b)
+	eng, err := decision.New(b.Context(), decision.Options{})
+	require.NoError(b, err)
+	in := snapshot.Build(b.Context(), req, facts, snapshot.Options{})
+	b.ReportAllocs()
+	for b.Loop() {
+		if d, err := eng.Evaluate(b.Context(), in); err != nil || !d.Allow {
+			b.Fatal("want a grant", err)
+		}
+	}
+	if s := eng.CacheStats(); s.Misses != 1 {
+		b.Fatalf("want one miss, got %+v", s)
 	}
 }

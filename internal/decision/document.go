@@ -1,23 +1,16 @@
 package decision
 
 import (
+	"reflect"
+	"strings"
+
 	"github.com/authz-dev/authz/internal/snapshot"
 )
 
-// CapabilityKeys are the nine capabilities of SPEC section 2, in document order.
-var CapabilityKeys = [9]string{
-	"reusableLeases",
-	"nativeSyncIn",
-	"nativeSyncOut",
-	"persistentProcessSessions",
-	"independentControlCommands",
-	"incrementalSessionOutput",
-	"concurrentSyncOperations",
-	"duplexCommandStream",
-	"runnerWebSocketIngress",
-}
-
-// Capabilities is the snapshot: the nine capabilities the lease is entitled to now.
+// Capabilities is the snapshot: the capabilities the lease is entitled to now. Its fields are
+// the one Go list of the capabilities: CapabilityKeys and every lookup by name derive from their
+// JSON names, and a test fails when they and the policy's capability table disagree. Adding a
+// capability therefore needs a release: a field here (and the policy table row).
 type Capabilities struct {
 	ReusableLeases             bool `json:"reusableLeases"`
 	NativeSyncIn               bool `json:"nativeSyncIn"`
@@ -30,29 +23,36 @@ type Capabilities struct {
 	RunnerWebSocketIngress     bool `json:"runnerWebSocketIngress"`
 }
 
+// CapabilityKeys are the JSON names of the fields of Capabilities, in document order.
+var CapabilityKeys, capabilityIndex = capabilityFields()
+
+// capabilityFields reads the names and indexes of the fields of Capabilities.
+func capabilityFields() ([9]string, map[string]int) {
+	var keys [9]string
+	index := map[string]int{}
+	t := reflect.TypeFor[Capabilities]()
+	if t.NumField() != len(keys) {
+		panic("decision: CapabilityKeys must have one entry per field of Capabilities")
+	}
+	for i := range t.NumField() {
+		f := t.Field(i)
+		if f.Type.Kind() != reflect.Bool {
+			panic("decision: every field of Capabilities must be a bool")
+		}
+		name, _, _ := strings.Cut(f.Tag.Get("json"), ",")
+		keys[i] = name
+		index[name] = i
+	}
+	return keys, index
+}
+
 // field returns the field that holds capability key, or nil for an unknown key.
 func (c *Capabilities) field(key string) *bool {
-	switch key {
-	case "reusableLeases":
-		return &c.ReusableLeases
-	case "nativeSyncIn":
-		return &c.NativeSyncIn
-	case "nativeSyncOut":
-		return &c.NativeSyncOut
-	case "persistentProcessSessions":
-		return &c.PersistentProcessSessions
-	case "independentControlCommands":
-		return &c.IndependentControlCommands
-	case "incrementalSessionOutput":
-		return &c.IncrementalSessionOutput
-	case "concurrentSyncOperations":
-		return &c.ConcurrentSyncOperations
-	case "duplexCommandStream":
-		return &c.DuplexCommandStream
-	case "runnerWebSocketIngress":
-		return &c.RunnerWebSocketIngress
+	i, ok := capabilityIndex[key]
+	if !ok {
+		return nil
 	}
-	return nil
+	return reflect.ValueOf(c).Elem().Field(i).Addr().Interface().(*bool)
 }
 
 // Get returns the value of capability key (false for an unknown key).

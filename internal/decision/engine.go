@@ -39,6 +39,11 @@ type Options struct {
 	// arrival order (bounded by EvalTimeout and their context). Evaluation is CPU-bound, so more
 	// decisions in flight than cores only add latency; no bound when zero.
 	MaxConcurrent int
+	// Cache bounds the decision cache, which is on unless Cache.Disabled. A decision is taken
+	// from the cache only when the policy was loaded with LoadModules (or New), calls no
+	// non-deterministic or impure builtin, and reads input only at constant paths; the key is
+	// the input projected onto those paths, so any change the policy could see is a new key.
+	Cache CacheOptions
 }
 
 // Engine evaluates decisions. It is safe for concurrent use; the prepared query is replaced
@@ -46,12 +51,18 @@ type Options struct {
 type Engine struct {
 	opts  Options
 	cur   atomic.Pointer[prepared]
-	slots chan struct{} // nil: no bound on concurrent decisions
+	slots chan struct{}  // nil: no bound on concurrent decisions
+	cache *decisionCache // nil: off by option
+	gens  atomic.Uint64  // counts prepared policies; each keys its own cache entries
 }
 
 type prepared struct {
 	query    rego.PreparedEvalQuery
 	revision string
+	gen      uint64
+	// reads is what the policy can read of input; uncacheable says when its decisions are not
+	// cached (and the input is then handed to OPA whole).
+	reads inputReads
 }
 
 // New returns an engine with the embedded policy loaded.
@@ -74,6 +85,9 @@ func NewEmpty(opts Options) *Engine {
 	if opts.MaxConcurrent > 0 {
 		e.slots = make(chan struct{}, opts.MaxConcurrent)
 	}
+	if !opts.Cache.Disabled {
+		e.cache = newDecisionCache(opts.Cache)
+	}
 	return e
 }
 
@@ -83,11 +97,19 @@ func (e *Engine) LoadModules(ctx context.Context, modules map[string]string, rev
 	if revision == "" {
 		revision = ModulesRevision(modules)
 	}
-	opts := make([]func(*rego.Rego), 0, len(modules))
+	parsed := make(map[string]*ast.Module, len(modules))
 	for name, src := range modules {
-		opts = append(opts, rego.Module(name, src))
+		m, err := ast.ParseModuleWithOpts(name, src, ast.ParserOptions{ProcessAnnotation: true})
+		if err != nil {
+			return &Error{Code: CodeCompile, Err: fmt.Errorf("parse %s (revision %s): %w", name, revision, err)}
+		}
+		parsed[name] = m
 	}
-	return e.Prepare(ctx, revision, opts...)
+	c := ast.NewCompiler()
+	if c.Compile(parsed); c.Failed() {
+		return &Error{Code: CodeCompile, Err: fmt.Errorf("compile (revision %s): %w", revision, c.Errors)}
+	}
+	return e.prepare(ctx, revision, analyzeInputReads(c.Modules), rego.Compiler(c))
 }
 
 // Prepare prepares the entrypoint with the given rego options and makes it the current policy
@@ -98,14 +120,44 @@ func (e *Engine) LoadModules(ctx context.Context, modules map[string]string, rev
 //	manager.RegisterCompilerTrigger(func(txn storage.Transaction) {
 //		_ = eng.Prepare(ctx, revision, rego.Compiler(manager.GetCompiler()), rego.Store(manager.Store))
 //	})
+//
+// Decisions of a policy prepared here are never cached: its store may change without a new
+// revision.
 func (e *Engine) Prepare(ctx context.Context, revision string, opts ...func(*rego.Rego)) error {
+	return e.prepare(ctx, revision, inputReads{uncacheable: "the policy was prepared with caller options (its data may change)"}, opts...)
+}
+
+func (e *Engine) prepare(ctx context.Context, revision string, reads inputReads, opts ...func(*rego.Rego)) error {
 	opts = append(slices.Clip(opts), rego.Query(Query))
 	pq, err := rego.New(opts...).PrepareForEval(ctx)
 	if err != nil {
 		return &Error{Code: CodeCompile, Err: fmt.Errorf("prepare %s (revision %s): %w", Query, revision, err)}
 	}
-	e.cur.Store(&prepared{query: pq, revision: revision})
+	e.cur.Store(&prepared{query: pq, revision: revision, gen: e.gens.Add(1), reads: reads})
+	if e.cache != nil {
+		e.cache.purge()
+	}
 	return nil
+}
+
+// CacheStatus says why decisions of the current policy are not cached; "" when they are.
+func (e *Engine) CacheStatus() string {
+	p := e.cur.Load()
+	switch {
+	case e.cache == nil:
+		return "the decision cache is turned off"
+	case p == nil:
+		return "no policy is loaded"
+	}
+	return p.reads.uncacheable
+}
+
+// CacheStats returns the decision cache's counters (all zero when it is off).
+func (e *Engine) CacheStats() CacheStats {
+	if e.cache == nil {
+		return CacheStats{}
+	}
+	return e.cache.stats()
 }
 
 // Revision returns the revision of the current policy ("" when none is loaded).
@@ -140,24 +192,46 @@ func (e *Engine) Decide(ctx context.Context, req *snapshot.Request, facts snapsh
 		defer cancel()
 	}
 	in := snapshot.Build(ctx, req, facts, snapshot.Options{Now: e.opts.Now, ConfigTimeout: e.opts.ConfigCheckTimeout})
-	// Only the evaluation takes a slot: the input assembly may wait on a driver's config check,
-	// which must not hold up decisions on other drivers.
-	if e.slots != nil {
-		select {
-		case e.slots <- struct{}{}:
-			defer func() { <-e.slots }()
-		case <-ctx.Done():
-		}
-	}
-	doc, err := e.Evaluate(ctx, in)
+	doc, err := e.decideInput(ctx, in, true)
 	return doc, in, err
 }
 
 // Evaluate evaluates an assembled input document. Like Decide, it always returns a document.
 func (e *Engine) Evaluate(ctx context.Context, in snapshot.Input) (Document, error) {
+	return e.decideInput(ctx, in, false)
+}
+
+// decideInput answers from the cache when it holds the decision, else evaluates (waiting for a
+// slot when slot is set) and caches a well-formed result. Every answer gets a fresh decision id.
+func (e *Engine) decideInput(ctx context.Context, in snapshot.Input, slot bool) (Document, error) {
 	op, _ := in["operation"].(string)
 	p := e.cur.Load()
-	doc, err := e.evaluate(ctx, p, in, op)
+	var key [32]byte
+	cacheable := false
+	if e.cache != nil && p != nil && p.reads.uncacheable == "" {
+		key, cacheable = p.reads.key(p.gen, in)
+	}
+	doc, err, hit := Document{}, error(nil), false
+	if cacheable {
+		if err = ctxErr(ctx); err == nil {
+			doc, hit = e.cache.get(key)
+		}
+	}
+	if !hit && err == nil {
+		// Only the evaluation takes a slot: the input assembly may wait on a driver's config
+		// check, which must not hold up decisions on other drivers.
+		if slot && e.slots != nil {
+			select {
+			case e.slots <- struct{}{}:
+				defer func() { <-e.slots }()
+			case <-ctx.Done():
+			}
+		}
+		doc, err = e.evaluate(ctx, p, in, op)
+		if err == nil && cacheable {
+			e.cache.put(key, doc)
+		}
+	}
 	if err != nil {
 		doc = FailedDocument(op)
 	}
@@ -175,7 +249,7 @@ func (e *Engine) evaluate(ctx context.Context, p *prepared, in snapshot.Input, o
 	if err := ctxErr(ctx); err != nil {
 		return Document{}, err
 	}
-	val, err := ast.InterfaceToValue(map[string]any(in))
+	val, err := ast.InterfaceToValue(p.reads.prune(in))
 	if err != nil {
 		return Document{}, &Error{Code: CodeBadInput, Err: err}
 	}
@@ -218,7 +292,8 @@ func ctxErr(ctx context.Context) error {
 }
 
 // parseResult reads the policy's result strictly: an object with a boolean allow, string code
-// and message, an array of string reasons, and all nine capabilities as booleans. Anything else
+// and message, an array of string reasons, and exactly the capabilities of CapabilityKeys as
+// booleans (a capability this release does not know is a bad result, never dropped). Anything else
 // is a bad result, and a bad result never grants.
 func parseResult(v any) (Document, error) {
 	obj, ok := v.(map[string]any)
@@ -248,6 +323,13 @@ func parseResult(v any) (Document, error) {
 	caps, ok := obj["capabilities"].(map[string]any)
 	if !ok {
 		return Document{}, failf(CodeBadResult, "result.capabilities is %T, want an object", obj["capabilities"])
+	}
+	if len(caps) != len(CapabilityKeys) {
+		for k := range caps {
+			if _, known := capabilityIndex[k]; !known {
+				return Document{}, failf(CodeBadResult, "result.capabilities.%s is not a capability of this release (%v): adding a capability needs a release of authz", k, CapabilityKeys)
+			}
+		}
 	}
 	for _, k := range CapabilityKeys {
 		b, ok := caps[k].(bool)

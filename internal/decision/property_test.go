@@ -7,6 +7,7 @@ import (
 	"math/rand/v2"
 	"testing"
 
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/authz-dev/authz/internal/decision"
@@ -287,4 +288,124 @@ func decodes(b []byte, v *any) bool {
 	}
 	_, err := dec.Token()
 	return err != nil && err.Error() == "EOF"
+}
+
+// TestCachedAgreesWithUncached is the cache's safety property: on random assembled inputs and on
+// every single-field perturbation of each (a changed value, a changed type, a removed member), an
+// engine with the decision cache answers exactly what an engine without it answers, although
+// its cache already holds the decisions of the neighbouring inputs.
+func TestCachedAgreesWithUncached(t *testing.T) {
+	n := 25
+	if testing.Short() {
+		n = 8
+	}
+	cached := newEngine(t)
+	uncached, err := decision.New(t.Context(), decision.Options{Cache: decision.CacheOptions{Disabled: true}})
+	require.NoError(t, err)
+	g := gen{r: rand.New(rand.NewPCG(20261130, 2))}
+	compare := func(in snapshot.Input) {
+		t.Helper()
+		want, werr := uncached.Evaluate(t.Context(), in)
+		got, gerr := cached.Evaluate(t.Context(), in)
+		require.Equal(t, werr == nil, gerr == nil)
+		want.DecisionID, got.DecisionID = "", ""
+		if !assert.Equal(t, want, got) {
+			b, _ := json.Marshal(in)
+			t.Fatalf("cached and uncached differ on %s", b)
+		}
+	}
+	for i := 0; i < n; i++ {
+		g.friendly = i%2 == 0
+		reqJSON, _ := roundTrip(t, g.request())
+		factsJSON, _ := roundTrip(t, g.facts())
+		req, rerr := snapshot.ParseRequest(bytes.NewReader(reqJSON))
+		facts, ferr := snapshot.ParseFacts(bytes.NewReader(factsJSON))
+		if rerr != nil || ferr != nil {
+			continue
+		}
+		base := snapshot.Build(t.Context(), req, facts, snapshot.Options{})
+		compare(base)
+		for _, path := range leafPaths(map[string]any(base), nil) {
+			for _, v := range []any{absent, nil, true, "ready", json.Number("2"), []any{"duplexChannelOpen"}} {
+				compare(perturb(base, path, v))
+			}
+		}
+		compare(base)
+	}
+	s := cached.CacheStats()
+	t.Logf("cache: %+v", s)
+	require.Greater(t, s.Hits, uint64(n), "the property must exercise cache hits")
+	require.Greater(t, s.Misses, uint64(n))
+}
+
+// leafPaths lists the path of every member and element of v (inner nodes included).
+func leafPaths(v any, prefix []any) [][]any {
+	var out [][]any
+	switch x := v.(type) {
+	case map[string]any:
+		for k, e := range x {
+			p := append(append([]any{}, prefix...), k)
+			out = append(out, p)
+			out = append(out, leafPaths(e, p)...)
+		}
+	case []any:
+		for i, e := range x {
+			p := append(append([]any{}, prefix...), i)
+			out = append(out, p)
+			out = append(out, leafPaths(e, p)...)
+		}
+	}
+	return out
+}
+
+// perturb returns a deep copy of in with the value at path replaced by v (removed for absent).
+func perturb(in snapshot.Input, path []any, v any) snapshot.Input {
+	out := deepCopy(map[string]any(in)).(map[string]any)
+	var cur any = out
+	for i, e := range path {
+		last := i == len(path)-1
+		switch c := cur.(type) {
+		case map[string]any:
+			k := e.(string)
+			if last {
+				if v == absent {
+					delete(c, k)
+				} else {
+					c[k] = v
+				}
+			}
+			cur = c[k]
+		case []any:
+			j := e.(int)
+			if last {
+				if v == absent {
+					c[j] = nil
+				} else {
+					c[j] = v
+				}
+			}
+			cur = c[j]
+		}
+	}
+	return out
+}
+
+func deepCopy(v any) any {
+	switch x := v.(type) {
+	case map[string]any:
+		out := make(map[string]any, len(x))
+		for k, e := range x {
+			out[k] = deepCopy(e)
+		}
+		return out
+	case []any:
+		out := make([]any, len(x))
+		for i, e := range x {
+			out[i] = deepCopy(e)
+		}
+		return out
+	case snapshot.Input:
+		return deepCopy(map[string]any(x))
+	}
+	return v
 }

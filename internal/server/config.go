@@ -53,6 +53,9 @@ type Config struct {
 	MaxBodyBytes int64 `yaml:"maxBodyBytes"`
 	// EvalTimeout bounds one decision (input assembly and evaluation).
 	EvalTimeout time.Duration `yaml:"evalTimeout"`
+	// DecisionCache is "on" (the default) or "off": whether repeated decisions are answered
+	// from the engine's decision cache.
+	DecisionCache string `yaml:"decisionCache"`
 	// ConfigCheckTimeout bounds the driver's config check inside one decision.
 	ConfigCheckTimeout time.Duration `yaml:"configCheckTimeout"`
 	// PluginStartTimeout bounds the start of one plugin worker.
@@ -240,6 +243,7 @@ func DefaultConfig() Config {
 		},
 		MaxBodyBytes:       DefaultMaxBodyBytes,
 		EvalTimeout:        DefaultEvalTimeout,
+		DecisionCache:      "on",
 		ConfigCheckTimeout: DefaultConfigCheckTimeout,
 		PluginStartTimeout: DefaultPluginStartTimeout,
 		ShutdownTimeout:    DefaultShutdownTimeout,
@@ -472,6 +476,9 @@ func (c Config) Validate() error {
 		add("decisionLog.required", "needs decisionLog.path (a file, or - for stderr)")
 	}
 
+	if c.DecisionCache != "on" && c.DecisionCache != "off" {
+		add("decisionCache", "must be on or off, got %q", c.DecisionCache)
+	}
 	if c.MaxBodyBytes <= 0 {
 		add("maxBodyBytes", "must be positive, got %d", c.MaxBodyBytes)
 	}

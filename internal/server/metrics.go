@@ -6,6 +6,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
+
+	"github.com/authz-dev/authz/internal/decision"
 )
 
 // metrics are the service's Prometheus metrics, in a registry of their own (never the global
@@ -72,7 +74,18 @@ var (
 		"The active policy revision (always 1; the revision is the label). Absent while no policy is loaded.", []string{"revision"}, nil)
 	readyDesc = prometheus.NewDesc("authz_ready",
 		"1 when GET /health/ready answers 200.", nil, nil)
+	cacheHitsDesc = prometheus.NewDesc("authz_decision_cache_hits_total",
+		"Decisions answered from the decision cache.", nil, nil)
+	cacheMissesDesc = prometheus.NewDesc("authz_decision_cache_misses_total",
+		"Cacheable decisions that were evaluated because the cache did not hold them.", nil, nil)
+	cacheEvictionsDesc = prometheus.NewDesc("authz_decision_cache_evictions_total",
+		"Decisions dropped from the decision cache to keep it within its bounds.", nil, nil)
 )
+
+// cacheStater is a Decider with a decision cache (*decision.Engine is one).
+type cacheStater interface {
+	CacheStats() decision.CacheStats
+}
 
 // stateCollector reads the plugin host and the engine at scrape time, so the metrics show the
 // state now and never a copy that could go stale.
@@ -87,6 +100,9 @@ func (c *stateCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- pluginGenerationDesc
 	ch <- revisionDesc
 	ch <- readyDesc
+	ch <- cacheHitsDesc
+	ch <- cacheMissesDesc
+	ch <- cacheEvictionsDesc
 }
 
 func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
@@ -108,4 +124,10 @@ func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 		ready = 1
 	}
 	ch <- prometheus.MustNewConstMetric(readyDesc, prometheus.GaugeValue, ready)
+	if cs, ok := c.decider.(cacheStater); ok {
+		st := cs.CacheStats()
+		ch <- prometheus.MustNewConstMetric(cacheHitsDesc, prometheus.CounterValue, float64(st.Hits))
+		ch <- prometheus.MustNewConstMetric(cacheMissesDesc, prometheus.CounterValue, float64(st.Misses))
+		ch <- prometheus.MustNewConstMetric(cacheEvictionsDesc, prometheus.CounterValue, float64(st.Evictions))
+	}
 }

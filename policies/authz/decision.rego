@@ -2,9 +2,13 @@
 # title: Sandbox capability gate
 # description: |
 #   Decides whether a sandbox lease may perform an operation (open a duplex command stream, get the
-#   runner ingress endpoint) and which of the nine capabilities the lease is entitled to. The input
-#   is assembled by the host (docs/input-document.md); the tables are in data.authz.tables.
-#   Everything defaults to deny.
+#   runner ingress endpoint) and which of the capabilities of data.authz.tables.capabilities the
+#   lease is entitled to. The input is assembled by the host (docs/input-document.md). Everything
+#   defaults to deny.
+#
+#   The rules are shaped for cost: the grant path evaluates each fact once, as set operations over
+#   the capability table, and the rules that explain a deny (reasons, codes, identity failures)
+#   are only evaluated when the decision denies.
 package authz
 
 import data.authz.tables
@@ -12,30 +16,29 @@ import data.authz.tables
 # METADATA
 # title: Decision document
 # description: |
-#   The decision of SPEC section 8 without decision_id and revision (the host adds those). When
-#   the input has no known operation or a part of the decision is undefined, the default document
-#   denies with reason evaluation_failed and no capability.
+#   The decision document without decision_id and revision (the host adds those). When the input
+#   has no known operation or no driver, the document denies with reason evaluation_failed and
+#   every capability false. The default is the last line of defence for broken tables (no
+#   capability table to list the keys from); the host reads it as a malformed result and denies.
 # entrypoint: true
 default decision := {
 	"allow": false,
 	"code": "DUPLEX_CHANNEL_CAPABILITY_DENIED",
 	"message": "Sandbox lease does not grant the duplex command stream capability.",
 	"reasons": ["evaluation_failed"],
-	"capabilities": {
-		"reusableLeases": false,
-		"nativeSyncIn": false,
-		"nativeSyncOut": false,
-		"persistentProcessSessions": false,
-		"independentControlCommands": false,
-		"incrementalSessionOutput": false,
-		"concurrentSyncOperations": false,
-		"duplexCommandStream": false,
-		"runnerWebSocketIngress": false,
-	},
+	"capabilities": {},
 }
 
 decision := {
-	"allow": allow,
+	"allow": true,
+	"code": "",
+	"message": "",
+	"reasons": [],
+	"capabilities": capabilities,
+} if {
+	allow
+} else := {
+	"allow": false,
 	"code": code,
 	"message": message,
 	"reasons": reasons,
@@ -43,33 +46,39 @@ decision := {
 } if {
 	_operation
 	_driver
-}
-
-decision := object.union(_evaluation_failed, {
-	"code": _operation.denials.capability_granted.code,
-	"message": _operation.denials.capability_granted.message,
-}) if {
-	_operation
-	not _driver
-}
+} else := _evaluation_failed
 
 # METADATA
 # title: Evaluation failed
-# description: The document of a decision that cannot be made (SPEC section 11, "Failures").
+# description: |
+#   The document of a decision that cannot be made: the operation's capability-denied code and
+#   message (the duplex channel's for an unknown operation), every capability false.
 _evaluation_failed := {
 	"allow": false,
+	"code": _failed_denial.code,
+	"message": _failed_denial.message,
 	"reasons": ["evaluation_failed"],
 	"capabilities": {k: false | some k, _ in tables.capabilities},
 }
 
 # METADATA
+# title: Denial of a failed evaluation
+# description: The capability-denied denial of the operation, or of openDuplexChannel when unknown.
+_failed_denial := _operation.denials.capability_granted if {
+	_operation
+} else := tables.operations.openDuplexChannel.denials.capability_granted
+
+# METADATA
 # title: Allow
-# description: True only when the operation is known and none of its checks fails.
+# description: |
+#   True only when the driver is registered, supports the operation, and the operation's
+#   capability is granted. The operation's `checks` order these three checks for a deny; a grant
+#   needs all three whatever the table lists.
 default allow := false
 
 allow if {
-	_operation
-	count(_failed_checks) == 0
+	_driver_entry.operations[input.operation]
+	_operation.capability in _granted
 }
 
 # METADATA
@@ -99,7 +108,7 @@ reasons := capability_reasons(_operation.capability) if _first_failure == "capab
 
 # METADATA
 # title: Capability snapshot
-# description: The nine capabilities the lease is entitled to now, each a boolean (SPEC section 2).
+# description: Every capability of the capability table, each a boolean.
 capabilities := {k: v | some k, _ in tables.capabilities; v := k in _granted}
 
 # METADATA
@@ -121,13 +130,18 @@ _operation := tables.operations[input.operation]
 
 # METADATA
 # title: Driver
-# description: The driver the host resolved from the lease (SPEC section 5, step 1).
+# description: The driver the host resolved from the lease.
 _driver := input.resolved.driver if is_string(input.resolved.driver)
+
+# METADATA
+# title: Driver entry
+# description: The driver table's entry of the resolved driver; undefined when not registered.
+_driver_entry := tables.drivers[_driver]
 
 # METADATA
 # title: Failed checks
 # description: The operation's checks that fail, in the operation's order.
-_failed_checks := [c | some c in _operation.checks; _check_fails(c)]
+_failed_checks := [c | some c in _operation.checks; not _check_passes(c)]
 
 # METADATA
 # title: First failed check
@@ -136,80 +150,85 @@ _first_failure := _failed_checks[0]
 
 # METADATA
 # title: Check outcomes
-# description: A check fails unless its positive condition holds, so a missing input fails it.
-_check_fails("driver_registered") if not _registered
+# description: |
+#   A check passes only when its positive condition holds, so a missing input fails it: the driver
+#   is registered; the driver supports the operation; the operation's capability is exactly true.
+_check_passes("driver_registered") if _driver_entry
 
-_check_fails("operation_supported") if not _operation_supported
+_check_passes("operation_supported") if _driver_entry.operations[input.operation]
 
-_check_fails("capability_granted") if not _capability_granted
-
-# METADATA
-# title: Driver is registered
-# description: The resolved driver is in the driver table.
-_registered if tables.drivers[_driver]
-
-# METADATA
-# title: Driver supports the operation
-# description: The operation is in the driver's operation set.
-_operation_supported if tables.drivers[_driver].operations[input.operation]
-
-# METADATA
-# title: Capability granted
-# description: The operation's capability is exactly true in the snapshot.
-_capability_granted if capabilities[_operation.capability] == true
+_check_passes("capability_granted") if _operation.capability in _granted
 
 # METADATA
 # title: Granted capabilities
 # description: |
-#   supported AND identity AND verified AND declared AND not narrowed (SPEC section 2), computed
-#   once per decision as set operations over the capability table.
+#   supported AND identity AND verified AND declared AND not narrowed, as set operations over the
+#   capability table.
 default _granted := set()
 
-_granted := ((_supported & _verified) & _declared) - _narrowed if _identity_ok
+_granted := ((_supported - _unverified) & _declared) - _narrowed if _identity_ok
 
 # METADATA
 # title: Supported capabilities
-# description: local and ssh support none; sandbox and plugin all nine (the driver table).
+# description: |
+#   The capabilities the driver class can have at all: every capability of the capability table
+#   when the driver table says so, none otherwise.
 default _supported := set()
 
-_supported := tables.drivers[_driver].capabilities
+_supported := object.keys(tables.capabilities) if _driver_entry.capabilities == true
 
 # METADATA
 # title: Path
 # description: |
-#   How the lease is tied to the facts: builtin (sandbox driver, built-in provider),
-#   plugin_backed (sandbox driver, provider from a pinned plugin) or plugin_driver.
-_path := "builtin" if {
-	tables.drivers[_driver].identity == "sandbox_provider"
-	not input.resolved.pluginBacked == true
-}
-
-_path := "plugin_backed" if {
-	tables.drivers[_driver].identity == "sandbox_provider"
+#   How the lease is tied to the facts: plugin_driver (a plugin's environment driver),
+#   plugin_backed (sandbox driver, provider from a pinned plugin) or builtin (sandbox driver,
+#   built-in provider). Undefined for a driver class tied to nothing.
+_path := "plugin_driver" if {
+	_driver_entry.identity == "plugin_driver"
+} else := "plugin_backed" if {
+	_driver_entry.identity == "sandbox_provider"
 	input.resolved.pluginBacked == true
+} else := "builtin" if {
+	_driver_entry.identity == "sandbox_provider"
 }
-
-_path := "plugin_driver" if tables.drivers[_driver].identity == "plugin_driver"
 
 # METADATA
 # title: Plugin path
 # description: The paths that read a pinned plugin and its worker.
-_plugin_path if _path == "plugin_backed"
-
-_plugin_path if _path == "plugin_driver"
+_plugin_path if _path != "builtin"
 
 # METADATA
-# title: Sandbox path
-# description: The paths of the sandbox driver class, which need a provider key.
-_sandbox_path if tables.drivers[_driver].identity == "sandbox_provider"
+# title: Identity holds
+# description: |
+#   The lease is tied to a provider or plugin entry that the facts confirm: every identity check
+#   of _identity_failure passes, written positively so that the grant path never walks the
+#   failure chain.
+_identity_ok if {
+	_path == "builtin"
+	_has_provider
+	is_object(input.facts.builtinProvider)
+}
+
+_identity_ok if {
+	_path == "plugin_backed"
+	input.facts.plugin.status == "ready"
+	_entry.kind == "sandbox_provider"
+	_capabilities_shape_ok
+}
+
+_identity_ok if {
+	_path == "plugin_driver"
+	input.facts.plugin.status == "ready"
+	_capabilities_shape_ok
+}
 
 # METADATA
 # title: First failed identity check
 # description: |
-#   The identity checks in SPEC order (section 11); the first failure is the only reason.
-#   Undefined when every check passes.
+#   The identity checks in order; the first failure is the only reason. Undefined when every
+#   check passes. Evaluated only to explain a deny.
 _identity_failure := "no_provider" if {
-	_sandbox_path
+	_path != "plugin_driver"
 	not _has_provider
 } else := "plugin_not_pinned" if {
 	_plugin_path
@@ -236,14 +255,6 @@ _identity_failure := "no_provider" if {
 } else := "builtin_provider_unknown" if {
 	_path == "builtin"
 	not _builtin_present
-}
-
-# METADATA
-# title: Identity holds
-# description: The lease is tied to a provider or plugin entry that the facts confirm.
-_identity_ok if {
-	_path
-	not _identity_failure
 }
 
 # METADATA
@@ -277,24 +288,45 @@ _plugin_found if input.facts.plugin.id == input.resolved.pluginId
 
 # METADATA
 # title: Entry key
-# description: The driver key looked up in the pinned plugin's manifest.
-_entry_key := input.resolved.providerKey if _path == "plugin_backed"
+# description: |
+#   The driver key looked up in the pinned plugin's manifest: the provider key on the
+#   plugin-backed path, the driver key on the plugin driver. Undefined unless the lease pins the
+#   plugin (and the key) as non-empty strings and the facts hold exactly that plugin.
+_entry_key := key if {
+	_path == "plugin_backed"
+	key := input.resolved.providerKey
+	is_string(key)
+	key != ""
+	_plugin_found
+	is_string(input.resolved.pluginId)
+	input.resolved.pluginId != ""
+}
 
-_entry_key := input.resolved.driverKey if _path == "plugin_driver"
-
-# METADATA
-# title: Manifest entries
-# description: The manifest's environmentDrivers when it is an array; none otherwise.
-default _manifest_entries := []
-
-_manifest_entries := input.facts.plugin.manifest.environmentDrivers if {
-	is_array(input.facts.plugin.manifest.environmentDrivers)
+_entry_key := key if {
+	_path == "plugin_driver"
+	key := input.resolved.driverKey
+	is_string(key)
+	key != ""
+	_plugin_found
+	is_string(input.resolved.pluginId)
+	input.resolved.pluginId != ""
 }
 
 # METADATA
 # title: Matching entries
-# description: The object entries whose driverKey equals the looked-up key (any kind).
-_entries := [e | some e in _manifest_entries; is_object(e); e.driverKey == _entry_key]
+# description: |
+#   The object entries of the manifest's environmentDrivers (when it is an array) whose driverKey
+#   equals the looked-up key, of any kind.
+default _entries := []
+
+_entries := [e |
+	some e in input.facts.plugin.manifest.environmentDrivers
+	e.driverKey == key
+	is_object(e)
+] if {
+	key := _entry_key
+	is_array(input.facts.plugin.manifest.environmentDrivers)
+}
 
 # METADATA
 # title: The entry
@@ -304,27 +336,17 @@ _entry := _entries[0] if count(_entries) == 1
 # METADATA
 # title: Declaration shape
 # description: The entry's sandboxCapabilities is absent or an object.
-default _capabilities_shape_ok := false
+_capabilities_shape_ok if is_object(_entry.sandboxCapabilities)
 
 _capabilities_shape_ok if {
 	_entry
 	not _declares_capabilities
 }
 
-_capabilities_shape_ok if is_object(_entry.sandboxCapabilities)
-
 # METADATA
 # title: Entry has sandboxCapabilities
 # description: The entry has the key sandboxCapabilities, whatever its value (null included).
 _declares_capabilities if "sandboxCapabilities" in object.keys(_entry)
-
-# METADATA
-# title: Worker missing
-# description: A plugin path with no running worker for the pinned plugin.
-_worker_missing if {
-	_plugin_path
-	not _worker_present
-}
 
 # METADATA
 # title: Worker present
@@ -338,24 +360,18 @@ _worker_present if is_object(input.facts.worker)
 # description: |
 #   Plugin paths: the worker's live methods (string elements only). Built-in path: the methods
 #   data.authz.tables.builtinProviderMethods grants for each flag of the provider that is true.
-_verified_methods contains m if {
+default _methods := set()
+
+_methods := {m | some m in input.facts.worker.supportedMethods; is_string(m)} if {
 	_plugin_path
 	is_array(input.facts.worker.supportedMethods)
-	some m in input.facts.worker.supportedMethods
-	is_string(m)
 }
 
-_verified_methods contains m if {
-	_path == "builtin"
+_methods := {m |
 	some flag, methods in tables.builtinProviderMethods
 	input.facts.builtinProvider[flag] == true
 	some m in methods
-}
-
-# METADATA
-# title: Verified capabilities
-# description: Every requirement group has at least one method in the verified methods.
-_verified := _all_capabilities - _unverified
+} if _path == "builtin"
 
 # METADATA
 # title: Unverified capabilities
@@ -363,13 +379,8 @@ _verified := _all_capabilities - _unverified
 _unverified contains k if {
 	some k, cap in tables.capabilities
 	some group in cap.methods
-	count(group & _verified_methods) == 0
+	group & _methods == set()
 }
-
-# METADATA
-# title: All capabilities
-# description: The keys of the capability table.
-_all_capabilities := {k | some k, _ in tables.capabilities}
 
 # METADATA
 # title: Declarations
@@ -396,7 +407,7 @@ default _legacy_declarations := {}
 
 _legacy_declarations := {"reusableLeases": v} if {
 	_plugin_path
-	not _nested_declares_reusable
+	not "reusableLeases" in object.keys(_nested_declarations)
 	v := _entry.supportsReusableLeases
 	v != null
 }
@@ -408,30 +419,16 @@ _legacy_declarations := {"reusableLeases": v} if {
 }
 
 # METADATA
-# title: Entry declares reusableLeases
-# description: sandboxCapabilities.reusableLeases is present and not null.
-_nested_declares_reusable if "reusableLeases" in object.keys(_nested_declarations)
-
-# METADATA
-# title: Declared keys
-# description: The capabilities that have a declared value (of any type).
-_declared_keys := {k | some k, _ in _declarations}
-
-# METADATA
 # title: Capabilities the declaration allows
 # description: |
 #   A declared true allows; any other declared value (false, a string, a number) withholds; no
 #   declaration allows ordinary capabilities and withholds opt-in ones.
-_declared contains k if {
-	some k, _ in tables.capabilities
-	_declarations[k] == true
-}
+_declared := (_ordinary - object.keys(_declarations)) | {k | some k, v in _declarations; v == true}
 
-_declared contains k if {
-	some k, cap in tables.capabilities
-	cap.optIn == false
-	not _declared_keys[k]
-}
+# METADATA
+# title: Ordinary capabilities
+# description: The capabilities that are not opt-in.
+_ordinary := {k | some k, cap in tables.capabilities; cap.optIn == false}
 
 # METADATA
 # title: Narrowed capabilities
@@ -446,18 +443,35 @@ _narrowed contains k if {
 # title: Capability reason applies
 # description: Whether a reason after the identity checks applies to capability k.
 _capability_reason(k, "worker_not_running") if {
-	not _verified[k]
-	_worker_missing
+	not _verified(k)
+	_plugin_path
+	not _worker_present
 }
 
 _capability_reason(k, "method_not_verified") if {
-	not _verified[k]
+	not _verified(k)
 	not _worker_missing
 }
 
-_capability_reason(k, "capability_not_declared") if not _declared[k]
+_capability_reason(k, "capability_not_declared") if not k in _declared
 
-_capability_reason(k, "capability_narrowed") if _narrowed[k]
+_capability_reason(k, "capability_narrowed") if k in _narrowed
+
+# METADATA
+# title: Capability verified
+# description: A capability of the table whose every requirement group has a verified method.
+_verified(k) if {
+	tables.capabilities[k]
+	not k in _unverified
+}
+
+# METADATA
+# title: Worker missing
+# description: A plugin path with no running worker for the pinned plugin.
+_worker_missing if {
+	_plugin_path
+	not _worker_present
+}
 
 # METADATA
 # title: Non-empty string

@@ -73,7 +73,7 @@ test_tables_drivers if {
 	every _, d in tables.drivers {
 		object.keys(d) == {"operations", "capabilities", "identity"}
 		is_set(d.operations)
-		is_set(d.capabilities)
+		is_boolean(d.capabilities)
 		d.identity in {"none", "sandbox_provider", "plugin_driver"}
 	}
 }
@@ -88,13 +88,23 @@ test_tables_driver_operations if {
 }
 
 test_tables_driver_capabilities if {
-	every_key := {k | some k in capability_keys}
 	{name: d.capabilities | some name, d in tables.drivers} == {
-		"local": set(),
-		"ssh": set(),
-		"sandbox": every_key,
-		"plugin": every_key,
+		"local": false,
+		"ssh": false,
+		"sandbox": true,
+		"plugin": true,
 	}
+}
+
+test_tables_capability_added_in_the_table_reaches_the_document if {
+	# a capability added to the table is in every document, supported by sandbox and plugin
+	caps := object.union(tables.capabilities, {"gpuPassthrough": {"methods": [{"duplexChannelOpen"}], "optIn": false, "narrowedBy": []}})
+	d := data.authz.decision with input as fixture_f with data.authz.tables.capabilities as caps
+	d.allow == true
+	d.capabilities.gpuPassthrough == true
+	e := data.authz.decision with input as {} with data.authz.tables.capabilities as caps
+	e.capabilities.gpuPassthrough == false
+	count(e.capabilities) == 10
 }
 
 test_tables_driver_identity if {
@@ -194,7 +204,7 @@ test_tables_builtin_provider_methods if {
 test_tables_changing_data_changes_behaviour if {
 	# a policy author can register a driver without touching Go
 	d := data.authz.decision with input as f({"resolved": {"driver": "k8s"}})
-		with data.authz.tables.drivers as object.union(tables.drivers, {"k8s": {"operations": set(), "capabilities": set(), "identity": "none"}})
+		with data.authz.tables.drivers as object.union(tables.drivers, {"k8s": {"operations": set(), "capabilities": false, "identity": "none"}})
 	d == deny("DUPLEX_CHANNEL_UNSUPPORTED", duplex_unsupported_message("k8s"), ["operation_unsupported_by_driver"], set())
 }
 

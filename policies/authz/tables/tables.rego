@@ -4,7 +4,17 @@
 #   The data the decision reads: registered drivers, which operations and capabilities each driver
 #   class supports, the operations with their order of checks, codes and messages, and the nine
 #   capabilities with the worker methods they require, whether they are opt-in, and the narrowing
-#   flags that remove them. Edit these tables to change behaviour without touching Go.
+#   flags that remove them.
+#
+#   The capability table is the one list of capabilities in the policy: the drivers' capability
+#   sets and every document the policy returns are derived from its keys. What can change without
+#   a release of authz: the methods, opt-in flag and narrowing flags of a capability; the drivers,
+#   their operations and which capabilities each supports; the order of checks, codes and messages
+#   of an operation; the built-in provider methods. What needs a release: adding or removing a
+#   capability (the host reads and serves exactly the capabilities of its Go list,
+#   decision.CapabilityKeys, and answers any other set with a fail-closed deny, reason
+#   evaluation_failed), adding an operation (the host refuses requests for other operations) and
+#   a narrowing flag (the host computes input.narrowing).
 package authz.tables
 
 # METADATA
@@ -66,28 +76,29 @@ capabilities := {
 # title: Registered drivers
 # description: |
 #   The environment drivers the runtime knows (SPEC section 5, step 2), with the operations each
-#   supports and the capabilities its class can have at all. `identity` names how a lease on the
+#   supports and whether its class can have capabilities at all (`capabilities`: true means every
+#   capability of the capability table, false none). `identity` names how a lease on the
 #   driver is tied to the facts: `sandbox_provider` (a built-in or plugin-backed provider),
 #   `plugin_driver` (a plugin's environment driver), or `none`.
 drivers := {
 	"local": {
 		"operations": set(),
-		"capabilities": set(),
+		"capabilities": false,
 		"identity": "none",
 	},
 	"ssh": {
 		"operations": set(),
-		"capabilities": set(),
+		"capabilities": false,
 		"identity": "none",
 	},
 	"sandbox": {
 		"operations": {"openDuplexChannel", "getRunnerIngressEndpoint"},
-		"capabilities": {"reusableLeases", "nativeSyncIn", "nativeSyncOut", "persistentProcessSessions", "independentControlCommands", "incrementalSessionOutput", "concurrentSyncOperations", "duplexCommandStream", "runnerWebSocketIngress"},
+		"capabilities": true,
 		"identity": "sandbox_provider",
 	},
 	"plugin": {
 		"operations": {"openDuplexChannel"},
-		"capabilities": {"reusableLeases", "nativeSyncIn", "nativeSyncOut", "persistentProcessSessions", "independentControlCommands", "incrementalSessionOutput", "concurrentSyncOperations", "duplexCommandStream", "runnerWebSocketIngress"},
+		"capabilities": true,
 		"identity": "plugin_driver",
 	},
 }

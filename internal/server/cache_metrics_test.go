@@ -1,0 +1,60 @@
+package server_test
+
+import (
+	"net/http"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/authz-dev/authz/internal/decision"
+	"github.com/authz-dev/authz/internal/server"
+)
+
+// TestDecisionCacheMetricsAndLog: a repeated decision is a cache hit, and still gets its own
+// decision id and decision-log line.
+func TestDecisionCacheMetricsAndLog(t *testing.T) {
+	var logBuf lockedBuffer
+	// an engine of its own: the shared test engine's cache counts every other test's decisions
+	eng, err := decision.New(t.Context(), decision.Options{})
+	require.NoError(t, err)
+	url := startHTTP(t, newServer(t, withDecider(eng), withDecisionLog(&logBuf)))
+	ids := map[string]bool{}
+	for range 3 {
+		a := post(t, url+"/v1/authorize", fixture(t, nil))
+		require.Equal(t, http.StatusOK, a.status)
+		ids[a.json(t)["decision_id"].(string)] = true
+	}
+	assert.Len(t, ids, 3, "every decision, a hit included, gets a fresh decision id")
+	text := string(get(t, url+"/metrics").body)
+	assert.Contains(t, text, "authz_decision_cache_hits_total 2")
+	assert.Contains(t, text, "authz_decision_cache_misses_total 1")
+	assert.Contains(t, text, "authz_decision_cache_evictions_total 0")
+	lines := logBuf.lines(t)
+	require.Len(t, lines, 3, "one decision-log line per decision")
+	for _, l := range lines {
+		assert.True(t, ids[l["decision_id"].(string)])
+	}
+}
+
+func TestDecisionCacheConfig(t *testing.T) {
+	for _, tt := range []struct {
+		name, yaml, want, err string
+	}{
+		{name: "default", yaml: "", want: "on"},
+		{name: "off", yaml: "decisionCache: off\n", want: "off"},
+		{name: "on", yaml: "decisionCache: on\n", want: "on"},
+		{name: "other", yaml: "decisionCache: maybe\n", err: "decisionCache: must be on or off"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			cfg, err := server.ParseConfig(strings.NewReader(tt.yaml))
+			require.NoError(t, err)
+			if tt.err != "" {
+				require.ErrorContains(t, cfg.Validate(), tt.err)
+				return
+			}
+			assert.Equal(t, tt.want, cfg.DecisionCache)
+		})
+	}
+}

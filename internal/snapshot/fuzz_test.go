@@ -1,0 +1,97 @@
+package snapshot_test
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/authz-dev/authz/internal/snapshot"
+	"github.com/authz-dev/authz/internal/specexamples"
+	"github.com/authz-dev/authz/internal/specoracle"
+)
+
+// decodeJSON reports whether b is exactly one JSON value, decoded with UseNumber into v.
+func decodeJSON(b []byte, v *any) bool {
+	dec := json.NewDecoder(bytes.NewReader(b))
+	dec.UseNumber()
+	if dec.Decode(v) != nil {
+		return false
+	}
+	_, err := dec.Token()
+	return err != nil && err.Error() == "EOF"
+}
+
+// FuzzParseRequest: request parsing never panics, refuses exactly what the contract calls a bad
+// request (as the independent oracle reads it), and an accepted request is well-formed and
+// assembles into an input without panicking.
+func FuzzParseRequest(f *testing.F) {
+	reqJSON, factsJSON := specexamples.NewFixture().JSON()
+	f.Add(reqJSON)
+	for _, s := range []string{`{}`, `[]`, `null`, `{"operation": null}`, `{"operation": "getRunnerIngressEndpoint"}`,
+		`{"lease": {"metadata": null}}`, `{"environment": 1}`, `{"lease": []}`, `{"a": 1} {}`, `{"command": [1, {"x": null}]}`} {
+		f.Add([]byte(s))
+	}
+	facts, err := snapshot.ParseFacts(bytes.NewReader(factsJSON))
+	require.NoError(f, err)
+	var factsVal any
+	require.True(f, decodeJSON(factsJSON, &factsVal))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		req, err := snapshot.ParseRequest(bytes.NewReader(b))
+		var val any
+		if !decodeJSON(b, &val) {
+			require.Error(t, err, "not one JSON value, yet accepted: %q", b)
+			assert.True(t, snapshot.IsBadRequest(err))
+			return
+		}
+		_, oerr := specoracle.Decide(val, factsVal)
+		if errors.Is(oerr, specoracle.ErrBadRequest) {
+			require.Error(t, err, "the oracle refuses %q", b)
+			assert.True(t, snapshot.IsBadRequest(err))
+			return
+		}
+		require.NoError(t, err, "the oracle accepts %q", b)
+		assert.Contains(t, []string{snapshot.OpOpenDuplexChannel, snapshot.OpGetRunnerIngressEndpoint}, req.Operation)
+		require.NotNil(t, req.Environment)
+		require.NotNil(t, req.Lease)
+		require.NotNil(t, req.Metadata)
+		in := snapshot.Build(t.Context(), req, facts, snapshot.Options{})
+		assert.Equal(t, req.Operation, in["operation"])
+	})
+}
+
+// FuzzParseFacts: facts parsing never panics and refuses exactly what the contract calls
+// malformed facts (as the oracle reads them, with a well-formed request).
+func FuzzParseFacts(f *testing.F) {
+	reqJSON, factsJSON := specexamples.NewFixture().JSON()
+	f.Add(factsJSON)
+	for _, s := range []string{`{}`, `[]`, `null`, `{"plugins": null}`, `{"plugins": [{"id": ""}]}`,
+		`{"plugins": [{"id": "a"}, {"id": "a"}]}`, `{"workers": {"a": 1}}`, `{"builtinProviders": {"fake": {"execute": true}}}`,
+		`{"workers": {"a": {"supportedMethods": ["x", 1], "configValid": null}}}`} {
+		f.Add([]byte(s))
+	}
+	var reqVal any
+	require.True(f, decodeJSON(reqJSON, &reqVal))
+	req, err := snapshot.ParseRequest(bytes.NewReader(reqJSON))
+	require.NoError(f, err)
+	f.Fuzz(func(t *testing.T, b []byte) {
+		facts, err := snapshot.ParseFacts(bytes.NewReader(b))
+		var val any
+		if !decodeJSON(b, &val) {
+			require.Error(t, err, "not one JSON value, yet accepted: %q", b)
+			assert.True(t, snapshot.IsBadFacts(err))
+			return
+		}
+		_, oerr := specoracle.Decide(reqVal, val)
+		if errors.Is(oerr, specoracle.ErrBadFacts) {
+			require.Error(t, err, "the oracle refuses %q", b)
+			assert.True(t, snapshot.IsBadFacts(err))
+			return
+		}
+		require.NoError(t, err, "the oracle accepts %q", b)
+		_ = snapshot.Build(t.Context(), req, facts, snapshot.Options{})
+	})
+}

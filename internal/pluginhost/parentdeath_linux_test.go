@@ -95,6 +95,15 @@ func TestDriversDieWithTheHost(t *testing.T) {
 	_ = host.Wait()
 	took := waitFor(t, 10*time.Second, "the driver to die with its host", func() bool { return !running(pid) })
 	t.Logf("driver %d ended %s after its host was killed", pid, took)
+
+	// When an earlier test made this process a child subreaper (Host.Start does), the orphaned
+	// driver was handed to it: reap it, so that later tests do not find it among their children.
+	waitFor(t, 10*time.Second, "the dead driver to be reaped", func() bool {
+		var ws syscall.WaitStatus
+		_, _ = syscall.Wait4(pid, &ws, syscall.WNOHANG, nil) // ECHILD when init reaps it instead
+		_, err := os.Stat(filepath.Join("/proc", strconv.Itoa(pid)))
+		return os.IsNotExist(err)
+	})
 }
 
 // running reports whether pid is a live process (neither gone nor a zombie awaiting its reaper).

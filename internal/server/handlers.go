@@ -63,7 +63,7 @@ func (s *Server) routes() http.Handler {
 	table := map[string]route{
 		pathAuthorize:    {http.MethodPost, s.decisionHandler(pathAuthorize)},
 		pathCapabilities: {http.MethodPost, s.decisionHandler(pathCapabilities)},
-		pathDataDecision: {http.MethodPost, s.decisionHandler(pathDataDecision)},
+		pathDataDecision: {http.MethodPost, s.handleData},
 		"/v1/plugins":    {http.MethodGet, s.handlePlugins},
 		"/v1/facts":      {http.MethodGet, s.handleFacts},
 		"/health":        {http.MethodGet, s.handleHealth},
@@ -78,7 +78,7 @@ func (s *Server) routes() http.Handler {
 		rt, known := table[r.URL.Path]
 		label := r.URL.Path
 		if !known {
-			label = "other"
+			rt, label, known = s.dataRoute(r.URL.Path)
 		}
 		defer func() {
 			if p := recover(); p != nil {
@@ -116,6 +116,10 @@ func (s *Server) decisionHandler(path string) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		body, aerr := s.readBody(w, r)
 		if aerr != nil {
+			writeError(w, *aerr)
+			return
+		}
+		if aerr := misdirectedDataBodyError(path, body); aerr != nil {
 			writeError(w, *aerr)
 			return
 		}

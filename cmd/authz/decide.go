@@ -15,7 +15,7 @@ import (
 
 const decideUsage = `Usage: authz decide --facts FILE [--request FILE] [--print-input] [--explain]
 
-Decides one request (SPEC section 3) against a facts file (SPEC section 4) with the embedded
+Decides one request (docs/contract.md section 3) against a facts file (section 4) with the embedded
 policy and prints the decision document as JSON. The request is read from stdin unless
 --request is given. Exit status: 0 when a decision was made (grant or deny), 2 for a bad
 request, bad facts or bad flags, 1 when the decision could not be evaluated (the printed
@@ -43,7 +43,7 @@ func runDecide(ctx context.Context, args []string, stdin io.Reader, stdout, stde
 		return usageError("decide: unexpected argument %q (the request comes from stdin or --request)", fs.Arg(0))
 	}
 	if *factsPath == "" {
-		return usageError("decide: --facts FILE is required (a facts file as in SPEC section 4; `authz serve` exposes its live facts at GET /v1/facts)")
+		return usageError("decide: --facts FILE is required (a facts file as in docs/contract.md section 4; `authz serve` exposes its live facts at GET /v1/facts)")
 	}
 
 	// The request is checked first: when both are bad, the request is reported (SPEC 11).

@@ -4,16 +4,19 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"slices"
 )
 
-const usage = `authz decides which sandbox capabilities a lease is entitled to.
+const usage = `authz decides which sandbox capabilities a lease is entitled to, and whether it may open a
+duplex command stream (the decision contract: docs/contract.md).
 
 Usage:
-  authz serve  [flags]                 run the HTTP authorization service
+  authz serve  [flags]                 run the HTTP authorization service (docs/service.md)
   authz decide --facts FILE [flags]    decide one request (read from stdin or --request)
-  authz version                        print the version
+  authz version                        print the version and the embedded policy's revision
+  authz help [COMMAND]                 print this help, or the flags of a command
 
-Run "authz COMMAND -h" for the flags of a command.
+Run "authz COMMAND -h" for the flags of a command. Help goes to stdout and exits 0.
 `
 
 // exitError ends the process with code after printing msg (when not empty) on stderr.
@@ -35,22 +38,40 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 		fmt.Fprint(stderr, usage)
 		return &exitError{code: 2}
 	}
-	switch args[0] {
+	cmd, rest := args[0], args[1:]
+	if cmd == "help" && len(rest) > 0 {
+		// "authz help serve" is "authz serve -h".
+		cmd, rest = rest[0], []string{"-h"}
+	}
+	if wantsHelp(rest) {
+		// Asked-for help is output, not an error: the flag package writes it to the
+		// command's stderr, so give the command stdout there.
+		stderr = stdout
+	}
+	switch cmd {
 	case "decide":
-		return runDecide(ctx, args[1:], stdin, stdout, stderr)
+		return runDecide(ctx, rest, stdin, stdout, stderr)
 	case "version", "--version":
-		_, err := fmt.Fprintln(stdout, "authz "+version())
-		return err
-	case "help", "-h", "--help":
+		return printVersion(stdout)
+	case "help", "-h", "-help", "--help":
 		_, err := fmt.Fprint(stdout, usage)
 		return err
 	default:
-		if cmd, ok := extraCommands[args[0]]; ok {
-			return cmd(ctx, args[1:], stdin, stdout, stderr)
+		if c, ok := extraCommands[cmd]; ok {
+			return c(ctx, rest, stdin, stdout, stderr)
 		}
 		fmt.Fprint(stderr, usage)
-		return usageError("unknown command %q", args[0])
+		return usageError("unknown command %q", cmd)
 	}
+}
+
+// wantsHelp reports whether a command's arguments ask for its help before any "--".
+func wantsHelp(args []string) bool {
+	end := slices.Index(args, "--")
+	if end < 0 {
+		end = len(args)
+	}
+	return slices.ContainsFunc(args[:end], func(a string) bool { return a == "-h" || a == "-help" || a == "--help" })
 }
 
 // extraCommands are registered by the files that implement them (serve, example-driver).

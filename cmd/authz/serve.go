@@ -29,8 +29,8 @@ func init() { extraCommands["serve"] = runServe }
 const serveUsage = `Usage: authz serve [--config FILE] [flags]
 
 Runs the HTTP authorization service (docs/service.md): POST /v1/authorize,
-POST /v1/capabilities, POST /v1/data/authz/decision (OPA Data API), GET /v1/plugins,
-GET /v1/facts, GET /health, GET /health/ready, GET /metrics.
+POST /v1/capabilities, POST /v1/data/authz/decision[/path] and POST / (OPA Data API),
+GET /v1/plugins, GET /v1/facts, GET /health, GET /health/ready, GET /metrics.
 
 With no flags it listens on 127.0.0.1:8181 with the embedded policy and starts the built-in
 example driver as plugin example.sandbox. The configuration file (YAML, examples/config.yaml)
@@ -72,7 +72,7 @@ func runServe(ctx context.Context, args []string, _ io.Reader, _, stderr io.Writ
 	fs.StringVar(&f.addr, "addr", def.Addr, "listen address: host:port, or unix:///absolute/path")
 	fs.StringVar(&f.tlsCert, "tls-cert", "", "PEM certificate (chain) for HTTPS; needs --tls-key")
 	fs.StringVar(&f.tlsKey, "tls-key", "", "PEM private key for HTTPS; needs --tls-cert")
-	fs.StringVar(&f.facts, "facts", "", "static facts file (SPEC section 4) instead of live plugins")
+	fs.StringVar(&f.facts, "facts", "", "static facts file (docs/contract.md section 4) instead of live plugins")
 	fs.StringVar(&f.decisionLog, "decision-log", "", `decision log: a file to append to, "-" for stderr, "" for none`)
 	fs.BoolVar(&f.decisionLogRequired, "decision-log-required", false, "answer 503 DECISION_LOG_UNAVAILABLE when a decision's log line cannot be written")
 	fs.Var(&f.decisionLogMask, "decision-log-mask", "JSON pointers below /input masked in the decision log, comma-separated or repeated;\nreplaces the configured list (default /input/environment/config; \"\" for none)")

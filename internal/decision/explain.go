@@ -8,7 +8,7 @@ import (
 	"github.com/authz-dev/authz/internal/snapshot"
 )
 
-// reasonText says in words what each reason code of SPEC section 11 means.
+// reasonText says in words what each reason code (docs/contract.md section 11) means.
 var reasonText = map[string]string{
 	"driver_not_registered":            "the driver is not one the runtime registers (local, ssh, sandbox, plugin)",
 	"operation_unsupported_by_driver":  "the driver does not support this operation",
@@ -41,10 +41,11 @@ func Explain(doc Document, in snapshot.Input, evalErr error) string {
 	}
 	res, _ := in["resolved"].(map[string]any)
 	facts, _ := in["facts"].(map[string]any)
-	fmt.Fprintf(&b, "  driver %q, provider key %q, plugin-backed %v, pinned plugin %q, driver key %q\n",
-		res["driver"], res["providerKey"], res["pluginBacked"], res["pluginId"], res["driverKey"])
+	explainResolved(&b, res)
 	if p, ok := facts["plugin"].(map[string]any); ok {
 		fmt.Fprintf(&b, "  plugin %q: key %v, status %v\n", p["id"], p["key"], p["status"])
+	} else if id, _ := res["pluginId"].(string); id != "" {
+		fmt.Fprintf(&b, "  no installed plugin has the id %q\n", id)
 	}
 	if w, ok := facts["worker"].(map[string]any); ok {
 		fmt.Fprintf(&b, "  worker generation %v, methods %v\n", w["generation"], w["supportedMethods"])
@@ -80,4 +81,32 @@ func Explain(doc Document, in snapshot.Input, evalErr error) string {
 		fmt.Fprintf(&b, "  because %s: %s\n", r, reasonText[r])
 	}
 	return b.String()
+}
+
+// explainResolved writes what the host resolved from the request, as far as the driver uses it.
+// An empty value is never printed as "": the line says which request field is missing.
+func explainResolved(b *strings.Builder, res map[string]any) {
+	driver, _ := res["driver"].(string)
+	fmt.Fprintf(b, "  driver %q\n", driver)
+	str := func(key string) string { s, _ := res[key].(string); return s }
+	line := func(what, value, missing string) {
+		if value == "" {
+			fmt.Fprintf(b, "  %s: none (%s)\n", what, missing)
+			return
+		}
+		fmt.Fprintf(b, "  %s %q\n", what, value)
+	}
+	switch driver {
+	case "sandbox":
+		line("provider key", str("providerKey"),
+			"lease.metadata.provider is not a non-empty string, nor environment.config.provider on an environment whose driver is sandbox")
+		backed := res["pluginBacked"] == true
+		fmt.Fprintf(b, "  plugin-backed %v\n", backed)
+		if backed {
+			line("pinned plugin", str("pluginId"), "lease.metadata.pluginId is not a non-empty string")
+		}
+	case "plugin":
+		line("pinned plugin", str("pluginId"), "lease.metadata.pluginId is not a non-empty string")
+		line("driver key", str("driverKey"), "lease.metadata.driverKey is not a non-empty string")
+	}
 }

@@ -81,10 +81,12 @@ func bearer(tok string) map[string]string { return map[string]string{"Authorizat
 // decision endpoints, inspect for facts, plugins and metrics. Health stays open.
 func TestTokenAuthentication(t *testing.T) {
 	url := startHTTP(t, newServer(t, withTokens(t)))
-	decisions := []string{"/v1/authorize", "/v1/capabilities", "/v1/data/authz/decision"}
+	// Every face that decides needs the decide scope, the OPA-style paths included.
+	decisions := []string{"/v1/authorize", "/v1/capabilities", "/v1/data/authz/decision",
+		"/v1/data/authz/decision/allow", "/v1/data/authz/decision/capabilities/duplexCommandStream", "/"}
 	inspections := []string{"/v1/facts", "/v1/plugins", "/metrics"}
 	body := func(path string) string {
-		if path == "/v1/data/authz/decision" {
+		if strings.HasPrefix(path, "/v1/data/") {
 			return `{"input":` + fixture(t, nil) + `}`
 		}
 		return fixture(t, nil)

@@ -66,7 +66,7 @@ func (s *Server) routes() http.Handler {
 	table := map[string]route{
 		pathAuthorize:    {http.MethodPost, s.decisionHandler(pathAuthorize), ScopeDecide},
 		pathCapabilities: {http.MethodPost, s.decisionHandler(pathCapabilities), ScopeDecide},
-		pathDataDecision: {http.MethodPost, s.decisionHandler(pathDataDecision), ScopeDecide},
+		pathDataDecision: {http.MethodPost, s.handleData, ScopeDecide},
 		"/v1/plugins":    {http.MethodGet, s.handlePlugins, ScopeInspect},
 		"/v1/facts":      {http.MethodGet, s.handleFacts, ScopeInspect},
 		"/health":        {http.MethodGet, s.handleHealth, ""},
@@ -84,7 +84,10 @@ func (s *Server) routes() http.Handler {
 		rt, known := table[path]
 		label := path
 		if !known {
-			label = "other"
+			label = "other" // unknown paths share one label: the label set stays bounded
+			if path == r.URL.Path { // a path that needs unescaping names no endpoint
+				rt, label, known = s.dataRoute(path)
+			}
 		}
 		defer func() {
 			if p := recover(); p != nil {
@@ -131,63 +134,77 @@ func (s *Server) routes() http.Handler {
 	})
 }
 
-// decisionHandler answers the three decision endpoints: they read the same request and differ
-// only in the envelope of the answer.
+// decisionHandler answers POST /v1/authorize (the decision document) and POST
+// /v1/capabilities (the capabilities alone). The Data API paths are handleData's; all of them
+// decide through admitted and answerDecision.
 func (s *Server) decisionHandler(path string) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
-		// Admitted before a byte of the body is read, so that the bodies in memory and the
-		// decisions being decoded stay bounded whatever the number of clients.
-		release := s.admit.acquire(r.Context(), s.admit.reading)
-		if release == nil {
-			s.answerOverloaded(w, r)
-			return
-		}
-		defer release()
-		body, aerr := s.readBody(w, r)
-		if aerr != nil {
-			writeError(w, *aerr)
-			return
-		}
-		releaseDeciding := s.admit.acquire(r.Context(), s.admit.deciding)
-		if releaseDeciding == nil {
-			s.answerOverloaded(w, r)
-			return
-		}
-		defer releaseDeciding()
-		var req *snapshot.Request
-		var err error
-		if path == pathDataDecision {
-			req, err = parseDataRequest(body)
-		} else {
-			req, err = snapshot.ParseRequest(bytes.NewReader(body))
-		}
-		if err != nil {
-			writeError(w, apiError{status: http.StatusBadRequest, Code: CodeBadRequest, Message: err.Error()})
-			return
-		}
-
-		doc, evalCode, ok := s.decide(r, path, req)
-		if !ok {
-			w.Header().Set(HeaderError, CodeDecisionLogUnavailable)
-			deny := false
-			writeError(w, apiError{status: http.StatusServiceUnavailable, Code: CodeDecisionLogUnavailable, Allow: &deny,
-				Message: "the decision could not be recorded in the decision log, which this service requires; nothing is granted until the log is writable again"})
-			return
-		}
-		status := http.StatusOK
-		if evalCode != "" {
-			status = http.StatusInternalServerError
-			w.Header().Set(HeaderError, evalCode)
-		}
-		switch path {
-		case pathCapabilities:
-			writeJSON(w, status, capabilitiesAnswer{Capabilities: doc.Capabilities, DecisionID: doc.DecisionID, Revision: doc.Revision})
-		case pathDataDecision:
-			writeJSON(w, status, dataAnswer{Result: doc, DecisionID: doc.DecisionID})
-		default:
+		s.admitted(w, r, s.readBody, func(body []byte) {
+			if aerr := misdirectedDataBodyError(path, body); aerr != nil {
+				writeError(w, *aerr)
+				return
+			}
+			req, err := snapshot.ParseRequest(bytes.NewReader(body))
+			if err != nil {
+				writeError(w, apiError{status: http.StatusBadRequest, Code: CodeBadRequest, Message: err.Error()})
+				return
+			}
+			doc, status, ok := s.answerDecision(w, r, path, req)
+			if !ok {
+				return
+			}
+			if path == pathCapabilities {
+				writeJSON(w, status, capabilitiesAnswer{Capabilities: doc.Capabilities, DecisionID: doc.DecisionID, Revision: doc.Revision})
+				return
+			}
 			writeJSON(w, status, doc)
-		}
+		})
 	}
+}
+
+// admitted reads the body of a decision request with read and hands it to serve, holding the
+// admission slots: the request is admitted before a byte of its body is read, and admitted
+// again before it is decoded and decided, so that the bodies in memory and the decisions
+// being decoded stay bounded whatever the number of clients. A request not admitted in time
+// is answered 503 SERVICE_OVERLOADED.
+func (s *Server) admitted(w http.ResponseWriter, r *http.Request, read func(http.ResponseWriter, *http.Request) ([]byte, *apiError), serve func(body []byte)) {
+	release := s.admit.acquire(r.Context(), s.admit.reading)
+	if release == nil {
+		s.answerOverloaded(w, r)
+		return
+	}
+	defer release()
+	body, aerr := read(w, r)
+	if aerr != nil {
+		writeError(w, *aerr)
+		return
+	}
+	releaseDeciding := s.admit.acquire(r.Context(), s.admit.deciding)
+	if releaseDeciding == nil {
+		s.answerOverloaded(w, r)
+		return
+	}
+	defer releaseDeciding()
+	serve(body)
+}
+
+// answerDecision decides req and returns the document with the HTTP status to answer it with
+// (500 with X-Authz-Error when it could not be evaluated: the document then denies). When the
+// required decision log could not record it, it has answered 503 itself and ok is false.
+func (s *Server) answerDecision(w http.ResponseWriter, r *http.Request, path string, req *snapshot.Request) (doc decision.Document, status int, ok bool) {
+	doc, evalCode, ok := s.decide(r, path, req)
+	if !ok {
+		w.Header().Set(HeaderError, CodeDecisionLogUnavailable)
+		deny := false
+		writeError(w, apiError{status: http.StatusServiceUnavailable, Code: CodeDecisionLogUnavailable, Allow: &deny,
+			Message: "the decision could not be recorded in the decision log, which this service requires; nothing is granted until the log is writable again"})
+		return doc, 0, false
+	}
+	if evalCode != "" {
+		w.Header().Set(HeaderError, evalCode)
+		return doc, http.StatusInternalServerError, true
+	}
+	return doc, http.StatusOK, true
 }
 
 type capabilitiesAnswer struct {

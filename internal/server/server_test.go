@@ -367,7 +367,7 @@ func TestBadRequests(t *testing.T) {
 		{name: "data API null lease", path: "/v1/data/authz/decision", body: `{"input":{"lease":null}}`, wantStatus: 400, wantCode: "BAD_REQUEST", wantInMsg: "lease"},
 		{name: "data API body an array", path: "/v1/data/authz/decision", body: `[]`, wantStatus: 400, wantCode: "BAD_REQUEST"},
 		{name: "form content type", path: "/v1/authorize", contentType: "application/x-www-form-urlencoded", body: `{}`, wantStatus: 415, wantCode: "UNSUPPORTED_MEDIA_TYPE"},
-		{name: "text content type", path: "/v1/data/authz/decision", contentType: "text/plain", body: `{"input":{}}`, wantStatus: 415, wantCode: "UNSUPPORTED_MEDIA_TYPE"},
+		{name: "text content type", path: "/v1/capabilities", contentType: "text/plain", body: `{}`, wantStatus: 415, wantCode: "UNSUPPORTED_MEDIA_TYPE"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

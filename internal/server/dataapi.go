@@ -1,0 +1,274 @@
+package server
+
+// The OPA-compatible face of the service: the Data API for the decision document and every
+// path inside it, and OPA's default decision at POST /. What an OPA client does out of habit
+// works here: a body sent without a JSON content type (curl -d), a gzip-encoded body,
+// ?pretty=true. Query parameters OPA knows and this service does not implement (explain,
+// metrics, provenance, …) are refused with a 400 rather than silently ignored.
+
+import (
+	"bytes"
+	"compress/gzip"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"slices"
+	"strconv"
+	"strings"
+
+	"github.com/authz-dev/authz/internal/decision"
+	"github.com/authz-dev/authz/internal/snapshot"
+)
+
+const (
+	// pathDefaultDecision is OPA's default decision: the body is the input itself and the answer
+	// is the decision document itself.
+	pathDefaultDecision = "/"
+	// labelDataSubpath is the metrics label of every path below pathDataDecision.
+	labelDataSubpath = pathDataDecision + "/*"
+)
+
+// documentKeys are the members of the decision document, in document order.
+var documentKeys = []string{"allow", "code", "message", "reasons", "capabilities", "decision_id", "revision"}
+
+// dataRoute routes the OPA-compatible paths that are not in the exact-match table: POST / and
+// every path below /v1/data/authz/decision. label is the metrics label ("other" when not ok).
+func (s *Server) dataRoute(path string) (rt route, label string, ok bool) {
+	switch {
+	case path == pathDefaultDecision:
+		return route{http.MethodPost, s.handleData, ScopeDecide}, pathDefaultDecision, true
+	case strings.HasPrefix(path, pathDataDecision+"/"):
+		return route{http.MethodPost, s.handleData, ScopeDecide}, labelDataSubpath, true
+	}
+	return route{}, "other", false
+}
+
+// handleData answers POST /v1/data/authz/decision[/sub/path] ({"input": request} in,
+// {"result": value, "decision_id": id} out) and POST / (request in, decision document out).
+// Every path is answered from one decision.
+func (s *Server) handleData(w http.ResponseWriter, r *http.Request) {
+	var sub []string
+	if r.URL.Path != pathDefaultDecision && r.URL.Path != pathDataDecision {
+		var err error
+		if sub, err = documentPath(strings.TrimPrefix(r.URL.Path, pathDataDecision+"/")); err != nil {
+			writeError(w, apiError{status: http.StatusNotFound, Code: CodeNotFound, Message: err.Error()})
+			return
+		}
+	}
+	pretty, err := dataQuery(r)
+	if err != nil {
+		writeError(w, apiError{status: http.StatusBadRequest, Code: CodeBadRequest, Message: err.Error()})
+		return
+	}
+	s.admitted(w, r, s.readDataBody, func(body []byte) {
+		var req *snapshot.Request
+		if r.URL.Path == pathDefaultDecision {
+			if misdirectedDataBody(body) {
+				err = errors.New(`POST / takes the request itself as the body, not {"input": <request>}: send the request, or POST {"input": <request>} to ` + pathDataDecision)
+			} else {
+				req, err = snapshot.ParseRequest(bytes.NewReader(body))
+			}
+		} else {
+			req, err = parseDataRequest(body)
+		}
+		if err != nil {
+			writeError(w, apiError{status: http.StatusBadRequest, Code: CodeBadRequest, Message: err.Error()})
+			return
+		}
+		doc, status, ok := s.answerDecision(w, r, r.URL.Path, req)
+		if !ok {
+			return
+		}
+		switch {
+		case r.URL.Path == pathDefaultDecision:
+			writeDataJSON(w, status, doc, pretty)
+		case sub == nil:
+			writeDataJSON(w, status, dataAnswer{Result: doc, DecisionID: doc.DecisionID}, pretty)
+		default:
+			value, defined, err := documentValue(doc, sub)
+			if err != nil {
+				writeError(w, apiError{status: http.StatusInternalServerError, Code: CodeInternal, Message: "the answer could not be encoded"})
+				return
+			}
+			if !defined {
+				// As OPA answers an undefined document: no "result" at all.
+				writeDataJSON(w, status, map[string]string{"decision_id": doc.DecisionID}, pretty)
+				return
+			}
+			writeDataJSON(w, status, map[string]any{"result": value, "decision_id": doc.DecisionID}, pretty)
+		}
+	})
+}
+
+// documentPath checks a path below the decision document ("allow", "capabilities/nativeSyncIn",
+// "reasons/0") against the document's shape and returns its segments.
+func documentPath(p string) ([]string, error) {
+	segs := strings.Split(p, "/")
+	notFound := func(why string) error {
+		return fmt.Errorf("no such document %s/%s: %s", strings.TrimPrefix(pathDataDecision, "/v1/data/"), p, why)
+	}
+	key := segs[0]
+	if !slices.Contains(documentKeys, key) {
+		return nil, notFound("the decision document has " + strings.Join(documentKeys, ", "))
+	}
+	switch {
+	case len(segs) == 1:
+		return segs, nil
+	case len(segs) == 2 && key == "capabilities":
+		if !slices.Contains(decision.CapabilityKeys[:], segs[1]) {
+			return nil, notFound("the capabilities are " + strings.Join(decision.CapabilityKeys[:], ", "))
+		}
+		return segs, nil
+	case len(segs) == 2 && key == "reasons":
+		if n, err := strconv.Atoi(segs[1]); err != nil || n < 0 || strconv.Itoa(n) != segs[1] {
+			return nil, notFound("reasons is an array: index it with 0, 1, …")
+		}
+		return segs, nil
+	}
+	return nil, notFound(key + " has no member " + strings.Join(segs[1:], "/"))
+}
+
+// documentValue is the value at path in doc; defined is false for an index past the end of
+// reasons (OPA's undefined document).
+func documentValue(doc decision.Document, path []string) (value any, defined bool, err error) {
+	b, err := json.Marshal(doc)
+	if err != nil {
+		return nil, false, err
+	}
+	var v any
+	if err := json.Unmarshal(b, &v); err != nil {
+		return nil, false, err
+	}
+	for _, seg := range path {
+		switch t := v.(type) {
+		case map[string]any:
+			if v, defined = t[seg]; !defined {
+				return nil, false, nil
+			}
+		case []any:
+			i, _ := strconv.Atoi(seg)
+			if i >= len(t) {
+				return nil, false, nil
+			}
+			v = t[i]
+		default:
+			return nil, false, nil
+		}
+	}
+	return v, true, nil
+}
+
+// dataQuery reads the query parameters of a Data API request: pretty is implemented; every
+// other parameter is refused, so that a client never believes it got what it asked for.
+func dataQuery(r *http.Request) (pretty bool, err error) {
+	q, err := url.ParseQuery(r.URL.RawQuery)
+	if err != nil {
+		return false, fmt.Errorf("the query string is malformed: %v", err)
+	}
+	for name, vals := range q {
+		switch name {
+		case "pretty":
+			for _, v := range vals {
+				switch v {
+				case "", "true":
+					pretty = true
+				case "false":
+				default:
+					return false, fmt.Errorf("query parameter pretty=%q: use pretty=true or pretty=false", v)
+				}
+			}
+		case "explain", "metrics", "instrument", "provenance", "strict-builtin-errors", "partial", "input":
+			return false, fmt.Errorf("query parameter %q is not implemented by this service: remove it (only pretty is supported; the decision log keeps the input and result of every decision)", name)
+		default:
+			return false, fmt.Errorf("unknown query parameter %q: remove it (only pretty is supported)", name)
+		}
+	}
+	return pretty, nil
+}
+
+// readDataBody reads the body as OPA does: whatever its Content-Type, and gunzipped when it is
+// sent with Content-Encoding: gzip. Both the sent and the decompressed body are bounded by
+// maxBodyBytes.
+func (s *Server) readDataBody(w http.ResponseWriter, r *http.Request) ([]byte, *apiError) {
+	r2 := r.Clone(r.Context())
+	r2.Header.Del("Content-Type")
+	body, aerr := s.readBody(w, r2)
+	if aerr != nil {
+		return nil, aerr
+	}
+	switch enc := strings.ToLower(strings.TrimSpace(r.Header.Get("Content-Encoding"))); enc {
+	case "", "identity":
+		return body, nil
+	case "gzip":
+		zr, err := gzip.NewReader(bytes.NewReader(body))
+		if err != nil {
+			return nil, &apiError{status: http.StatusBadRequest, Code: CodeBadRequest,
+				Message: fmt.Sprintf("the body is sent with Content-Encoding: gzip but is not gzip: %v", err)}
+		}
+		limit := s.cfg.MaxBodyBytes
+		plain, err := io.ReadAll(io.LimitReader(zr, limit+1))
+		if err != nil {
+			return nil, &apiError{status: http.StatusBadRequest, Code: CodeBadRequest,
+				Message: fmt.Sprintf("the gzip body could not be decompressed: %v", err)}
+		}
+		if int64(len(plain)) > limit {
+			return nil, &apiError{status: http.StatusRequestEntityTooLarge, Code: CodeRequestTooLarge,
+				Message: fmt.Sprintf("the decompressed request body is larger than the limit of %d bytes", limit)}
+		}
+		return plain, nil
+	default:
+		return nil, &apiError{status: http.StatusUnsupportedMediaType, Code: CodeUnsupportedMediaType,
+			Message: fmt.Sprintf("Content-Encoding %q is not supported: send the body as is, or gzip", enc)}
+	}
+}
+
+// misdirectedDataBody reports whether a body that should be a request looks like an OPA Data
+// API body instead: an object with "input" and none of the request's own members.
+func misdirectedDataBody(body []byte) bool {
+	var top map[string]json.RawMessage
+	if json.Unmarshal(body, &top) != nil {
+		return false
+	}
+	if _, ok := top["input"]; !ok {
+		return false
+	}
+	for _, k := range []string{"operation", "environment", "lease", "command"} {
+		if _, ok := top[k]; ok {
+			return false
+		}
+	}
+	return true
+}
+
+// misdirectedDataBodyError is the 400 of a Data API body sent to /v1/authorize or
+// /v1/capabilities, or nil when the body is not one.
+func misdirectedDataBodyError(path string, body []byte) *apiError {
+	if !misdirectedDataBody(body) {
+		return nil
+	}
+	return &apiError{status: http.StatusBadRequest, Code: CodeBadRequest, Message: fmt.Sprintf(
+		`%s takes the request itself, not {"input": <request>}: send the request as the body, or POST {"input": <request>} to %s (the OPA Data API)`,
+		path, pathDataDecision)}
+}
+
+// writeDataJSON is writeJSON, indented for ?pretty=true.
+func writeDataJSON(w http.ResponseWriter, status int, v any, pretty bool) {
+	if !pretty {
+		writeJSON(w, status, v)
+		return
+	}
+	b, err := json.MarshalIndent(v, "", "  ")
+	if err != nil {
+		writeJSON(w, status, v) // writes the encoding failure answer
+		return
+	}
+	h := w.Header()
+	h.Set("Content-Type", "application/json")
+	h.Set("Cache-Control", "no-store")
+	h.Set("X-Content-Type-Options", "nosniff")
+	w.WriteHeader(status)
+	_, _ = w.Write(append(b, '\n'))
+}

@@ -84,7 +84,7 @@ func (s *Server) routes() http.Handler {
 		rt, known := table[path]
 		label := path
 		if !known {
-			label = "other" // unknown paths share one label: the label set stays bounded
+			label = "other"         // unknown paths share one label: the label set stays bounded
 			if path == r.URL.Path { // a path that needs unescaping names no endpoint
 				rt, label, known = s.dataRoute(path)
 			}

@@ -2,6 +2,8 @@ package decision_test
 
 import (
 	"bytes"
+	"fmt"
+	"maps"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -90,5 +92,48 @@ func BenchmarkEvaluateCacheHit(b *testing.B) {
 	}
 	if s := eng.CacheStats(); s.Misses != 1 {
 		b.Fatalf("want one miss, got %+v", s)
+	}
+}
+
+// BenchmarkManifestSize is one decision (input assembly and evaluation, no cache) on a plugin
+// whose manifest has 1 or 256 entries, the looked-up one first. "full" carries the whole manifest
+// in the input, as the input did before it carried only the looked-up entries ("index"): the
+// cost of "index" does not grow with the manifest, that of "full" does.
+func BenchmarkManifestSize(b *testing.B) {
+	for _, n := range []int{1, 256} {
+		f := specexamples.NewFixture()
+		manifest := f.Plugin()["manifest"].(map[string]any)
+		entries := manifest["environmentDrivers"].([]any)
+		for i := 1; i < n; i++ {
+			e := maps.Clone(f.Entry())
+			e["driverKey"] = fmt.Sprintf("other.driver.%d", i)
+			e["sandboxCapabilities"] = maps.Clone(f.Entry()["sandboxCapabilities"].(map[string]any))
+			entries = append(entries, e)
+		}
+		manifest["environmentDrivers"] = entries
+		reqJSON, factsJSON := f.JSON()
+		facts, err := snapshot.ParseFacts(bytes.NewReader(factsJSON))
+		require.NoError(b, err)
+		req, err := snapshot.ParseRequest(bytes.NewReader(reqJSON))
+		require.NoError(b, err)
+		pf, ok := facts.Plugin("test.plugin")
+		require.True(b, ok)
+		require.Len(b, pf.Record["manifest"].(map[string]any)["environmentDrivers"], n)
+		eng, err := decision.New(b.Context(), uncached)
+		require.NoError(b, err)
+		for _, input := range []string{"full", "index"} {
+			b.Run(fmt.Sprintf("entries=%d/input=%s", n, input), func(b *testing.B) {
+				b.ReportAllocs()
+				for b.Loop() {
+					in := snapshot.Build(b.Context(), req, facts, snapshot.Options{})
+					if input == "full" {
+						in["facts"].(map[string]any)["plugin"] = pf.Record
+					}
+					if d, err := eng.Evaluate(b.Context(), in); err != nil || !d.Allow {
+						b.Fatal("want a grant", err)
+					}
+				}
+			})
+		}
 	}
 }

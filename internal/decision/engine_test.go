@@ -243,27 +243,36 @@ func embeddedModules(t *testing.T) []func(*rego.Rego) {
 
 // TestMaxConcurrentQueuesAndTimesOut: with every slot taken, a decision waits; when its time
 // runs out while waiting it denies with the time-out code, and once a slot frees it is decided.
+// The second half runs on an engine whose time bound no machine reaches, so a slow (race, shared)
+// machine cannot turn its evaluation into a time-out.
 func TestMaxConcurrentQueuesAndTimesOut(t *testing.T) {
-	e, err := New(t.Context(), Options{MaxConcurrent: 1, EvalTimeout: 50 * time.Millisecond})
-	require.NoError(t, err)
 	req := &snapshot.Request{Operation: snapshot.OpOpenDuplexChannel, Environment: map[string]any{},
 		Lease: map[string]any{}, Metadata: map[string]any{}}
 
-	e.slots <- struct{}{} // another decision holds the only slot
-	doc, _, err := e.Decide(t.Context(), req, emptyFacts{})
+	short, err := New(t.Context(), Options{MaxConcurrent: 1, EvalTimeout: 50 * time.Millisecond})
+	require.NoError(t, err)
+	short.slots <- struct{}{} // another decision holds the only slot
+	doc, _, err := short.Decide(t.Context(), req, emptyFacts{})
 	assertFailClosed(t, doc, err, CodeTimeout, snapshot.OpOpenDuplexChannel)
 
-	done := make(chan Document)
+	e, err := New(t.Context(), Options{MaxConcurrent: 1, EvalTimeout: time.Minute})
+	require.NoError(t, err)
+	e.slots <- struct{}{} // another decision holds the only slot
+	done := make(chan Document, 1)
 	go func() {
 		d, _, _ := e.Decide(t.Context(), req, emptyFacts{})
 		done <- d
 	}()
-	time.Sleep(10 * time.Millisecond)
+	select {
+	case d := <-done:
+		t.Fatalf("decided while every slot was taken: %v", d.Reasons)
+	case <-time.After(20 * time.Millisecond):
+	}
 	<-e.slots // the slot frees
 	select {
 	case d := <-done:
 		assert.Equal(t, []string{"no_provider"}, d.Reasons, "decided by the policy, not failed")
-	case <-time.After(5 * time.Second):
+	case <-time.After(30 * time.Second):
 		t.Fatal("the waiting decision was never made")
 	}
 }

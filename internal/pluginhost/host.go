@@ -99,8 +99,9 @@ type pluginView struct {
 	worker    *worker // nil: no live worker
 
 	// record is the plugin record rendered from status, key and drivers when the view was
-	// published: one generation's record, shared by every decision that reads this view.
-	record map[string]any
+	// published, indexed by driverKey: one generation's record, shared by every decision that
+	// reads this view, which carries only the entries of the keys it looks up.
+	record *snapshot.PluginIndex
 }
 
 // worker is one live process of a plugin.
@@ -176,7 +177,7 @@ func New(cfg Config) (*Host, error) {
 		if !m.enabled {
 			status = StatusDisabled
 		}
-		m.state.Store(&pluginView{status: status, record: renderPlugin(p.ID, &pluginView{status: status})})
+		m.state.Store(&pluginView{status: status, record: snapshot.NewPluginIndex(renderPlugin(p.ID, &pluginView{status: status}))})
 		h.plugins = append(h.plugins, m)
 		h.byID[p.ID] = m
 	}
@@ -302,15 +303,16 @@ func (h *Host) WaitStarted(ctx context.Context) error {
 }
 
 // Plugin implements snapshot.Facts: one load of the plugin's current view gives its record and
-// its worker, both of one generation. It calls no plugin and copies nothing: the record was
-// rendered when the view was published, and a worker whose process has exited is left out.
+// its worker, both of one generation. It calls no plugin and copies nothing: the record and its
+// index by driverKey were rendered when the view was published, and a worker whose process has
+// exited is left out.
 func (h *Host) Plugin(id string) (snapshot.PluginFacts, bool) {
 	m, ok := h.byID[id]
 	if !ok {
 		return snapshot.PluginFacts{}, false
 	}
 	v := m.state.Load()
-	pf := snapshot.PluginFacts{Record: v.record}
+	pf := snapshot.PluginFacts{Record: v.record.Record(), Index: v.record}
 	if w := v.worker; w != nil && w.alive() {
 		pf.Worker = w.facts
 	}
@@ -456,7 +458,7 @@ func (h *Host) FactsFile() snapshot.File {
 	}
 	for _, m := range h.plugins {
 		v := m.state.Load()
-		f.Plugins = append(f.Plugins, v.record)
+		f.Plugins = append(f.Plugins, v.record.Record())
 		if w := v.worker; w != nil && w.alive() {
 			methods := make([]any, len(w.methods))
 			for i, s := range w.methods {
@@ -477,7 +479,7 @@ func (m *managed) update(change func(v *pluginView)) {
 	defer m.updateMu.Unlock()
 	next := *m.state.Load()
 	change(&next)
-	next.record = renderPlugin(m.cfg.ID, &next)
+	next.record = snapshot.NewPluginIndex(renderPlugin(m.cfg.ID, &next))
 	m.state.Store(&next)
 }
 

@@ -25,6 +25,11 @@ type PluginFacts struct {
 	// Record is the plugin record with the JSON fields id, key, status and manifest (values as
 	// encoding/json decodes them into any).
 	Record map[string]any
+	// Index is Record indexed by the driverKey of its manifest entries (NewPluginIndex(Record)),
+	// built once per record so that a decision's cost does not grow with the manifest. A
+	// decision carries Index.For(its keys), not Record. Nil: Build indexes Record itself, which
+	// costs a scan of the manifest per decision.
+	Index *PluginIndex
 	// Worker is the plugin's running worker of the same generation as Record; nil when none runs.
 	Worker *Worker
 }

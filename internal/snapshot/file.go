@@ -22,7 +22,7 @@ type File struct {
 
 // FileFacts is a Facts view over a parsed facts file. It never changes after parsing.
 type FileFacts struct {
-	plugins  map[string]map[string]any
+	plugins  map[string]*PluginIndex // each plugin record indexed once, when the file is parsed
 	workers  map[string]*Worker
 	builtins map[string]map[string]any
 	// file is the document the three views above were read from, for File.
@@ -58,7 +58,7 @@ func ParseFacts(r io.Reader) (*FileFacts, error) {
 		return nil, badFacts("facts%s: the number %s is out of the range the policy engine accepts", where, n)
 	}
 	f := &FileFacts{
-		plugins:  map[string]map[string]any{},
+		plugins:  map[string]*PluginIndex{},
 		workers:  map[string]*Worker{},
 		builtins: map[string]map[string]any{},
 		file:     File{Plugins: []map[string]any{}},
@@ -80,7 +80,7 @@ func ParseFacts(r io.Reader) (*FileFacts, error) {
 			if _, dup := f.plugins[id]; dup {
 				return nil, badFacts("facts.plugins[%d].id %q is a duplicate: plugin ids must be unique", i, id)
 			}
-			f.plugins[id] = p
+			f.plugins[id] = NewPluginIndex(p)
 			f.file.Plugins = append(f.file.Plugins, p)
 		}
 	}
@@ -140,7 +140,7 @@ func (f *FileFacts) Plugin(id string) (PluginFacts, bool) {
 	if !ok {
 		return PluginFacts{}, false
 	}
-	return PluginFacts{Record: p, Worker: f.workers[id]}, true
+	return PluginFacts{Record: p.Record(), Index: p, Worker: f.workers[id]}, true
 }
 
 // Worker returns the file's worker of the plugin id, or false when the file has none.

@@ -35,6 +35,7 @@ func Build(ctx context.Context, req *Request, facts Facts, opts Options) Input {
 	}
 	pluginBacked := md["sandboxProviderPlugin"] == true
 	pluginID := nonEmpty(md["pluginId"])
+	driverKey := nonEmpty(md["driverKey"])
 
 	factsDoc := map[string]any{}
 	// The plugin record and its worker come from one snapshot of one generation.
@@ -43,7 +44,14 @@ func Build(ctx context.Context, req *Request, facts Facts, opts Options) Input {
 	if pluginID != "" {
 		if p, ok := facts.Plugin(pluginID); ok && p.Record != nil {
 			plugin = p.Record
-			factsDoc["plugin"] = p.Record
+			// The policy reads only the manifest entries whose driverKey is the key it looks
+			// up (the provider key, or the lease's driverKey on the plugin driver): the input
+			// carries those, all of them and in manifest order, and none of the others.
+			idx := p.Index
+			if idx == nil {
+				idx = NewPluginIndex(p.Record)
+			}
+			factsDoc["plugin"] = idx.For(providerKey, driverKey)
 			if p.Worker != nil {
 				worker = p.Worker
 				factsDoc["worker"] = worker.Document()
@@ -94,7 +102,7 @@ func Build(ctx context.Context, req *Request, facts Facts, opts Options) Input {
 			"providerKey":  providerKey,
 			"pluginBacked": pluginBacked,
 			"pluginId":     pluginID,
-			"driverKey":    nonEmpty(md["driverKey"]),
+			"driverKey":    driverKey,
 		},
 		"facts": factsDoc,
 		"narrowing": map[string]any{

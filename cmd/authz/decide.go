@@ -46,7 +46,7 @@ func runDecide(ctx context.Context, args []string, stdin io.Reader, stdout, stde
 		return usageError("decide: --facts FILE is required (a facts file as in docs/contract.md section 4; `authz serve` exposes its live facts at GET /v1/facts)")
 	}
 
-	// The request is checked first: when both are bad, the request is reported (SPEC 11).
+	// The request is checked first: when both are bad, the request is reported (docs/contract.md section 11).
 	req, err := readRequest(*requestPath, stdin)
 	if err != nil {
 		return usageError("decide: bad request: %v", err)

@@ -37,7 +37,7 @@ func tempFile(t *testing.T, name string, body []byte) string {
 	return writeFile(t, t.TempDir(), name, string(body))
 }
 
-// TestDecideSpecExamples answers every SPEC section 10 example through the CLI.
+// TestDecideSpecExamples answers every docs/contract.md section 10 example through the CLI.
 func TestDecideSpecExamples(t *testing.T) {
 	for _, ex := range specexamples.Rows() {
 		t.Run(ex.Name, func(t *testing.T) {

@@ -26,10 +26,10 @@ import (
 	"github.com/authz-dev/authz/internal/specexamples"
 )
 
-// specFacts is the facts of SPEC section 4.
+// specFacts is the facts of docs/contract.md section 4.
 var specFacts = func() string { _, facts := specexamples.NewFixture().JSON(); return string(facts) }()
 
-// specRequest is the request of SPEC section 3, with a secret in the lease metadata.
+// specRequest is the request of docs/contract.md section 3, with a secret in the lease metadata.
 const specRequest = `{
   "operation": "openDuplexChannel",
   "environment": {"id": "env-1", "driver": "sandbox", "config": {"provider": "daytona"}},

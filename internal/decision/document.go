@@ -72,7 +72,7 @@ func (c Capabilities) Map() map[string]bool {
 	return m
 }
 
-// Document is the decision document of SPEC section 8. Every field is always present in JSON.
+// Document is the decision document of docs/contract.md section 8. Every field is always present in JSON.
 type Document struct {
 	Allow        bool         `json:"allow"`
 	Code         string       `json:"code"`
@@ -86,7 +86,7 @@ type Document struct {
 // ReasonEvaluationFailed is the only reason of a decision that could not be evaluated.
 const ReasonEvaluationFailed = "evaluation_failed"
 
-// capabilityDenied holds each operation's capability-denied code and message (SPEC section 7):
+// capabilityDenied holds each operation's capability-denied code and message (docs/contract.md section 7):
 // the answer to every evaluation that fails.
 var capabilityDenied = map[string][2]string{
 	snapshot.OpOpenDuplexChannel: {
@@ -99,7 +99,7 @@ var capabilityDenied = map[string][2]string{
 	},
 }
 
-// FailedDocument is the deny of SPEC section 11, "Failures": the operation's capability-denied
+// FailedDocument is the deny of docs/contract.md section 11, "Failures": the operation's capability-denied
 // code and message, no capability, and the reason evaluation_failed. An unknown operation gets
 // the duplex channel's code.
 func FailedDocument(operation string) Document {

@@ -13,7 +13,7 @@ import (
 	"github.com/authz-dev/authz/internal/snapshot"
 )
 
-// grantInput is an input the embedded policy grants (SPEC fixture F as the host assembles it).
+// grantInput is an input the embedded policy grants (the contract's fixture F as the host assembles it).
 func grantInput() snapshot.Input {
 	return snapshot.Input{
 		"operation":   "openDuplexChannel",

@@ -80,7 +80,7 @@ func (p PluginConfig) IsEnabled() bool { return p.Enabled == nil || *p.Enabled }
 type Config struct {
 	// Plugins are the installed driver plugins.
 	Plugins []PluginConfig
-	// BuiltinProviders are the built-in sandbox providers reported as facts (SPEC section 4),
+	// BuiltinProviders are the built-in sandbox providers reported as facts (docs/contract.md section 4),
 	// e.g. {"fake": {"execute": true, "supportsReusableLeases": false}}. Values must be objects.
 	BuiltinProviders map[string]map[string]any
 	// StartTimeout bounds one start of a worker: the go-plugin handshake, and then Describe and

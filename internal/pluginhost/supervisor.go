@@ -314,7 +314,7 @@ func explainStartError(err error, timeout time.Duration) error {
 	return fmt.Errorf("start plugin: %w", err)
 }
 
-// knownCapabilities are the nine capability keys of SPEC section 2.
+// knownCapabilities are the nine capability keys of docs/contract.md section 2.
 var knownCapabilities = map[string]bool{
 	"reusableLeases": true, "nativeSyncIn": true, "nativeSyncOut": true,
 	"persistentProcessSessions": true, "independentControlCommands": true,

@@ -42,7 +42,7 @@ type Config struct {
 	// Plugins are the driver plugins the host starts. A file that lists plugins replaces the
 	// default list (the built-in example driver); `plugins: []` starts none.
 	Plugins []PluginConfig `yaml:"plugins"`
-	// BuiltinProviders is the facts' builtinProviders (SPEC section 4).
+	// BuiltinProviders is the facts' builtinProviders (docs/contract.md section 4).
 	BuiltinProviders map[string]map[string]any `yaml:"builtinProviders"`
 	// Facts, when set, is a static facts file used instead of live plugins: Plugins and
 	// BuiltinProviders are then not used.

@@ -12,7 +12,7 @@ import (
 // cmd/authz; StaticFacts serves a facts file.
 type FactsSource interface {
 	snapshot.Facts
-	// FactsFile renders the current facts in the shape of a facts file (SPEC section 4).
+	// FactsFile renders the current facts in the shape of a facts file (docs/contract.md section 4).
 	FactsFile() snapshot.File
 	// Plugins lists the configured plugins and their workers as they are now.
 	Plugins() []PluginInfo
@@ -90,7 +90,7 @@ func (s *StaticFacts) Plugins() []PluginInfo {
 }
 
 // normalizeFile replaces absent sections by empty ones: a rendered facts file never carries a
-// null section, which SPEC section 11 calls malformed.
+// null section, which docs/contract.md section 11 calls malformed.
 func normalizeFile(f snapshot.File) snapshot.File {
 	if f.Plugins == nil {
 		f.Plugins = []map[string]any{}

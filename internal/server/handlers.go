@@ -19,7 +19,7 @@ import (
 	"github.com/authz-dev/authz/internal/snapshot"
 )
 
-// Error codes of the HTTP API (besides the decision codes of SPEC section 7).
+// Error codes of the HTTP API (besides the decision codes of docs/contract.md section 7).
 const (
 	CodeBadRequest             = "BAD_REQUEST"
 	CodeRequestTooLarge        = "REQUEST_TOO_LARGE"
@@ -226,7 +226,7 @@ func (s *Server) decide(r *http.Request, path string, req *snapshot.Request) (do
 	doc, in, err := s.decider.Decide(r.Context(), req, s.facts)
 	latency := time.Since(start)
 	if err != nil {
-		// Whatever the decider returned alongside its error, the answer is the SPEC 11
+		// Whatever the decider returned alongside its error, the answer is the docs/contract.md section 11
 		// "Failures" document: it never grants.
 		evalCode = decision.ErrorCode(err)
 		if evalCode == "" {

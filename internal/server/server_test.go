@@ -144,7 +144,7 @@ func get(t testing.TB, url string) answer {
 	return do(t, http.MethodGet, url, "", nil)
 }
 
-// fixture returns the SPEC section 3 request with changes applied to its decoded form.
+// fixture returns the docs/contract.md section 3 request with changes applied to its decoded form.
 func fixture(t testing.TB, change func(req map[string]any)) string {
 	t.Helper()
 	b, err := os.ReadFile(filepath.Join("testdata", "request.json"))
@@ -191,7 +191,7 @@ func TestAuthorize(t *testing.T) {
 		wantCaps    map[string]bool
 	}{
 		{
-			name:        "grant (SPEC example 1)",
+			name:        "grant (contract example 1)",
 			wantAllow:   true,
 			wantReasons: []any{},
 			wantCaps:    map[string]bool{"duplexCommandStream": true, "persistentProcessSessions": false},
@@ -205,14 +205,14 @@ func TestAuthorize(t *testing.T) {
 			wantCaps:    map[string]bool{"duplexCommandStream": false},
 		},
 		{
-			name:        "DUPLEX_CHANNEL_UNSUPPORTED: local driver (SPEC example 4)",
+			name:        "DUPLEX_CHANNEL_UNSUPPORTED: local driver (contract example 4)",
 			change:      func(r map[string]any) { metadata(r)["driver"] = "local" },
 			wantCode:    "DUPLEX_CHANNEL_UNSUPPORTED",
 			wantMessage: `Environment driver "local" does not support duplex channels.`,
 			wantReasons: []any{"operation_unsupported_by_driver"},
 		},
 		{
-			name:        "ENVIRONMENT_DRIVER_NOT_REGISTERED (SPEC example 5)",
+			name:        "ENVIRONMENT_DRIVER_NOT_REGISTERED (contract example 5)",
 			change:      func(r map[string]any) { metadata(r)["driver"] = "foo" },
 			wantCode:    "ENVIRONMENT_DRIVER_NOT_REGISTERED",
 			wantMessage: `Environment driver "foo" is not registered in the environment runtime yet.`,
@@ -227,7 +227,7 @@ func TestAuthorize(t *testing.T) {
 			wantCaps:    map[string]bool{"runnerWebSocketIngress": false, "duplexCommandStream": true},
 		},
 		{
-			name: "RUNNER_INGRESS_UNSUPPORTED: plugin driver (SPEC example 14)",
+			name: "RUNNER_INGRESS_UNSUPPORTED: plugin driver (contract example 14)",
 			change: func(r map[string]any) {
 				r["operation"] = "getRunnerIngressEndpoint"
 				md := metadata(r)

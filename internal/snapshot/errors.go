@@ -10,9 +10,9 @@ import (
 // Error codes of this package. They are stable: callers switch on them with errors.As.
 const (
 	// CodeBadRequest: the request is not a JSON object, one of its objects is not an object,
-	// or its operation is unknown (SPEC section 11, "Request shape").
+	// or its operation is unknown (docs/contract.md section 11, "Request shape").
 	CodeBadRequest = "BAD_REQUEST"
-	// CodeBadFacts: a facts document does not have the shape of SPEC section 11, "Facts file".
+	// CodeBadFacts: a facts document does not have the shape of docs/contract.md section 11, "Facts file".
 	CodeBadFacts = "BAD_FACTS"
 )
 

@@ -64,8 +64,9 @@ func Build(ctx context.Context, req *Request, facts Facts, opts Options) Input {
 		}
 	}
 
-	// The config check is the one fact that may cost a call into a driver: ask only where SPEC
-	// section 6 consults it (the plugin-backed sandbox path with a ready plugin and a worker).
+	// The config check is the one fact that may cost a call into a driver: ask only where the
+	// contract consults it (docs/contract.md section 6: the plugin-backed sandbox path with a
+	// ready plugin and a worker).
 	configFailed := false
 	if driver == "sandbox" && pluginBacked && providerKey != "" && worker != nil && plugin["status"] == "ready" {
 		cctx, cancel := ctx, context.CancelFunc(func() {})

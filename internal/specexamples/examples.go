@@ -1,4 +1,4 @@
-// Package specexamples holds the examples of SPEC section 10 as data: fixture F (sections 3 and 4)
+// Package specexamples holds the examples of docs/contract.md section 10 as data: fixture F (sections 3 and 4)
 // and one change per row, with the expected answer. Every face of the product (the engine, the
 // CLI, the HTTP service) is tested against the same rows.
 package specexamples
@@ -15,7 +15,7 @@ var (
 	factsJSON []byte
 )
 
-// Fixture is SPEC fixture F as decoded JSON, ready to be changed.
+// Fixture is the contract's fixture F as decoded JSON, ready to be changed.
 type Fixture struct {
 	Request map[string]any
 	Facts   map[string]any
@@ -64,7 +64,7 @@ func (f Fixture) JSON() (request, facts []byte) {
 	return request, facts
 }
 
-// Example is one row of SPEC section 10.
+// Example is one row of docs/contract.md section 10.
 type Example struct {
 	Name    string
 	Change  func(Fixture)
@@ -93,12 +93,12 @@ var AllMethods = []any{"environmentResumeLease", "environmentReleaseLease", "env
 	"environmentSyncIn", "environmentSyncOut", "environmentExecute", "duplexChannelOpen",
 	"environmentRunnerIngressEndpoint"}
 
-// CapabilityKeys are the nine capabilities of SPEC section 2.
+// CapabilityKeys are the nine capabilities of docs/contract.md section 2.
 var CapabilityKeys = []string{"reusableLeases", "nativeSyncIn", "nativeSyncOut", "persistentProcessSessions",
 	"independentControlCommands", "incrementalSessionOutput", "concurrentSyncOperations",
 	"duplexCommandStream", "runnerWebSocketIngress"}
 
-// Rows are SPEC section 10, rows 1 to 14.
+// Rows are docs/contract.md section 10, rows 1 to 14.
 func Rows() []Example {
 	all := map[string]bool{}
 	for _, k := range CapabilityKeys {

@@ -1,9 +1,9 @@
 // Package specoracle is an independent, deliberately plain Go implementation of the decision
-// contract written down in SPEC.md ("The decision contract"). It exists so that property and
+// contract written down in docs/contract.md ("The decision contract"). It exists so that property and
 // fuzz tests can check the real, Rego-based engine against a second reading of the same text.
 //
-// The oracle is written from the SPEC text only (sections 2–8, 10 and 11) and shares no code or
-// data with the engine. It computes the decision document (SPEC 8) without the decision_id and
+// The oracle is written from the text of docs/contract.md only (sections 2–8, 10 and 11) and shares no code or
+// data with the engine. It computes the decision document (docs/contract.md section 8) without the decision_id and
 // revision fields, which are not part of the decision logic.
 //
 // Inputs are values as produced by encoding/json decoding into `any`: objects are
@@ -18,20 +18,20 @@ import (
 	"fmt"
 )
 
-// ErrBadRequest is wrapped by the error Decide returns for a bad request (SPEC 3 and 11
+// ErrBadRequest is wrapped by the error Decide returns for a bad request (docs/contract.md section 3 and 11
 // "Request shape").
 var ErrBadRequest = errors.New("bad request")
 
-// ErrBadFacts is wrapped by the error Decide returns for malformed facts (SPEC 11 "Facts file").
+// ErrBadFacts is wrapped by the error Decide returns for malformed facts (docs/contract.md section 11 "Facts file").
 var ErrBadFacts = errors.New("malformed facts")
 
-// Operation names (SPEC 5).
+// Operation names (docs/contract.md section 5).
 const (
 	OpOpenDuplexChannel        = "openDuplexChannel"
 	OpGetRunnerIngressEndpoint = "getRunnerIngressEndpoint"
 )
 
-// Decision codes (SPEC 7).
+// Decision codes (docs/contract.md section 7).
 const (
 	CodeDuplexChannelCapabilityDenied    = "DUPLEX_CHANNEL_CAPABILITY_DENIED"
 	CodeDuplexChannelUnsupported         = "DUPLEX_CHANNEL_UNSUPPORTED"
@@ -42,7 +42,7 @@ const (
 	MessageRunnerIngressCapabilityDenied = "Sandbox lease does not grant runner WebSocket ingress."
 )
 
-// Reason codes (SPEC 11 "Reason codes"; evaluation_failed is not produced by the oracle, which
+// Reason codes (docs/contract.md section 11 "Reason codes"; evaluation_failed is not produced by the oracle, which
 // cannot fail to evaluate).
 const (
 	ReasonDriverNotRegistered           = "driver_not_registered"
@@ -62,7 +62,7 @@ const (
 	ReasonEvaluationFailed              = "evaluation_failed"
 )
 
-// Capability keys (SPEC 2).
+// Capability keys (docs/contract.md section 2).
 const (
 	CapReusableLeases             = "reusableLeases"
 	CapNativeSyncIn               = "nativeSyncIn"
@@ -75,7 +75,7 @@ const (
 	CapRunnerWebSocketIngress     = "runnerWebSocketIngress"
 )
 
-// CapabilityKeys lists the nine capabilities of SPEC 2 in the SPEC's order.
+// CapabilityKeys lists the nine capabilities of docs/contract.md section 2 in the contract's order.
 var CapabilityKeys = []string{
 	CapReusableLeases,
 	CapNativeSyncIn,
@@ -88,7 +88,7 @@ var CapabilityKeys = []string{
 	CapRunnerWebSocketIngress,
 }
 
-// Worker method names (SPEC 2).
+// Worker method names (docs/contract.md section 2).
 const (
 	MethodResumeLease           = "environmentResumeLease"
 	MethodReleaseLease          = "environmentReleaseLease"
@@ -100,7 +100,7 @@ const (
 	MethodRunnerIngressEndpoint = "environmentRunnerIngressEndpoint"
 )
 
-// Decision is the decision document of SPEC 8 without decision_id and revision.
+// Decision is the decision document of docs/contract.md section 8 without decision_id and revision.
 type Decision struct {
 	Allow        bool
 	Code         string
@@ -109,14 +109,14 @@ type Decision struct {
 	Capabilities map[string]bool // always all nine keys of CapabilityKeys
 }
 
-// capabilityRule is one row of the SPEC 2 table. Every requirement group has exactly one method,
+// capabilityRule is one row of the docs/contract.md section 2 table. Every requirement group has exactly one method,
 // so "every group has a method in supportedMethods" is "every listed method is supported".
 type capabilityRule struct {
 	methods []string
 	optIn   bool
 }
 
-// capabilityTable is the SPEC 2 table (the narrowing column is in narrowingAllows).
+// capabilityTable is the docs/contract.md section 2 table (the narrowing column is in narrowingAllows).
 var capabilityTable = map[string]capabilityRule{
 	CapReusableLeases:             {methods: []string{MethodResumeLease, MethodReleaseLease, MethodDestroyLease}},
 	CapNativeSyncIn:               {methods: []string{MethodSyncIn}},
@@ -129,20 +129,20 @@ var capabilityTable = map[string]capabilityRule{
 	CapRunnerWebSocketIngress:     {methods: []string{MethodRunnerIngressEndpoint}, optIn: true},
 }
 
-// registeredDrivers is SPEC 5 step 2.
+// registeredDrivers is docs/contract.md section 5 step 2.
 var registeredDrivers = map[string]bool{"local": true, "ssh": true, "sandbox": true, "plugin": true}
 
-// operationSupport is the operation-support table of SPEC 5 (step 3 and the second operation).
+// operationSupport is the operation-support table of docs/contract.md section 5 (step 3 and the second operation).
 var operationSupport = map[string]map[string]bool{
 	OpOpenDuplexChannel:        {"sandbox": true, "plugin": true},
 	OpGetRunnerIngressEndpoint: {"sandbox": true},
 }
 
-// Decide computes the SPEC decision for a raw request and raw facts.
+// Decide computes the contract's decision for a raw request and raw facts.
 //
-// When the request is bad (SPEC 3, SPEC 11 "Request shape") the error wraps ErrBadRequest; when
-// the facts are malformed (SPEC 11 "Facts file") it wraps ErrBadFacts. When both are bad, the
-// request is reported (SPEC 11 "Remaining edge values"). On error the Decision is the zero value.
+// When the request is bad (docs/contract.md section 3, docs/contract.md section 11 "Request shape") the error wraps ErrBadRequest; when
+// the facts are malformed (docs/contract.md section 11 "Facts file") it wraps ErrBadFacts. When both are bad, the
+// request is reported (docs/contract.md section 11 "Remaining edge values"). On error the Decision is the zero value.
 func Decide(request any, facts any) (Decision, error) {
 	req, err := parseRequest(request)
 	if err != nil {
@@ -156,7 +156,7 @@ func Decide(request any, facts any) (Decision, error) {
 }
 
 // ---------------------------------------------------------------------------------------------
-// Input shape (SPEC 3, SPEC 11 "Request shape" and "Facts file").
+// Input shape (docs/contract.md section 3, docs/contract.md section 11 "Request shape" and "Facts file").
 
 type request struct {
 	operation   string
@@ -190,7 +190,7 @@ func optionalObject(m map[string]any, key string) (map[string]any, bool) {
 	return obj, isObj
 }
 
-// parseRequest checks the request shape of SPEC 3 and SPEC 11 "Request shape".
+// parseRequest checks the request shape of docs/contract.md section 3 and docs/contract.md section 11 "Request shape".
 func parseRequest(raw any) (request, error) {
 	top, ok := asObject(raw)
 	if !ok {
@@ -234,7 +234,7 @@ func objectOfObjects(v any) (map[string]map[string]any, bool) {
 	return out, true
 }
 
-// parseFacts checks the facts shape of SPEC 11 "Facts file" (and the null rule of "Remaining
+// parseFacts checks the facts shape of docs/contract.md section 11 "Facts file" (and the null rule of "Remaining
 // edge values").
 func parseFacts(raw any) (facts, error) {
 	top, ok := asObject(raw)
@@ -280,7 +280,7 @@ func parseFacts(raw any) (facts, error) {
 }
 
 // ---------------------------------------------------------------------------------------------
-// JSON value helpers (SPEC 2 last line, SPEC 11 "Strings").
+// JSON value helpers (docs/contract.md section 2 last line, docs/contract.md section 11 "Strings").
 
 func asObject(v any) (map[string]any, bool) {
 	m, ok := v.(map[string]any)
@@ -306,9 +306,9 @@ func equalsString(v any, s string) bool {
 }
 
 // ---------------------------------------------------------------------------------------------
-// The decision (SPEC 5, 7, 8, 11 "Order of checks").
+// The decision (docs/contract.md section 5, 7, 8, 11 "Order of checks").
 
-// resolveDriver is SPEC 5 step 1 (and SPEC 11 "Driver and provider").
+// resolveDriver is docs/contract.md section 5 step 1 (and docs/contract.md section 11 "Driver and provider").
 func resolveDriver(r request) string {
 	if d, ok := nonEmptyString(r.metadata["driver"]); ok {
 		return d
@@ -362,14 +362,14 @@ func deny(code, message string, reasons []string, caps map[string]bool) Decision
 }
 
 // ---------------------------------------------------------------------------------------------
-// Resolving the snapshot (SPEC 2 and 6).
+// Resolving the snapshot (docs/contract.md section 2 and 6).
 
 // resolution holds everything needed to compute the snapshot and to explain a capability deny.
 type resolution struct {
-	// classSupports is supported(k) of SPEC 2: true for sandbox and plugin, false for local,
+	// classSupports is supported(k) of docs/contract.md section 2: true for sandbox and plugin, false for local,
 	// ssh and any unregistered driver.
 	classSupports bool
-	// identityFailure is the first failing identity check (SPEC 11 "Reason codes"), or "".
+	// identityFailure is the first failing identity check (docs/contract.md section 11 "Reason codes"), or "".
 	identityFailure string
 	// pluginPath: the plugin-backed sandbox path or the plugin driver (worker_not_running applies).
 	pluginPath bool
@@ -402,7 +402,7 @@ func resolveSnapshot(driver string, r request, f facts) resolution {
 	return res
 }
 
-// providerKey is the SPEC 6 provider key of the sandbox driver (and SPEC 11 "Driver and
+// providerKey is the docs/contract.md section 6 provider key of the sandbox driver (and docs/contract.md section 11 "Driver and
 // provider": the fallback applies only when environment.driver is exactly "sandbox").
 func providerKey(r request) (string, bool) {
 	if p, ok := nonEmptyString(r.metadata["provider"]); ok {
@@ -416,7 +416,7 @@ func providerKey(r request) (string, bool) {
 	return "", false
 }
 
-// resolveSandbox is the SPEC 6 `sandbox` driver.
+// resolveSandbox is the docs/contract.md section 6 `sandbox` driver.
 func resolveSandbox(res *resolution, r request, f facts) {
 	key, ok := providerKey(r)
 	if !ok {
@@ -446,7 +446,7 @@ func resolveSandbox(res *resolution, r request, f facts) {
 	}
 }
 
-// resolvePluginBackedSandbox is the SPEC 6 plugin-backed sandbox path.
+// resolvePluginBackedSandbox is the docs/contract.md section 6 plugin-backed sandbox path.
 func resolvePluginBackedSandbox(res *resolution, r request, f facts, key string) {
 	res.pluginPath = true
 	pluginID, ok := nonEmptyString(r.metadata["pluginId"])
@@ -468,7 +468,7 @@ func resolvePluginBackedSandbox(res *resolution, r request, f facts, key string)
 	}
 }
 
-// resolvePluginDriver is the SPEC 6 `plugin` driver: any entry kind; config not consulted.
+// resolvePluginDriver is the docs/contract.md section 6 `plugin` driver: any entry kind; config not consulted.
 func resolvePluginDriver(res *resolution, r request, f facts) {
 	res.pluginPath = true
 	pluginID, okID := nonEmptyString(r.metadata["pluginId"])
@@ -486,7 +486,7 @@ func resolvePluginDriver(res *resolution, r request, f facts) {
 }
 
 // readPinned records the pinned entry's declaration and, when the plugin's worker runs, its
-// methods (SPEC 6, both plugin paths).
+// methods (docs/contract.md section 6, both plugin paths).
 func readPinned(res *resolution, f facts, pluginID string, entry map[string]any) (worker map[string]any, running bool) {
 	res.declaration = declarationOf(entry)
 	worker, running = f.workers[pluginID]
@@ -498,7 +498,7 @@ func readPinned(res *resolution, f facts, pluginID string, entry map[string]any)
 }
 
 // pinnedEntry runs the identity checks plugin_not_found, plugin_not_ready, driver_entry_invalid
-// and driver_entry_missing, in that order (SPEC 6, SPEC 11 "Reason codes" and "Remaining edge
+// and driver_entry_missing, in that order (docs/contract.md section 6, docs/contract.md section 11 "Reason codes" and "Remaining edge
 // values"). It returns the one manifest entry with the driver key, or the failing reason.
 func pinnedEntry(f facts, pluginID, driverKey string, requireSandboxKind bool) (map[string]any, string) {
 	plugin, ok := f.plugins[pluginID]
@@ -537,7 +537,7 @@ func pinnedEntry(f facts, pluginID, driverKey string, requireSandboxKind bool) (
 }
 
 // declarationOf is the declaration of a valid manifest entry: its sandboxCapabilities plus the
-// legacy supportsReusableLeases field (SPEC 4, SPEC 11 "Facts values").
+// legacy supportsReusableLeases field (docs/contract.md section 4, docs/contract.md section 11 "Facts values").
 func declarationOf(entry map[string]any) map[string]any {
 	decl := map[string]any{}
 	if sc, ok := asObject(entry["sandboxCapabilities"]); ok {
@@ -554,7 +554,7 @@ func declarationOf(entry map[string]any) map[string]any {
 }
 
 // supportedMethods is the worker's method set: absent/null/non-array counts as [], only string
-// elements count (SPEC 11 "Facts values").
+// elements count (docs/contract.md section 11 "Facts values").
 func supportedMethods(worker map[string]any) map[string]bool {
 	out := map[string]bool{}
 	if list, ok := worker["supportedMethods"].([]any); ok {
@@ -567,7 +567,7 @@ func supportedMethods(worker map[string]any) map[string]bool {
 	return out
 }
 
-// verifiedAllows is verified(k) of SPEC 2.
+// verifiedAllows is verified(k) of docs/contract.md section 2.
 func (res resolution) verifiedAllows(k string) bool {
 	for _, m := range capabilityTable[k].methods {
 		if !res.verified[m] {
@@ -577,7 +577,7 @@ func (res resolution) verifiedAllows(k string) bool {
 	return true
 }
 
-// declaredAllows is declaredAllows(k) of SPEC 2.
+// declaredAllows is declaredAllows(k) of docs/contract.md section 2.
 func (res resolution) declaredAllows(k string) bool {
 	v, present := res.declaration[k]
 	if !present || v == nil {
@@ -587,7 +587,7 @@ func (res resolution) declaredAllows(k string) bool {
 	return isBool && b
 }
 
-// narrowingAllows is narrowingAllows(k) of SPEC 2 (the table's last column).
+// narrowingAllows is narrowingAllows(k) of docs/contract.md section 2 (the table's last column).
 func (res resolution) narrowingAllows(k string) bool {
 	switch k {
 	case CapReusableLeases:
@@ -601,13 +601,13 @@ func (res resolution) narrowingAllows(k string) bool {
 	}
 }
 
-// capability is snapshot[k] of SPEC 2.
+// capability is snapshot[k] of docs/contract.md section 2.
 func (res resolution) capability(k string) bool {
 	return res.classSupports && res.identityFailure == "" &&
 		res.verifiedAllows(k) && res.declaredAllows(k) && res.narrowingAllows(k)
 }
 
-// snapshot returns all nine capabilities (SPEC 2, SPEC 8).
+// snapshot returns all nine capabilities (docs/contract.md section 2, docs/contract.md section 8).
 func (res resolution) snapshot() map[string]bool {
 	caps := make(map[string]bool, len(CapabilityKeys))
 	for _, k := range CapabilityKeys {
@@ -616,7 +616,7 @@ func (res resolution) snapshot() map[string]bool {
 	return caps
 }
 
-// denyReasons explains why capability k is false (SPEC 11 "Reason codes").
+// denyReasons explains why capability k is false (docs/contract.md section 11 "Reason codes").
 func (res resolution) denyReasons(k string) []string {
 	if !res.classSupports {
 		return []string{ReasonCapabilityUnsupportedByDriver}

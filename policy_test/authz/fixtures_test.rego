@@ -2,14 +2,14 @@
 # title: Test fixtures for data.authz.decision
 # description: |
 #   Input documents and expected decision documents shared by the authz_test suites. The base
-#   input is SPEC fixture F (sections 3 and 4 as written) as the host assembles it
+#   input is the contract's fixture F (sections 3 and 4 as written) as the host assembles it
 #   (docs/input-document.md; compare `authz decide --print-input`); tests vary it with
 #   object.union (deep merge of objects; arrays are replaced) and json.remove.
 package authz_test
 
 # METADATA
 # title: Fixture F
-# description: SPEC sections 3 and 4 as written, assembled into the policy input document.
+# description: docs/contract.md sections 3 and 4 as written, assembled into the policy input document.
 fixture_f := {
 	"operation": "openDuplexChannel",
 	"environment": {"id": "env-1", "driver": "sandbox", "config": {"provider": "daytona"}},
@@ -91,7 +91,7 @@ with_methods(ms) := f({"facts": {"worker": {"supportedMethods": ms}}})
 
 # METADATA
 # title: Capability keys
-# description: The nine capability keys of SPEC section 2, in table order.
+# description: The nine capability keys of docs/contract.md section 2, in table order.
 capability_keys := [
 	"reusableLeases",
 	"nativeSyncIn",
@@ -106,7 +106,7 @@ capability_keys := [
 
 # METADATA
 # title: Every worker method
-# description: All worker methods that SPEC section 2 names.
+# description: All worker methods that docs/contract.md section 2 names.
 all_methods := [
 	"environmentResumeLease",
 	"environmentReleaseLease",
@@ -124,7 +124,7 @@ all_methods := [
 all_declared := {k: true | some k in capability_keys}
 
 # METADATA
-# title: SPEC row 12 input
+# title: contract example 12 input
 # description: All nine methods verified, all nine declared true, leasePolicy reuse_by_environment.
 row12 := f({
 	"lease": {"leasePolicy": "reuse_by_environment"},
@@ -178,7 +178,7 @@ plugin_driver_entries(entries) := plugin_driver({"facts": {"plugin": {"manifest"
 # METADATA
 # title: Built-in provider input
 # description: |
-#   SPEC row 13: fixture F with lease.metadata.provider "fake" and no sandboxProviderPlugin, as
+#   contract example 13: fixture F with lease.metadata.provider "fake" and no sandboxProviderPlugin, as
 #   the host assembles it (the pinned plugin and its worker are still looked up from pluginId,
 #   builtinProviders["fake"] is found, config resolution is not consulted).
 builtin_f := object.union(f_without(["lease/metadata/sandboxProviderPlugin"]), {
@@ -216,32 +216,32 @@ caps_none := caps(set())
 
 # METADATA
 # title: Duplex denied message
-# description: SPEC section 7.
+# description: docs/contract.md section 7.
 duplex_denied_message := "Sandbox lease does not grant the duplex command stream capability."
 
 # METADATA
 # title: Runner ingress denied message
-# description: SPEC section 7.
+# description: docs/contract.md section 7.
 ingress_denied_message := "Sandbox lease does not grant runner WebSocket ingress."
 
 # METADATA
 # title: Unregistered driver message
-# description: SPEC section 7 with the driver name inserted as given.
+# description: docs/contract.md section 7 with the driver name inserted as given.
 not_registered_message(driver) := concat("", ["Environment driver \"", driver, "\" is not registered in the environment runtime yet."])
 
 # METADATA
 # title: Duplex unsupported message
-# description: SPEC section 7 with the driver name inserted as given.
+# description: docs/contract.md section 7 with the driver name inserted as given.
 duplex_unsupported_message(driver) := concat("", ["Environment driver \"", driver, "\" does not support duplex channels."])
 
 # METADATA
 # title: Runner ingress unsupported message
-# description: SPEC section 7 with the driver name inserted as given.
+# description: docs/contract.md section 7 with the driver name inserted as given.
 ingress_unsupported_message(driver) := concat("", ["Environment driver \"", driver, "\" does not support runner ingress."])
 
 # METADATA
 # title: Grant document
-# description: SPEC section 8 on a grant.
+# description: docs/contract.md section 8 on a grant.
 grant(trues) := {
 	"allow": true,
 	"code": "",
@@ -252,7 +252,7 @@ grant(trues) := {
 
 # METADATA
 # title: Deny document
-# description: SPEC section 8 on a deny.
+# description: docs/contract.md section 8 on a deny.
 deny(code, message, reasons, trues) := {
 	"allow": false,
 	"code": code,
@@ -273,12 +273,12 @@ ingress_denied(reasons, trues) := deny("RUNNER_INGRESS_CAPABILITY_DENIED", ingre
 
 # METADATA
 # title: Evaluation failed (openDuplexChannel)
-# description: SPEC section 11 Failures for the default operation.
+# description: docs/contract.md section 11 Failures for the default operation.
 evaluation_failed_doc := duplex_denied(["evaluation_failed"], set())
 
 # METADATA
 # title: Evaluation failed (getRunnerIngressEndpoint)
-# description: SPEC section 11 Failures for the runner ingress operation.
+# description: docs/contract.md section 11 Failures for the runner ingress operation.
 ingress_evaluation_failed_doc := ingress_denied(["evaluation_failed"], set())
 
 # METADATA

@@ -1,6 +1,6 @@
-# SPEC section 10 examples
+# docs/contract.md section 10 examples
 #
-# Rows 1 to 14 of SPEC section 10 as input documents (fixture F with the row's change, as the
+# Rows 1 to 14 of docs/contract.md section 10 as input documents (fixture F with the row's change, as the
 # host assembles it), asserting allow, code, message, reasons, the snapshot and the "also" column.
 package authz_test
 
@@ -149,7 +149,7 @@ test_row_14_runner_ingress_on_plugin_driver if {
 }
 
 # METADATA
-# title: SPEC row 14 input
+# title: contract example 14 input
 # description: getRunnerIngressEndpoint on the plugin driver, method and declaration present.
 row14 := plugin_driver({
 	"operation": "getRunnerIngressEndpoint",

@@ -152,6 +152,9 @@ func runServe(ctx context.Context, args []string, _ io.Reader, _, stderr io.Writ
 	if err != nil {
 		return usageError("serve: %v", err)
 	}
+	// Deferred calls run last first: the HTTP server stops (Serve returns), then the plugins,
+	// then the decision log closes, and only then does the log say the service has stopped.
+	defer logger.Info("stopped: exiting")
 	defer srv.Close()
 
 	ln, err := server.Listen(cfg.Addr)
@@ -293,6 +296,7 @@ func (h *hostFacts) start(ctx context.Context, cfg server.Config) (stop func(), 
 		h.log.Info("stopping plugins")
 		_ = h.Host.Close()
 		wg.Wait()
+		h.log.Info("plugins stopped")
 	}, nil
 }
 

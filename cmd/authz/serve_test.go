@@ -342,4 +342,18 @@ func TestServeEndToEndWithExampleDriver(t *testing.T) {
 	}
 	assert.Contains(t, stderr.String(), `"decision_id"`, "decision log on stderr")
 	assert.Error(t, syscall.Kill(pluginPID, 0), "the plugin process is gone after shutdown")
+	assertLogOrder(t, stderr.String(), "shutting down", "HTTP server stopped", "stopping plugins", "plugins stopped", "stopped: exiting")
+}
+
+// assertLogOrder checks that each message appears in the log, in this order.
+func assertLogOrder(t testing.TB, log string, messages ...string) {
+	t.Helper()
+	at := 0
+	for _, m := range messages {
+		i := strings.Index(log[at:], m)
+		if !assert.GreaterOrEqual(t, i, 0, "%q should come after the messages before it; log:\n%s", m, log) {
+			return
+		}
+		at += i + len(m)
+	}
 }

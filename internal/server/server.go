@@ -182,7 +182,7 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 	if serr := <-errc; serr != nil && !errors.Is(serr, http.ErrServerClosed) {
 		return serr
 	}
-	s.log.Info("stopped")
+	s.log.Info("HTTP server stopped")
 	return nil
 }
 

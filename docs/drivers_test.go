@@ -7,6 +7,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"os"
@@ -218,8 +219,7 @@ func startServe(t *testing.T, authz string, args ...string) service {
 			case stopErr = <-exited:
 			case <-time.After(30 * time.Second):
 				_ = cmd.Process.Kill()
-				<-exited
-				stopErr = context.DeadlineExceeded
+				stopErr = fmt.Errorf("not stopped within 30s, killed (%w): %w", <-exited, context.DeadlineExceeded)
 			}
 		})
 		return stopErr

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -34,7 +35,7 @@ func runDecide(ctx context.Context, args []string, stdin io.Reader, stdout, stde
 	timeout := fs.Duration("timeout", 5*time.Second, "bound on the evaluation")
 	fs.Usage = func() { fmt.Fprint(stderr, decideUsage); fs.PrintDefaults() }
 	if err := fs.Parse(args); err != nil {
-		if err == flag.ErrHelp {
+		if errors.Is(err, flag.ErrHelp) {
 			return nil
 		}
 		return &exitError{code: 2}

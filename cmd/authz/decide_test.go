@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"strings"
 	"testing"
 
@@ -21,7 +22,7 @@ func runCLI(t *testing.T, stdin string, args ...string) (int, string, string) {
 	code := 0
 	if err != nil {
 		code = 1
-		if ee, ok := err.(*exitError); ok {
+		if ee := (*exitError)(nil); errors.As(err, &ee) {
 			code = ee.code
 		}
 		if msg := err.Error(); msg != "" {

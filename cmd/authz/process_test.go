@@ -62,7 +62,8 @@ func startServeProcess(t *testing.T, shell string, args ...string) *serveProcess
 		_ = cmd.Process.Kill()
 		_ = r.Close()
 		select {
-		case <-p.exited:
+		case err := <-p.exited:
+			t.Logf("the service process ended: %v", err)
 		case <-time.After(30 * time.Second):
 			t.Errorf("the service process did not end")
 		}

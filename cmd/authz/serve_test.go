@@ -250,7 +250,7 @@ func TestResolvePlugins(t *testing.T) {
 	assert.Equal(t, []string{"example-driver"}, got[0].Args)
 	wd, err := os.Getwd()
 	require.NoError(t, err)
-	assert.Equal(t, filepath.Join(wd, "drivers/x"), got[1].Path)
+	assert.Equal(t, filepath.Join(wd, "drivers", "x"), got[1].Path)
 	assert.Equal(t, strings.ToLower(upper), got[1].SHA256)
 	assert.False(t, got[1].IsEnabled())
 }
@@ -283,7 +283,7 @@ func TestServeEndToEndWithExampleDriver(t *testing.T) {
 	}()
 	defer func() {
 		_ = cmd.Process.Kill()
-		<-exited
+		t.Logf("the service ended: %v", <-exited)
 	}()
 
 	addr := waitListening(t, stderr)

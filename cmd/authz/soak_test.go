@@ -120,7 +120,7 @@ func TestServeSoak(t *testing.T) {
 			return
 		}
 		req.Header.Set("Content-Type", "application/json")
-		record(c.Do(req))
+		record(c.Do(req)) //nolint:bodyclose // record closes the body
 	}
 
 	var wg sync.WaitGroup

@@ -2,9 +2,7 @@ package exampledriver
 
 import (
 	"bytes"
-	"context"
 	"testing"
-	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -14,37 +12,16 @@ import (
 
 func TestDescribeAndMethods(t *testing.T) {
 	tests := []struct {
-		name        string
-		opts        func(o *Options)
-		wantCaps    map[string]any
-		wantMethods []string
-		wantKey     string
+		name    string
+		opts    Options
+		wantKey string
 	}{
-		{
-			name:        "defaults",
-			wantCaps:    map[string]any{"duplexCommandStream": true, "incrementalSessionOutput": true},
-			wantMethods: DefaultMethods,
-			wantKey:     DefaultDriverKey,
-		},
-		{
-			name: "lying declaration and a missing method",
-			opts: func(o *Options) {
-				o.Declare = map[string]any{"duplexCommandStream": "true", "nativeSyncIn": false}
-				o.OmitMethods = []string{"duplexChannelOpen"}
-				o.DriverKey = "other"
-			},
-			wantCaps:    map[string]any{"duplexCommandStream": "true", "incrementalSessionOutput": true, "nativeSyncIn": false},
-			wantMethods: []string{"environmentExecute", "environmentSyncIn", "environmentSyncOut"},
-			wantKey:     "other",
-		},
+		{name: "defaults", opts: DefaultOptions(), wantKey: DefaultDriverKey},
+		{name: "another driver key", opts: Options{PluginKey: DefaultPluginKey, DriverKey: "other"}, wantKey: "other"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			o := DefaultOptions()
-			if tt.opts != nil {
-				tt.opts(&o)
-			}
-			d := New(o, nil)
+			d := New(tt.opts)
 			desc, err := d.Describe(t.Context())
 			require.NoError(t, err)
 			assert.Equal(t, DefaultPluginKey, desc.Key)
@@ -52,10 +29,12 @@ func TestDescribeAndMethods(t *testing.T) {
 			e := desc.EnvironmentDrivers[0]
 			assert.Equal(t, tt.wantKey, e.DriverKey)
 			assert.Equal(t, driverplugin.KindSandboxProvider, e.Kind)
-			assert.Equal(t, tt.wantCaps, e.SandboxCapabilities)
+			assert.Equal(t, map[string]any{"duplexCommandStream": true, "incrementalSessionOutput": true}, e.SandboxCapabilities)
 			methods, err := d.SupportedMethods(t.Context())
 			require.NoError(t, err)
-			assert.Equal(t, tt.wantMethods, methods)
+			assert.Equal(t, DefaultMethods, methods)
+			methods[0] = "changed"
+			assert.Equal(t, "duplexChannelOpen", DefaultMethods[0], "callers get a copy")
 		})
 	}
 }
@@ -63,7 +42,6 @@ func TestDescribeAndMethods(t *testing.T) {
 func TestCheckConfig(t *testing.T) {
 	tests := []struct {
 		name      string
-		opts      func(o *Options)
 		driverKey string
 		config    map[string]any
 		want      bool
@@ -73,15 +51,10 @@ func TestCheckConfig(t *testing.T) {
 		{name: "reject true", driverKey: "example", config: map[string]any{"reject": true}},
 		{name: "reject as a string is not reject", driverKey: "example", config: map[string]any{"reject": "true"}, want: true},
 		{name: "other driver key", driverKey: "daytona", config: map[string]any{}},
-		{name: "reject every config", opts: func(o *Options) { o.RejectConfig = true }, driverKey: "example", config: map[string]any{}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			o := DefaultOptions()
-			if tt.opts != nil {
-				tt.opts(&o)
-			}
-			ok, reason, err := New(o, nil).CheckConfig(t.Context(), tt.driverKey, tt.config)
+			ok, reason, err := New(DefaultOptions()).CheckConfig(t.Context(), tt.driverKey, tt.config)
 			require.NoError(t, err)
 			assert.Equal(t, tt.want, ok)
 			if !tt.want {
@@ -91,28 +64,8 @@ func TestCheckConfig(t *testing.T) {
 	}
 }
 
-func TestConfigDelayHonoursContext(t *testing.T) {
-	o := DefaultOptions()
-	o.ConfigDelay = time.Hour
-	ctx, cancel := context.WithTimeout(t.Context(), 50*time.Millisecond)
-	defer cancel()
-	_, _, err := New(o, nil).CheckConfig(ctx, "example", map[string]any{})
-	require.ErrorIs(t, err, context.DeadlineExceeded)
-}
-
-func TestCrashAfter(t *testing.T) {
-	o := DefaultOptions()
-	o.CrashAfter = 2
-	d := New(o, nil)
-	var exited []int
-	d.exit = func(code int) { exited = append(exited, code) }
-	_, _ = d.Describe(t.Context())
-	_, _ = d.SupportedMethods(t.Context())
-	assert.Empty(t, exited)
-	_, _, _ = d.CheckConfig(t.Context(), "example", nil)
-	assert.Equal(t, []int{CrashExitCode}, exited)
-}
-
+// TestRunFlags: the example driver takes its honest keys and nothing else; the fault flags of
+// the test-only driver (internal/testdrivers/faults) are refused.
 func TestRunFlags(t *testing.T) {
 	tests := []struct {
 		name       string
@@ -120,30 +73,27 @@ func TestRunFlags(t *testing.T) {
 		wantCode   int
 		wantStderr string
 	}{
-		{name: "bad declare", args: []string{"-declare", "x"}, wantCode: 2, wantStderr: "want KEY=JSONVALUE"},
-		{name: "declare not JSON", args: []string{"-declare", "x=true!"}, wantCode: 2, wantStderr: "value of x is not JSON"},
 		{name: "unknown flag", args: []string{"-nope"}, wantCode: 2},
 		{name: "extra argument", args: []string{"extra"}, wantCode: 2, wantStderr: "unexpected arguments"},
+		{name: "empty plugin key", args: []string{"-plugin-key", ""}, wantCode: 2, wantStderr: "must not be empty"},
+		{name: "empty driver key", args: []string{"-driver-key", ""}, wantCode: 2, wantStderr: "must not be empty"},
 		{name: "help", args: []string{"-h"}, wantCode: 0},
-		{name: "run by hand", args: []string{"-declare", `duplexCommandStream="true"`, "-omit-method", "a", "-omit-method", "b"}, wantCode: 1, wantStderr: "not meant to be run by hand"},
+		{name: "run by hand", args: []string{"-plugin-key", "acme.sandbox", "-driver-key", "acme"}, wantCode: 1, wantStderr: "not meant to be run by hand"},
+		{name: "crash-after is a test fault", args: []string{"-crash-after", "2"}, wantCode: 2, wantStderr: "flag provided but not defined: -crash-after"},
+		{name: "hang-at-start is a test fault", args: []string{"-hang-at-start"}, wantCode: 2, wantStderr: "not defined: -hang-at-start"},
+		{name: "stdout-noise is a test fault", args: []string{"-stdout-noise"}, wantCode: 2, wantStderr: "not defined: -stdout-noise"},
+		{name: "declare is a test fault", args: []string{"-declare", "nativeSyncIn=1"}, wantCode: 2, wantStderr: "not defined: -declare"},
+		{name: "omit-method is a test fault", args: []string{"-omit-method", "duplexChannelOpen"}, wantCode: 2, wantStderr: "not defined: -omit-method"},
+		{name: "reject-config is a test fault", args: []string{"-reject-config"}, wantCode: 2, wantStderr: "not defined: -reject-config"},
+		{name: "config-delay is a test fault", args: []string{"-config-delay", "1s"}, wantCode: 2, wantStderr: "not defined: -config-delay"},
+		{name: "kind is a test fault", args: []string{"-kind", "sandbox"}, wantCode: 2, wantStderr: "not defined: -kind"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			var stdout, stderr bytes.Buffer
-			code := run(tt.args, &stdout, &stderr)
+			var stderr bytes.Buffer
+			code := run(tt.args, &stderr)
 			assert.Equal(t, tt.wantCode, code)
 			assert.Contains(t, stderr.String(), tt.wantStderr)
-			assert.Empty(t, stdout.String(), "stdout carries the handshake only")
 		})
 	}
-}
-
-func TestDeclareFlag(t *testing.T) {
-	d := declareFlag{}
-	require.NoError(t, d.Set(`duplexCommandStream="true"`))
-	require.NoError(t, d.Set(`nativeSyncIn=false`))
-	require.NoError(t, d.Set(`x=null`))
-	require.NoError(t, d.Set(`y={"a":[1]}`))
-	assert.Equal(t, declareFlag{"duplexCommandStream": "true", "nativeSyncIn": false, "x": nil, "y": map[string]any{"a": []any{1.0}}}, d)
-	assert.Error(t, d.Set("=true"))
 }

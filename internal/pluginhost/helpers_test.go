@@ -20,15 +20,16 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
 
-	"github.com/authz-dev/authz/examples/exampledriver"
 	"github.com/authz-dev/authz/internal/testdrivers/bounds"
+	"github.com/authz-dev/authz/internal/testdrivers/faults"
 	"github.com/authz-dev/authz/internal/testdrivers/identity"
 )
 
-// asDriver is the first argument that makes the test binary run as the example driver. The
-// host starts drivers without the parent's environment (SkipHostEnv), so the marker travels as
-// an argument, not as an environment variable.
-const asDriver = "--as-example-driver"
+// asDriver is the first argument that makes the test binary run as the driver of
+// internal/testdrivers/faults: the example driver, misbehaving as its flags say. The host starts
+// drivers without the parent's environment (SkipHostEnv), so the marker travels as an argument,
+// not as an environment variable.
+const asDriver = faults.Marker
 
 // asFailingDriver makes the test binary a driver that says on stderr why it cannot start and
 // exits 3 (drivers run from a sealed copy of their bytes, so a #! script cannot serve here).
@@ -39,7 +40,7 @@ const asBoundsDriver = "--as-bounds-driver"
 
 func TestMain(m *testing.M) {
 	if len(os.Args) > 1 && os.Args[1] == asDriver {
-		os.Exit(exampledriver.Main(os.Args[2:]))
+		os.Exit(faults.Main(os.Args[2:]))
 	}
 	if len(os.Args) > 1 && os.Args[1] == asFailingDriver {
 		fmt.Fprintln(os.Stderr, "acme driver: DAYTONA_API_URL is not set")

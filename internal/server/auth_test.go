@@ -279,12 +279,12 @@ func TestHostHeaderOnLoopback(t *testing.T) {
 
 // testPKI is a CA with a server certificate for 127.0.0.1 and client certificates.
 type testPKI struct {
-	dir            string
-	caCert, caFile string
-	serverCert     string
-	serverKey      string
-	ca             *x509.Certificate
-	caKey          *ecdsa.PrivateKey
+	dir        string
+	caFile     string
+	serverCert string
+	serverKey  string
+	ca         *x509.Certificate
+	caKey      *ecdsa.PrivateKey
 }
 
 func newTestPKI(t testing.TB) *testPKI {

@@ -166,7 +166,7 @@ func documentValue(doc decision.Document, path []string) (value any, defined boo
 func dataQuery(r *http.Request) (pretty bool, err error) {
 	q, err := url.ParseQuery(r.URL.RawQuery)
 	if err != nil {
-		return false, fmt.Errorf("the query string is malformed: %v", err)
+		return false, fmt.Errorf("the query string is malformed: %w", err)
 	}
 	for name, vals := range q {
 		switch name {

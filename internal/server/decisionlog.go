@@ -254,7 +254,7 @@ func (l *decisionLog) reopenLocked() error {
 
 func nlink(fi os.FileInfo) uint64 {
 	if st, ok := fi.Sys().(*syscall.Stat_t); ok {
-		return uint64(st.Nlink)
+		return uint64(st.Nlink) //nolint:unconvert // Nlink is uint32 on some platforms (linux/arm64, darwin)
 	}
 	return 1
 }

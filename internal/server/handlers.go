@@ -91,7 +91,7 @@ func (s *Server) routes() http.Handler {
 		}
 		defer func() {
 			if p := recover(); p != nil {
-				if p == http.ErrAbortHandler {
+				if p == http.ErrAbortHandler { //nolint:errorlint // p is a recovered panic value; net/http compares it by identity too
 					panic(p)
 				}
 				s.log.Error("handler panicked", "path", path, "panic", p)

@@ -53,7 +53,6 @@ func (l *connLimit) Accept() (net.Conn, error) {
 		}
 		c, err := l.Listener.Accept()
 		if err == nil {
-			backoff = 0
 			return &limitedConn{Conn: c, release: func() { <-l.slots }}, nil
 		}
 		<-l.slots
@@ -190,7 +189,7 @@ func (c *limitedConn) Close() error {
 func connectionCap(configured, reserve int) (int, error) {
 	var rl syscall.Rlimit
 	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &rl); err != nil {
-		return configured, nil
+		return configured, nil //nolint:nilerr // no limit to read: the configured maximum stands
 	}
 	open := openDescriptors()
 	avail := int64(rl.Cur) - int64(open) - int64(reserve)

@@ -953,8 +953,8 @@ func TestGracefulShutdownFinishesInFlight(t *testing.T) {
 		return err != nil
 	}, 5*time.Second, 10*time.Millisecond)
 	select {
-	case <-stopped:
-		t.Fatal("Serve returned before the in-flight request finished")
+	case err := <-stopped:
+		t.Fatalf("Serve returned (%v) before the in-flight request finished", err)
 	default:
 	}
 	close(d.release)

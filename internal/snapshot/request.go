@@ -143,7 +143,7 @@ func boundValue(v any, depth int) error {
 				continue
 			}
 			if err := boundValue(e, depth+1); err != nil {
-				return err.(*boundError).under(k)
+				return err.(*boundError).under(k) //nolint:errorlint // boundValue returns only an unwrapped *boundError
 			}
 		}
 	case []any:
@@ -156,7 +156,7 @@ func boundValue(v any, depth int) error {
 				continue
 			}
 			if err := boundValue(e, depth+1); err != nil {
-				return err.(*boundError).under("[" + strconv.Itoa(i) + "]")
+				return err.(*boundError).under("[" + strconv.Itoa(i) + "]") //nolint:errorlint // as above
 			}
 		}
 	case string:

@@ -42,7 +42,7 @@ func measure(runs int) error {
 	defer os.RemoveAll(dir)
 	bin := filepath.Join(dir, "example-driver")
 	if out, err := exec.Command("go", "build", "-o", bin, "./examples/exampledriver/cmd/example-driver").CombinedOutput(); err != nil {
-		return fmt.Errorf("build the example driver: %v: %s", err, out)
+		return fmt.Errorf("build the example driver: %w: %s", err, out)
 	}
 	sum, err := pluginhost.FileSHA256(bin)
 	if err != nil {

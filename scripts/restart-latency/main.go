@@ -64,7 +64,7 @@ func run(addr, reqPath string, runs int, settle time.Duration) error {
 	var toDeny, toGrant []time.Duration
 	for i := range runs {
 		if ok, err := allow(); err != nil || !ok {
-			return fmt.Errorf("run %d: the request is not granted before the kill (err %v)", i+1, err)
+			return fmt.Errorf("run %d: the request is not granted before the kill (err %v)", i+1, err) //nolint:errorlint // err may be nil here (not granted)
 		}
 		pid, gen, err := workerPID(c, base)
 		if err != nil {

@@ -1,9 +1,9 @@
 package bounds
 
 import (
+	"go/build"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -25,7 +25,7 @@ func TestDriverReportsWhatItsOptionsSay(t *testing.T) {
 
 // TestNotInTheShippedBinary: the authz command never links this hostile driver.
 func TestNotInTheShippedBinary(t *testing.T) {
-	goTool := filepath.Join(runtime.GOROOT(), "bin", "go")
+	goTool := filepath.Join(build.Default.GOROOT, "bin", "go")
 	out, err := exec.CommandContext(t.Context(), goTool, "list", "-deps", "github.com/authz-dev/authz/cmd/authz").CombinedOutput()
 	require.NoError(t, err, "%s", out)
 	assert.Contains(t, string(out), "github.com/authz-dev/authz/driverplugin", "the list is the command's dependencies")

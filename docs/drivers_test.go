@@ -25,6 +25,7 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/authz-dev/authz/internal/pluginhost"
+	"github.com/authz-dev/authz/internal/testutil"
 )
 
 // TestMain fails the package when a test leaves a goroutine behind.
@@ -151,27 +152,9 @@ func postJSON(t *testing.T, c *http.Client, url, body string) (int, map[string]a
 	return resp.StatusCode, m
 }
 
-// lockedBuffer is the service log, written by the process and read by the test.
-type lockedBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *lockedBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *lockedBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
-
 type service struct {
 	addr string
-	log  *lockedBuffer
+	log  *testutil.SyncBuffer
 	stop func() error
 }
 
@@ -190,7 +173,7 @@ func startServe(t *testing.T, authz string, args ...string) service {
 		pw.Close()
 		exited <- err
 	}()
-	log := &lockedBuffer{}
+	log := &testutil.SyncBuffer{}
 	addrc := make(chan string, 1)
 	go func() {
 		sc := bufio.NewScanner(pr)

@@ -13,12 +13,14 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/authz-dev/authz/internal/testutil"
 )
 
 // serveProcess is `authz serve` running as a process of its own.
 type serveProcess struct {
 	cmd    *exec.Cmd
-	stderr *syncBuffer
+	stderr *testutil.SyncBuffer
 	// pipe is the read end of the process's stderr; the copier reads it until it is closed.
 	pipe   *os.File
 	exited chan error
@@ -47,7 +49,7 @@ func startServeProcess(t *testing.T, shell string, args ...string) *serveProcess
 	cmd.Stderr = w
 	require.NoError(t, cmd.Start())
 	w.Close()
-	p := &serveProcess{cmd: cmd, stderr: &syncBuffer{}, pipe: r, exited: make(chan error, 1)}
+	p := &serveProcess{cmd: cmd, stderr: &testutil.SyncBuffer{}, pipe: r, exited: make(chan error, 1)}
 	copied := make(chan struct{})
 	go func() {
 		_, _ = io.Copy(p.stderr, r)

@@ -24,6 +24,7 @@ import (
 	"github.com/authz-dev/authz/internal/pluginhost"
 	"github.com/authz-dev/authz/internal/server"
 	"github.com/authz-dev/authz/internal/specexamples"
+	"github.com/authz-dev/authz/internal/testutil"
 )
 
 // specFacts is the facts of docs/contract.md section 4.
@@ -46,24 +47,6 @@ func writeFile(t testing.TB, dir, name, content string) string {
 	p := filepath.Join(dir, name)
 	require.NoError(t, os.WriteFile(p, []byte(content), 0o600))
 	return p
-}
-
-// syncBuffer is a stderr that the test reads while the service writes.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
 }
 
 func TestServeRejectsBadConfiguration(t *testing.T) {
@@ -110,9 +93,9 @@ func TestServeRejectsBadConfiguration(t *testing.T) {
 
 // startServe runs `authz serve args...` in process until the test ends; stop cancels it and
 // returns run's error.
-func startServe(t *testing.T, args ...string) (stderr *syncBuffer, stop func() error) {
+func startServe(t *testing.T, args ...string) (stderr *testutil.SyncBuffer, stop func() error) {
 	t.Helper()
-	stderr = &syncBuffer{}
+	stderr = &testutil.SyncBuffer{}
 	ctx, cancel := context.WithCancel(t.Context())
 	errc := make(chan error, 1)
 	go func() {
@@ -138,7 +121,7 @@ func startServe(t *testing.T, args ...string) (stderr *syncBuffer, stop func() e
 var listeningAddr = regexp.MustCompile(`listening: addr=(\S+)`)
 
 // waitListening waits for the `listening addr=...` log line and returns the address.
-func waitListening(t *testing.T, stderr *syncBuffer) string {
+func waitListening(t *testing.T, stderr *testutil.SyncBuffer) string {
 	t.Helper()
 	var addr string
 	require.Eventually(t, func() bool {
@@ -276,7 +259,7 @@ func TestServeEndToEndWithExampleDriver(t *testing.T) {
 	require.NoError(t, err)
 	require.NoError(t, cmd.Start())
 	exited := make(chan error, 1)
-	stderr := &syncBuffer{}
+	stderr := &testutil.SyncBuffer{}
 	go func() {
 		_, _ = io.Copy(stderr, stderrPipe)
 		exited <- cmd.Wait()

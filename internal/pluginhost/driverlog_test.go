@@ -13,6 +13,8 @@ import (
 	"github.com/hashicorp/go-hclog"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/authz-dev/authz/internal/testutil"
 )
 
 // countingWriter counts the bytes written to it and keeps the first keep bytes.
@@ -83,7 +85,7 @@ func TestStderrFloodIsBounded(t *testing.T) {
 // TestDriverLogCannotForgeHostLines: control characters in a driver's log lines (carriage
 // return, newline, ANSI escapes, bidirectional overrides) reach the host log escaped.
 func TestDriverLogCannotForgeHostLines(t *testing.T) {
-	var logged syncBuffer
+	var logged testutil.SyncBuffer
 	cfg := testConfig(t, boundsPlugin(t, "ctl", "-control-chars"))
 	cfg.Logger = testLogger(t, &logged)
 	h, rec := startHost(t, cfg)
@@ -109,7 +111,7 @@ func TestDriverLogCannotForgeHostLines(t *testing.T) {
 
 // TestDriverLogUnit covers the relay without a process: cutting, rate, levels, JSON lines.
 func TestDriverLogUnit(t *testing.T) {
-	var out syncBuffer
+	var out testutil.SyncBuffer
 	log := hclog.New(&hclog.LoggerOptions{Level: hclog.Debug, Output: &out})
 	now := time.Unix(1000, 0)
 	d := newDriverLog(log, Limits{LogLinesPerSecond: 2, LogBurst: 2, LogLineBytes: 20}.withDefaults())
@@ -131,7 +133,7 @@ func TestDriverLogUnit(t *testing.T) {
 	assert.Equal(t, 2, strings.Count(s, "rate limit was dropped"), "at the first drop, then with the next line")
 	assert.Contains(t, s, "[ERROR] [ERROR] fifth: stream=stderr")
 
-	out = syncBuffer{}
+	out = testutil.SyncBuffer{}
 	d = newDriverLog(log, Limits{}.withDefaults())
 	w = d.writer("stdout")
 	_, _ = w.Write([]byte(`{"@level":"error","@message":"json\rline","@module":"m","k":"v\u001b","n":3}` + "\n"))

@@ -161,24 +161,6 @@ func (w *tbWriter) stop() {
 	w.stopped = true
 }
 
-// syncBuffer is a goroutine-safe log sink.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 // pidRecorder remembers every worker pid a test saw, to check that Close leaves none behind.
 type pidRecorder struct {
 	mu   sync.Mutex

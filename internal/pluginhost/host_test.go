@@ -19,6 +19,7 @@ import (
 	"github.com/authz-dev/authz/driverplugin"
 	"github.com/authz-dev/authz/examples/exampledriver"
 	"github.com/authz-dev/authz/internal/snapshot"
+	"github.com/authz-dev/authz/internal/testutil"
 )
 
 func ptr[T any](v T) *T { return &v }
@@ -304,7 +305,7 @@ func TestPinMismatchRefused(t *testing.T) {
 func TestInsecureSkipPinCheckWarns(t *testing.T) {
 	p := driverPlugin(t, "unpinned")
 	p.SHA256 = ""
-	logs := &syncBuffer{}
+	logs := &testutil.SyncBuffer{}
 	cfg := testConfig(t, p)
 	cfg.InsecureSkipPinCheck = true
 	cfg.Logger = testLogger(t, logs)

@@ -17,6 +17,7 @@ import (
 	"github.com/authz-dev/authz/driverplugin"
 	"github.com/authz-dev/authz/internal/decision"
 	"github.com/authz-dev/authz/internal/snapshot"
+	"github.com/authz-dev/authz/internal/testutil"
 )
 
 // settled waits until the plugin is ready or in error.
@@ -89,7 +90,7 @@ func TestDriverBeyondLimitsIsRefused(t *testing.T) {
 // TestUnknownCapabilitiesAreSummarised: unknown capability keys give one warning per start
 // with a count and a few examples, not one line per key; 100,000 of them are refused.
 func TestUnknownCapabilitiesAreSummarised(t *testing.T) {
-	var logged syncBuffer
+	var logged testutil.SyncBuffer
 	cfg := testConfig(t,
 		boundsPlugin(t, "some", "-key", "bounds.some", "-unknown-caps", "20"),
 		boundsPlugin(t, "many", "-key", "bounds.many", "-unknown-caps", "100000"),

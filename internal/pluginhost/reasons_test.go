@@ -11,6 +11,8 @@ import (
 	"github.com/hashicorp/go-hclog"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/authz-dev/authz/internal/testutil"
 )
 
 // Every way a real plugin fails has its reason code, and the code carries none of the details
@@ -83,7 +85,7 @@ func TestPluginStderrAtDefaultLevel(t *testing.T) {
 	// The test binary as a driver that explains on stderr why it cannot start, and exits.
 	p := driverPlugin(t, "p")
 	p.Args = []string{asFailingDriver}
-	var logs syncBuffer
+	var logs testutil.SyncBuffer
 	cfg := testConfig(t, p)
 	cfg.Logger = hclog.New(&hclog.LoggerOptions{Name: "pluginhost", Level: hclog.Info, Output: &logs})
 	cfg.MinBackoff, cfg.MaxBackoff = time.Second, time.Second

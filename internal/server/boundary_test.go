@@ -155,9 +155,7 @@ func TestDecisionLogMasksEveryCopy(t *testing.T) {
 	require.Equal(t, "ENVIRONMENT_DRIVER_NOT_REGISTERED", doc["code"])
 	require.Contains(t, doc["message"], driverSecret, "the answer itself is not masked")
 
-	buf.mu.Lock()
-	raw := buf.buf.String()
-	buf.mu.Unlock()
+	raw := buf.String()
 	assert.NotContains(t, raw, driverSecret)
 	assert.NotContains(t, raw, configSecret)
 	lines := buf.lines(t)

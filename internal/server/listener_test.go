@@ -1,7 +1,6 @@
 package server
 
 import (
-	"bytes"
 	"io"
 	"net"
 	"net/http"
@@ -14,6 +13,8 @@ import (
 	"github.com/hashicorp/go-hclog"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/authz-dev/authz/internal/testutil"
 )
 
 // scriptedListener returns errs from Accept, one per call, then connections from conns.
@@ -49,19 +50,6 @@ func (l *scriptedListener) Accept() (net.Conn, error) {
 func (l *scriptedListener) Close() error   { l.once.Do(func() { close(l.closed) }); return nil }
 func (l *scriptedListener) Addr() net.Addr { return &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1)} }
 
-// syncLog is a service log the test reads.
-type syncLog struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncLog) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-func (b *syncLog) String() string { b.mu.Lock(); defer b.mu.Unlock(); return b.buf.String() }
-
 // TestConnLimitRetriesAcceptErrorsQuietly: a run of "too many open files" is retried with
 // back-off and logged at most once a second, and the connection that follows is accepted.
 func TestConnLimitRetriesAcceptErrorsQuietly(t *testing.T) {
@@ -70,7 +58,7 @@ func TestConnLimitRetriesAcceptErrorsQuietly(t *testing.T) {
 		errs[i] = &net.OpError{Op: "accept", Net: "tcp", Err: syscall.EMFILE}
 	}
 	inner := newScriptedListener(errs...)
-	out := &syncLog{}
+	out := &testutil.SyncBuffer{}
 	l := newConnLimit(inner, 4, hclog.New(&hclog.LoggerOptions{Output: out}))
 	defer l.Close()
 	a, b := net.Pipe()

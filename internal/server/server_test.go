@@ -23,6 +23,7 @@ import (
 	"github.com/authz-dev/authz/internal/decision"
 	"github.com/authz-dev/authz/internal/server"
 	"github.com/authz-dev/authz/internal/snapshot"
+	"github.com/authz-dev/authz/internal/testutil"
 )
 
 func TestMain(m *testing.M) {
@@ -652,23 +653,12 @@ func TestMetrics(t *testing.T) {
 }
 
 // lockedBuffer is a decision log the test can read while the server writes.
-type lockedBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *lockedBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
+type lockedBuffer struct{ testutil.SyncBuffer }
 
 func (b *lockedBuffer) lines(t testing.TB) []map[string]any {
 	t.Helper()
-	b.mu.Lock()
-	defer b.mu.Unlock()
 	var out []map[string]any
-	for _, l := range strings.Split(strings.TrimSuffix(b.buf.String(), "\n"), "\n") {
+	for _, l := range strings.Split(strings.TrimSuffix(b.String(), "\n"), "\n") {
 		if l == "" {
 			continue
 		}

@@ -208,41 +208,6 @@ func processExists(pid int) bool {
 	return err == nil || errors.Is(err, syscall.EPERM)
 }
 
-// childProcesses lists the pids whose parent is this process (Linux /proc).
-func childProcesses(tb testing.TB) []int {
-	tb.Helper()
-	entries, err := os.ReadDir("/proc")
-	if err != nil {
-		tb.Skipf("no /proc: %v", err)
-	}
-	me := os.Getpid()
-	var out []int
-	for _, e := range entries {
-		pid, err := strconv.Atoi(e.Name())
-		if err != nil {
-			continue
-		}
-		stat, err := os.ReadFile(filepath.Join("/proc", e.Name(), "stat"))
-		if err != nil {
-			continue
-		}
-		// pid (comm) state ppid ...: comm may hold spaces, so parse after the last ')'.
-		s := string(stat)
-		i := strings.LastIndexByte(s, ')')
-		if i < 0 {
-			continue
-		}
-		fields := strings.Fields(s[i+1:])
-		if len(fields) < 2 {
-			continue
-		}
-		if ppid, _ := strconv.Atoi(fields[1]); ppid == me {
-			out = append(out, pid)
-		}
-	}
-	return out
-}
-
 // describeProcesses says what each process is (its stat line and command line), for failures.
 func describeProcesses(pids []int) string {
 	var b strings.Builder

@@ -1,0 +1,20 @@
+package pluginhost
+
+import (
+	"os"
+	"testing"
+)
+
+// childProcesses lists the pids whose parent is this process, from the host's own reading of
+// /proc (processTable).
+func childProcesses(tb testing.TB) []int {
+	tb.Helper()
+	me := os.Getpid()
+	var out []int
+	for _, p := range processTable() {
+		if p.ppid == me {
+			out = append(out, p.pid)
+		}
+	}
+	return out
+}

@@ -243,14 +243,8 @@ func TestResolvePlugins(t *testing.T) {
 // examples/grant.json is granted and examples/deny.json denied, and SIGTERM stops the service
 // and its plugin.
 func TestServeEndToEndWithExampleDriver(t *testing.T) {
-	if testing.Short() {
-		t.Skip("builds the authz binary")
-	}
 	require.Contains(t, extraCommands, "example-driver", "the default service needs the example driver")
-	bin := filepath.Join(t.TempDir(), "authz")
-	build := exec.CommandContext(t.Context(), "go", "build", "-o", bin, ".")
-	out, err := build.CombinedOutput()
-	require.NoError(t, err, "go build: %s", out)
+	bin := authzBinary(t)
 
 	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
 	defer cancel()

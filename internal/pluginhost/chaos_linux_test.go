@@ -42,13 +42,7 @@ type chaosDecision struct {
 // or descriptor left behind.
 func TestChaos(t *testing.T) {
 	dir := t.TempDir()
-	self, sum := selfBinary(t)
-	impostor := impostorBinary(t, dir)
-	link := filepath.Join(dir, "swapped")
-	require.NoError(t, os.Symlink(self, link))
-	for _, target := range []string{self, impostor} {
-		require.NoError(t, os.Symlink(target, link+"."+filepath.Base(target)))
-	}
+	link, sum, flip := flippingBinary(t, dir, "swapped")
 	flipDir := filepath.Join(dir, "flipflop")
 	require.NoError(t, os.Mkdir(flipDir, 0o700))
 
@@ -115,14 +109,7 @@ func TestChaos(t *testing.T) {
 				return
 			case <-time.After(time.Millisecond):
 			}
-			target := link + "." + filepath.Base(self)
-			if i%2 == 1 {
-				target = link + "." + filepath.Base(impostor)
-			}
-			tmp := link + ".tmp"
-			_ = os.Remove(tmp)
-			_ = os.Link(target, tmp)
-			_ = os.Rename(tmp, link)
+			flip(i)
 		}
 	})
 	// Kill a worker every 300 ms, round robin, and note when its death is visible.

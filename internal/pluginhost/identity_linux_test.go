@@ -41,18 +41,31 @@ func impostorBinary(tb testing.TB, dir string) string {
 	return path
 }
 
+// flippingBinary makes dir/name a symlink to the pinned test binary and returns its path, its
+// pin, and flip, which points the path at the pinned binary (even i) or at an impostor (odd i)
+// in one atomic rename: a hard link of a prepared symlink renamed over the path.
+func flippingBinary(tb testing.TB, dir, name string) (link, sum string, flip func(i int)) {
+	tb.Helper()
+	self, sum := selfBinary(tb)
+	impostor := impostorBinary(tb, dir)
+	link = filepath.Join(dir, name)
+	require.NoError(tb, os.Symlink(self, link))
+	targets := [2]string{link + ".pinned", link + ".impostor"}
+	require.NoError(tb, os.Symlink(self, targets[0]))
+	require.NoError(tb, os.Symlink(impostor, targets[1]))
+	return link, sum, func(i int) {
+		tmp := link + ".tmp"
+		_ = os.Remove(tmp)
+		_ = os.Link(targets[i%2], tmp)
+		_ = os.Rename(tmp, link)
+	}
+}
+
 // TestPinBindsTheBytesThatRun: the plugin path is a symlink flipped between the pinned binary
 // and an impostor as fast as possible while the worker restarts over and over. Whatever the
 // timing, what runs is what was hashed: no impostor is ever ready under the pin.
 func TestPinBindsTheBytesThatRun(t *testing.T) {
-	dir := t.TempDir()
-	self, sum := selfBinary(t)
-	impostor := impostorBinary(t, dir)
-	link := filepath.Join(dir, "driver")
-	require.NoError(t, os.Symlink(self, link))
-	for _, target := range []string{self, impostor} {
-		require.NoError(t, os.Symlink(target, link+"."+filepath.Base(target)))
-	}
+	link, sum, flip := flippingBinary(t, t.TempDir(), "driver")
 
 	cfg := testConfig(t, PluginConfig{ID: "swapped", Path: link, SHA256: sum, Args: []string{identity.Marker, "serve"}})
 	cfg.MinBackoff, cfg.MaxBackoff = time.Millisecond, 5*time.Millisecond
@@ -67,14 +80,7 @@ func TestPinBindsTheBytesThatRun(t *testing.T) {
 				return
 			default:
 			}
-			target := link + "." + filepath.Base(self)
-			if i%2 == 1 {
-				target = link + "." + filepath.Base(impostor)
-			}
-			tmp := link + ".tmp"
-			_ = os.Remove(tmp)
-			_ = os.Link(target, tmp) // a hard link of the symlink, renamed over the path: atomic
-			_ = os.Rename(tmp, link)
+			flip(i)
 			time.Sleep(50 * time.Microsecond)
 		}
 	})

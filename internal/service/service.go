@@ -15,6 +15,7 @@ import (
 	"runtime"
 	"runtime/debug"
 	"syscall"
+	"time"
 
 	"github.com/hashicorp/go-hclog"
 
@@ -111,6 +112,7 @@ func Run(ctx context.Context, cfg Config, opts Options) (err error) {
 		}
 		// Runs after Serve returned: in-flight requests have finished by then.
 		defer stopPlugins(host, logger)
+		defer warnIfNotStarted(ctx, host, cfg.Host.StartTimeout, logger).Stop()
 	}
 	defer reloadOn(hup, srv, logger)()
 	return srv.Serve(ctx, ln)
@@ -141,6 +143,25 @@ func newFacts(cfg Config, logger hclog.Logger) (facts server.FactsSource, host *
 		return nil, nil, &ConfigError{Err: err}
 	}
 	return host, host, nil
+}
+
+// warnIfNotStarted logs, once the start time-out has passed, which plugins have not been ready
+// yet (readiness waits for them), unless every one has.
+func warnIfNotStarted(ctx context.Context, host *pluginhost.Host, startTimeout time.Duration, logger hclog.Logger) *time.Timer {
+	if startTimeout == 0 {
+		startTimeout = pluginhost.DefaultStartTimeout
+	}
+	return time.AfterFunc(startTimeout, func() {
+		if host.Ready() {
+			return
+		}
+		// A context already done: WaitStarted names the plugins still waiting without waiting.
+		done, cancel := context.WithCancel(ctx)
+		cancel()
+		if err := host.WaitStarted(done); err != nil && !errors.Is(err, pluginhost.ErrClosed) {
+			logger.Warn("plugins have not started yet; GET /health/ready answers 503 until they have", "error", err)
+		}
+	})
 }
 
 // stopPlugins closes the host: every worker is ended and reaped.

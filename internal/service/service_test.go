@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"syscall"
@@ -183,4 +184,33 @@ func TestRunRefusesConfiguration(t *testing.T) {
 			assert.ErrorIs(t, err, net.ErrClosed, "Run closed the listener it was given")
 		})
 	}
+}
+
+// TestRunNotReadyWhilePluginsHaveNotStarted: readiness comes from the host. A plugin that never
+// completes its start keeps GET /health/ready at 503, and once the start time-out has passed the
+// log names it.
+func TestRunNotReadyWhilePluginsHaveNotStarted(t *testing.T) {
+	bin, err := exec.LookPath("true")
+	require.NoError(t, err)
+	bin, err = filepath.EvalSymlinks(bin)
+	require.NoError(t, err)
+	sum, err := pluginhost.FileSHA256(bin)
+	require.NoError(t, err)
+	cfg := service.DefaultConfig()
+	cfg.Host.Plugins = []pluginhost.PluginConfig{{ID: "never.ready", Path: bin, SHA256: sum}}
+	cfg.Host.StartTimeout = 300 * time.Millisecond
+	log := &testutil.SyncBuffer{}
+	base, stop := startRun(t, cfg, log)
+	c := &http.Client{Timeout: 10 * time.Second}
+
+	require.Eventually(t, func() bool {
+		return strings.Contains(log.String(), "plugins have not started yet")
+	}, 30*time.Second, 20*time.Millisecond, "log:\n%s", log)
+	assert.Contains(t, log.String(), "not ready yet: never.ready (status ")
+	status, doc := getJSON(t, c, base+"/health/ready")
+	assert.Equal(t, http.StatusServiceUnavailable, status)
+	assert.Equal(t, false, doc["pluginsStarted"])
+	c.CloseIdleConnections()
+	require.NoError(t, stop())
+	assertLogOrder(t, log.String(), "HTTP server stopped", "stopping plugins", "plugins stopped", "stopped: exiting")
 }

@@ -19,7 +19,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/authz-dev/authz/internal/server"
+	"github.com/authz-dev/authz/internal/pluginhost"
 )
 
 // holdConnections keeps n connections to addr open until ctx ends: each one that the server
@@ -54,13 +54,13 @@ func sleepCtx(ctx context.Context, d time.Duration) {
 	}
 }
 
-func pluginState(t *testing.T, c *http.Client, base string) server.PluginInfo {
+func pluginState(t *testing.T, c *http.Client, base string) pluginhost.PluginState {
 	t.Helper()
 	resp, err := c.Get(base + "/v1/plugins")
 	require.NoError(t, err)
 	defer resp.Body.Close()
 	var a struct {
-		Plugins []server.PluginInfo `json:"plugins"`
+		Plugins []pluginhost.PluginState `json:"plugins"`
 	}
 	require.NoError(t, json.NewDecoder(resp.Body).Decode(&a))
 	require.Len(t, a.Plugins, 1)

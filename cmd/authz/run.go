@@ -48,21 +48,37 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 		// command's stderr, so give the command stdout there.
 		stderr = stdout
 	}
-	switch cmd {
-	case "decide":
-		return runDecide(ctx, rest, stdin, stdout, stderr)
-	case "version", "--version":
-		return printVersion(stdout)
-	case "help", "-h", "-help", "--help":
-		_, err := fmt.Fprint(stdout, usage)
-		return err
-	default:
-		if c, ok := extraCommands[cmd]; ok {
-			return c(ctx, rest, stdin, stdout, stderr)
-		}
+	c, ok := commands[cmd]
+	if !ok {
 		fmt.Fprint(stderr, usage)
 		return usageError("unknown command %q", cmd)
 	}
+	return c(ctx, rest, stdin, stdout, stderr)
+}
+
+// command runs one subcommand with its arguments.
+type command func(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) error
+
+// commands are the subcommands by name: the one place a command is found.
+var commands = map[string]command{
+	"serve":          runServe,
+	"decide":         runDecide,
+	"version":        runVersion,
+	"--version":      runVersion,
+	"help":           runHelp,
+	"-h":             runHelp,
+	"-help":          runHelp,
+	"--help":         runHelp,
+	"example-driver": runExampleDriver, // hidden: the built-in example driver's process
+}
+
+func runVersion(_ context.Context, _ []string, _ io.Reader, stdout, _ io.Writer) error {
+	return printVersion(stdout)
+}
+
+func runHelp(_ context.Context, _ []string, _ io.Reader, stdout, _ io.Writer) error {
+	_, err := fmt.Fprint(stdout, usage)
+	return err
 }
 
 // wantsHelp reports whether a command's arguments ask for its help before any "--".
@@ -73,6 +89,3 @@ func wantsHelp(args []string) bool {
 	}
 	return slices.ContainsFunc(args[:end], func(a string) bool { return a == "-h" || a == "-help" || a == "--help" })
 }
-
-// extraCommands are registered by the files that implement them (serve, example-driver).
-var extraCommands = map[string]func(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) error{}

@@ -212,38 +212,12 @@ func TestServeUnixSocket(t *testing.T) {
 	assert.True(t, os.IsNotExist(err), "the socket is removed at shutdown")
 }
 
-func TestResolvePlugins(t *testing.T) {
-	exe, err := os.Executable()
-	require.NoError(t, err)
-	exe, err = filepath.EvalSymlinks(exe)
-	require.NoError(t, err)
-	sum, err := pluginhost.FileSHA256(exe)
-	require.NoError(t, err)
-	upper := strings.ToUpper("0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef")
-	disabled := false
-
-	got, err := resolvePlugins([]server.PluginConfig{
-		{ID: "example.sandbox", Path: server.SelfExecutable, Args: []string{"example-driver"}},
-		{ID: "rel", Path: "drivers/x", SHA256: upper, Enabled: &disabled},
-	})
-	require.NoError(t, err)
-	require.Len(t, got, 2)
-	assert.Equal(t, exe, got[0].Path)
-	assert.Equal(t, sum, got[0].SHA256, "@self is pinned by its own digest")
-	assert.Equal(t, []string{"example-driver"}, got[0].Args)
-	wd, err := os.Getwd()
-	require.NoError(t, err)
-	assert.Equal(t, filepath.Join(wd, "drivers", "x"), got[1].Path)
-	assert.Equal(t, strings.ToLower(upper), got[1].SHA256)
-	assert.False(t, got[1].IsEnabled())
-}
-
 // TestServeEndToEndWithExampleDriver builds the authz binary and runs `authz serve` on its
 // defaults (but an ephemeral port): the example driver is started as a real plugin subprocess,
 // examples/grant.json is granted and examples/deny.json denied, and SIGTERM stops the service
 // and its plugin.
 func TestServeEndToEndWithExampleDriver(t *testing.T) {
-	require.Contains(t, extraCommands, "example-driver", "the default service needs the example driver")
+	require.Contains(t, commands, "example-driver", "the default service needs the example driver")
 	bin := authzBinary(t)
 
 	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
@@ -295,7 +269,7 @@ func TestServeEndToEndWithExampleDriver(t *testing.T) {
 	resp, err := c.Get(base + "/v1/plugins")
 	require.NoError(t, err)
 	var plugins struct {
-		Plugins []server.PluginInfo `json:"plugins"`
+		Plugins []pluginhost.PluginState `json:"plugins"`
 	}
 	require.NoError(t, json.NewDecoder(resp.Body).Decode(&plugins))
 	resp.Body.Close()

@@ -4,10 +4,13 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"maps"
 	"os"
 	"os/user"
 	"path/filepath"
+	"slices"
 	"strconv"
+	"strings"
 	"syscall"
 	"time"
 
@@ -22,87 +25,97 @@ const (
 	DefaultMaxBackoff         = 5 * time.Second
 )
 
-// PluginConfig is one installed driver plugin.
+// SelfExecutable is the plugin path that stands for the running executable itself
+// (os.Executable()). Its SHA-256 pin may be left empty: Resolve computes it.
+const SelfExecutable = "@self"
+
+// PluginConfig is one installed driver plugin, as the configuration file writes it (the yaml
+// names) and as the host runs it.
 type PluginConfig struct {
 	// ID is the plugin id that leases pin (lease.metadata.pluginId). Non-empty and unique.
-	ID string `json:"id"`
-	// Path is the absolute path of the driver binary.
-	Path string `json:"path"`
+	ID string `json:"id" yaml:"id"`
+	// Path is the driver binary: an absolute path once resolved (Resolve turns a relative path
+	// and SelfExecutable into one).
+	Path string `json:"path" yaml:"path"`
 	// SHA256 is the hex SHA-256 of the binary at Path (64 hex characters). The host refuses to
 	// start a binary with another hash. Compute it with `sha256sum PATH`.
-	SHA256 string `json:"sha256"`
+	SHA256 string `json:"sha256" yaml:"sha256"`
 	// Key, when set, is the plugin key the driver must report: a driver that reports another key
 	// is refused, and no other plugin may report this one. Empty: the plugin key is whatever the
 	// driver reports, as long as no other plugin holds it.
-	Key string `json:"key,omitempty"`
+	Key string `json:"key,omitempty" yaml:"key"`
 	// Args are passed to the binary.
-	Args []string `json:"args,omitempty"`
+	Args []string `json:"args,omitempty" yaml:"args"`
 	// Enabled turns the plugin off when false; nil means enabled.
-	Enabled *bool `json:"enabled,omitempty"`
+	Enabled *bool `json:"enabled,omitempty" yaml:"enabled"`
 	// AllowWritableBinary starts the plugin (with a loud warning at every start) even when its
 	// binary or the directory holding it is writable by group or others. By default the host
 	// refuses: whoever can write there can replace the driver.
-	AllowWritableBinary bool `json:"allowWritableBinary,omitempty"`
+	AllowWritableBinary bool `json:"allowWritableBinary,omitempty" yaml:"allowWritableBinary"`
 
 	// Least privilege, all optional (Linux). See docs/drivers.md for the trade-offs.
 
 	// User and Group run the driver as this user and group (a name or a numeric id), with no
 	// supplementary groups. Empty means the host's. Switching needs the privilege to (root, or
 	// CAP_SETUID and CAP_SETGID). With User alone, the group is the user's primary group.
-	User  string `json:"user,omitempty"`
-	Group string `json:"group,omitempty"`
+	User  string `json:"user,omitempty" yaml:"user"`
+	Group string `json:"group,omitempty" yaml:"group"`
 	// NoNewPrivileges sets no_new_privs on the driver: neither it nor anything it executes can
 	// gain privileges (setuid binaries, file capabilities).
-	NoNewPrivileges bool `json:"noNewPrivileges,omitempty"`
+	NoNewPrivileges bool `json:"noNewPrivileges,omitempty" yaml:"noNewPrivileges"`
 	// ResourceLimits are resource limits of the driver process; a zero field leaves the host's limit.
-	ResourceLimits ResourceLimits `json:"limits,omitzero"`
+	ResourceLimits ResourceLimits `json:"limits,omitzero" yaml:"limits"`
 }
 
 // ResourceLimits are per-driver resource limits (setrlimit), applied to the driver process right after
 // it starts; its children inherit them.
 type ResourceLimits struct {
 	// AddressSpaceBytes is RLIMIT_AS: the driver's virtual memory, in bytes.
-	AddressSpaceBytes uint64 `json:"addressSpaceBytes,omitempty"`
+	AddressSpaceBytes uint64 `json:"addressSpaceBytes,omitempty" yaml:"addressSpaceBytes"`
 	// Processes is RLIMIT_NPROC: counted per user, so it bounds every process of the driver's
 	// user, not the driver's alone; ignored by the kernel for root.
-	Processes uint64 `json:"processes,omitempty"`
+	Processes uint64 `json:"processes,omitempty" yaml:"processes"`
 	// OpenFiles is RLIMIT_NOFILE: descriptors the driver may hold open.
-	OpenFiles uint64 `json:"openFiles,omitempty"`
+	OpenFiles uint64 `json:"openFiles,omitempty" yaml:"openFiles"`
 	// CPUSeconds is RLIMIT_CPU: CPU time in seconds, after which the kernel ends the driver
 	// (the supervisor then restarts it).
-	CPUSeconds uint64 `json:"cpuSeconds,omitempty"`
+	CPUSeconds uint64 `json:"cpuSeconds,omitempty" yaml:"cpuSeconds"`
 }
 
 // IsEnabled reports whether the plugin is enabled (Enabled nil or true).
 func (p PluginConfig) IsEnabled() bool { return p.Enabled == nil || *p.Enabled }
 
-// Config configures a Host.
+// Config configures a Host. The fields with a yaml name are those of the configuration file;
+// the others are set by the program.
 type Config struct {
 	// Plugins are the installed driver plugins.
-	Plugins []PluginConfig
-	// BuiltinProviders are the built-in sandbox providers reported as facts (docs/contract.md section 4),
-	// e.g. {"fake": {"execute": true, "supportsReusableLeases": false}}. Values must be objects.
-	BuiltinProviders map[string]map[string]any
+	Plugins []PluginConfig `yaml:"plugins"`
+	// BuiltinProviders are the built-in sandbox providers reported as facts (the facts'
+	// builtinProviders), e.g. {"fake": {"execute": true, "supportsReusableLeases": false}}.
+	// Each is an object with only those two fields, both booleans.
+	BuiltinProviders map[string]map[string]any `yaml:"builtinProviders"`
 	// StartTimeout bounds one start of a worker: the go-plugin handshake, and then Describe and
 	// SupportedMethods. Zero means DefaultStartTimeout.
-	StartTimeout time.Duration
-	// ConfigCheckTimeout bounds one CheckConfig call. Zero means DefaultConfigCheckTimeout.
-	ConfigCheckTimeout time.Duration
+	StartTimeout time.Duration `yaml:"pluginStartTimeout"`
+	// ConfigCheckTimeout bounds one CheckConfig call, the driver's config check inside a
+	// decision. Zero means DefaultConfigCheckTimeout.
+	ConfigCheckTimeout time.Duration `yaml:"configCheckTimeout"`
 	// InsecureSkipPinCheck starts binaries without checking their SHA-256. Development only:
 	// the host logs a loud warning at every start.
-	InsecureSkipPinCheck bool
+	InsecureSkipPinCheck bool `yaml:"-"`
 	// MinBackoff and MaxBackoff bound the wait before a restart; it doubles after every failed
 	// or short-lived start and goes back to MinBackoff once a worker stayed up for at least
 	// twice MaxBackoff. Zero means DefaultMinBackoff / DefaultMaxBackoff.
-	MinBackoff, MaxBackoff time.Duration
+	MinBackoff time.Duration `yaml:"-"`
+	MaxBackoff time.Duration `yaml:"-"`
 	// Limits bound what a driver may report and how much of the host its output may use. Zero
 	// fields mean their defaults.
-	Limits Limits
+	Limits Limits `yaml:"-"`
 	// Logger receives the host's log and every plugin's stderr. Nil means hclog's default logger.
-	Logger hclog.Logger
+	Logger hclog.Logger `yaml:"-"`
 	// SocketDir is where each worker start gets a private directory for its unix socket
 	// (removed when the worker ends, and after a failed start). Empty means os.TempDir().
-	SocketDir string
+	SocketDir string `yaml:"-"`
 }
 
 // DefaultConfig returns a configuration with no plugins and every default set.
@@ -137,75 +150,183 @@ func (c Config) withDefaults() Config {
 	return c
 }
 
-// Validate checks the configuration and returns every problem, each naming its field, e.g.
-// "plugins[1].sha256: must be 64 hex characters".
-func (c Config) Validate() error {
-	var errs []error
-	fail := func(field, format string, args ...any) {
-		errs = append(errs, fmt.Errorf("%s: %s", field, fmt.Sprintf(format, args...)))
+// Resolve returns the configuration with every plugin path made absolute: SelfExecutable
+// becomes the running executable (pinned by its own SHA-256 unless a pin is configured), a
+// relative path is taken from the working directory. Pins are written in lower case. It is the
+// step between a configuration file and New; an empty path is left for Validate to report.
+func (c Config) Resolve() (Config, error) {
+	plugins := make([]PluginConfig, len(c.Plugins))
+	var self, selfSum string
+	for i, p := range c.Plugins {
+		switch {
+		case p.Path == SelfExecutable:
+			if self == "" {
+				var err error
+				if self, selfSum, err = selfExecutable(); err != nil {
+					return c, fmt.Errorf("plugins[%d].path: %w", i, err)
+				}
+			}
+			p.Path = self
+			if p.SHA256 == "" {
+				p.SHA256 = selfSum
+			}
+		case p.Path != "" && !filepath.IsAbs(p.Path):
+			abs, err := filepath.Abs(p.Path)
+			if err != nil {
+				return c, fmt.Errorf("plugins[%d].path: %w", i, err)
+			}
+			p.Path = abs
+		}
+		p.SHA256 = strings.ToLower(p.SHA256)
+		plugins[i] = p
 	}
-	seen := map[string]int{}
+	c.Plugins = plugins
+	return c, nil
+}
+
+// selfExecutable returns the running executable, its links resolved, and its SHA-256.
+func selfExecutable() (path, sum string, err error) {
+	exe, err := os.Executable()
+	if err != nil {
+		return "", "", fmt.Errorf("find the authz executable: %w", err)
+	}
+	if exe, err = filepath.EvalSymlinks(exe); err != nil {
+		return "", "", err
+	}
+	if sum, err = FileSHA256(exe); err != nil {
+		return "", "", fmt.Errorf("pin the authz executable: %w", err)
+	}
+	return exe, sum, nil
+}
+
+// Validate checks the configuration and returns every problem, each naming its field the way
+// the configuration file spells it, e.g. "plugins[1].sha256: must be 64 hex characters".
+// Paths must be absolute: Resolve a configuration read from a file first.
+func (c Config) Validate() error {
+	v := &problems{}
+	c.validatePlugins(v)
+	c.validateBuiltinProviders(v)
+	c.validateDurations(v)
+	v.errs = append(v.errs, c.Limits.validate()...)
+	return errors.Join(v.errs...)
+}
+
+// problems collects the field-named problems of a configuration.
+type problems struct{ errs []error }
+
+func (v *problems) add(field, format string, args ...any) {
+	v.errs = append(v.errs, fmt.Errorf("%s: %s", field, fmt.Sprintf(format, args...)))
+}
+
+// validatePlugins checks each plugin and that ids and configured keys are unique.
+func (c Config) validatePlugins(v *problems) {
+	ids := map[string]int{}
 	keys := map[string]int{}
 	for i, p := range c.Plugins {
 		field := fmt.Sprintf("plugins[%d]", i)
-		switch prev, dup := seen[p.ID]; {
-		case p.ID == "":
-			fail(field+".id", "must not be empty")
-		case dup:
-			fail(field+".id", "%q is already the id of plugins[%d]: plugin ids must be unique", p.ID, prev)
-		default:
-			seen[p.ID] = i
-		}
+		validatePluginID(v, field, p.ID, ids, i)
 		if p.Key != "" {
 			if prev, dup := keys[p.Key]; dup {
-				fail(field+".key", "%q is already the key of plugins[%d]: plugin keys must be unique", p.Key, prev)
+				v.add(field+".key", "%q is already the key of plugins[%d]: plugin keys must be unique", p.Key, prev)
 			} else {
 				keys[p.Key] = i
 			}
 		}
 		switch {
 		case p.Path == "":
-			fail(field+".path", "must not be empty")
+			v.add(field+".path", "must not be empty: name the driver executable (or %q for authz itself)", SelfExecutable)
 		case !filepath.IsAbs(p.Path):
-			fail(field+".path", "%q must be an absolute path", p.Path)
+			v.add(field+".path", "%q must be an absolute path", p.Path)
 		}
 		if _, err := resolveCredential(p.User, p.Group); err != nil {
-			fail(field+".user", "%v", err)
+			v.add(field+".user", "%v", err)
 		}
 		switch {
 		case p.SHA256 == "" && c.InsecureSkipPinCheck:
 			// Allowed in development only; Start warns.
 		case !isSHA256Hex(p.SHA256):
-			fail(field+".sha256", "must be 64 hex characters (compute it with: sha256sum %s)", orPlaceholder(p.Path))
+			v.add(field+".sha256", "must be 64 hex characters (compute it with: sha256sum %s)", orPlaceholder(p.Path))
 		}
 	}
-	for key, b := range c.BuiltinProviders {
-		field := fmt.Sprintf("builtinProviders[%q]", key)
-		if key == "" {
-			fail(field, "the provider key must not be empty")
+}
+
+// validatePluginID checks one plugin id and records it in seen.
+func validatePluginID(v *problems, field, id string, seen map[string]int, i int) {
+	prev, dup := seen[id]
+	switch {
+	case id == "":
+		v.add(field+".id", "must not be empty")
+	case strings.TrimSpace(id) != id:
+		v.add(field+".id", "must not start or end with white space: %q", id)
+	case dup:
+		v.add(field+".id", "%q is already the id of plugins[%d]: plugin ids must be unique", id, prev)
+	default:
+		seen[id] = i
+	}
+}
+
+// builtinProviderFields are the fields of a built-in provider in the facts.
+var builtinProviderFields = []string{"execute", "supportsReusableLeases"}
+
+// validateBuiltinProviders checks the built-in providers. The schema is closed: a built-in
+// provider has exactly the fields the facts give one, and anything else (a credential pasted in
+// by mistake) would be shown on GET /v1/facts and in every decision log line.
+func (c Config) validateBuiltinProviders(v *problems) {
+	for _, name := range slices.Sorted(maps.Keys(c.BuiltinProviders)) {
+		b := c.BuiltinProviders[name]
+		if name == "" {
+			v.add("builtinProviders", "provider keys must not be empty")
 		}
 		if b == nil {
-			fail(field, "must be an object, not null")
+			v.add("builtinProviders."+name, "must be an object such as {execute: true}, not empty")
+		}
+		for _, k := range slices.Sorted(maps.Keys(b)) {
+			field := fmt.Sprintf("builtinProviders.%s.%s", name, k)
+			if !slices.Contains(builtinProviderFields, k) {
+				v.add(field, "unknown field: a built-in provider has only %s", strings.Join(builtinProviderFields, " and "))
+				continue
+			}
+			if _, isBool := b[k].(bool); !isBool {
+				v.add(field, "must be true or false (unquoted), got %s", describeValue(b[k]))
+			}
 		}
 	}
+}
+
+// describeValue names a configuration value the way it was written: a string quoted (so that
+// "true" reads as the string it is), anything else as YAML would print it.
+func describeValue(v any) string {
+	switch t := v.(type) {
+	case nil:
+		return "null"
+	case string:
+		return fmt.Sprintf("the string %q", t)
+	case map[string]any:
+		return "a mapping"
+	case []any:
+		return "a list"
+	}
+	return fmt.Sprintf("%v", v)
+}
+
+// validateDurations checks the time-outs and the back-off.
+func (c Config) validateDurations(v *problems) {
 	for _, d := range []struct {
 		field string
 		v     time.Duration
 	}{
-		{"startTimeout", c.StartTimeout},
+		{"pluginStartTimeout", c.StartTimeout},
 		{"configCheckTimeout", c.ConfigCheckTimeout},
 		{"minBackoff", c.MinBackoff},
 		{"maxBackoff", c.MaxBackoff},
 	} {
 		if d.v < 0 {
-			fail(d.field, "must not be negative (zero means the default)")
+			v.add(d.field, "must not be negative (zero means the default)")
 		}
 	}
-	errs = append(errs, c.Limits.validate()...)
 	if c.MinBackoff > 0 && c.MaxBackoff > 0 && c.MaxBackoff < c.MinBackoff {
-		fail("maxBackoff", "%s must be at least minBackoff (%s)", c.MaxBackoff, c.MinBackoff)
+		v.add("maxBackoff", "%s must be at least minBackoff (%s)", c.MaxBackoff, c.MinBackoff)
 	}
-	return errors.Join(errs...)
 }
 
 func isSHA256Hex(s string) bool {

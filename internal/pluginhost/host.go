@@ -73,6 +73,8 @@ type Host struct {
 
 	keyMu  sync.RWMutex // held to change a plugin's key (publishReady) and to list every key
 	reaper *reaper      // ends the descendants of drivers
+
+	readyLog sync.Once // logs once that every enabled plugin has started
 }
 
 var _ snapshot.Facts = (*Host)(nil)
@@ -128,14 +130,21 @@ type configKey struct {
 	configSum  [sha256.Size]byte
 }
 
-// PluginState is a plugin's state for the HTTP service (GET /v1/plugins).
+// PluginState is a plugin's state as GET /v1/plugins shows it (the JSON names) and as the
+// service log and tests read it.
 type PluginState struct {
-	ID        string       `json:"id"`
-	Key       string       `json:"key"`
-	Status    string       `json:"status"`
-	LastError string       `json:"lastError"`
-	Restarts  uint64       `json:"restarts"`
-	Worker    *WorkerState `json:"worker"`
+	ID     string `json:"id"`
+	Key    string `json:"key"`
+	Status string `json:"status"`
+	// LastErrorCode is the reason code of the plugin's last failure (PIN_MISMATCH,
+	// START_TIMEOUT, WORKER_EXITED, ...; "" when none): all that API callers see of it.
+	LastErrorCode string `json:"lastError"`
+	Restarts      uint64 `json:"restarts"`
+	// Worker is the running worker, nil (JSON null) while none runs.
+	Worker *WorkerState `json:"worker"`
+	// LastError is the last failure itself. It names paths and digests, so it goes to the
+	// service log and never to the API.
+	LastError string `json:"-"`
 }
 
 // WorkerState describes a live worker.
@@ -302,6 +311,33 @@ func (h *Host) WaitStarted(ctx context.Context) error {
 	return nil
 }
 
+// Ready reports whether every enabled plugin has been ready at least once (a host with no
+// enabled plugin is ready). It does not wait; WaitStarted does.
+func (h *Host) Ready() bool {
+	for _, m := range h.plugins {
+		if !m.enabled {
+			continue
+		}
+		select {
+		case <-m.ready:
+		default:
+			return false
+		}
+	}
+	return true
+}
+
+// markReady records that the plugin has been ready once, and logs when that makes the host
+// ready.
+func (h *Host) markReady(m *managed) {
+	m.readyOnce.Do(func() {
+		close(m.ready)
+		if h.Ready() {
+			h.readyLog.Do(func() { h.log.Info("all enabled plugins started; ready") })
+		}
+	})
+}
+
 // Plugin implements snapshot.Facts: one load of the plugin's current view gives its record and
 // its worker, both of one generation. It calls no plugin and copies nothing: the record and its
 // index by driverKey were rendered when the view was published, and a worker whose process has
@@ -436,7 +472,8 @@ func (h *Host) Plugins() []PluginState {
 	out := make([]PluginState, 0, len(h.plugins))
 	for _, m := range h.plugins {
 		v := m.state.Load()
-		ps := PluginState{ID: m.cfg.ID, Key: v.key, Status: v.status, LastError: v.lastError, Restarts: v.restarts}
+		ps := PluginState{ID: m.cfg.ID, Key: v.key, Status: v.status, Restarts: v.restarts,
+			LastError: v.lastError, LastErrorCode: LastErrorReason(v.lastError)}
 		if w := v.worker; w != nil && w.alive() {
 			ps.Worker = &WorkerState{PID: w.pid, Generation: w.generation, StartedAt: w.startedAt, SupportedMethods: slices.Clone(w.methods)}
 		}

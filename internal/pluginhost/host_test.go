@@ -77,12 +77,12 @@ func TestConfigValidate(t *testing.T) {
 		{
 			name:    "null builtin provider",
 			cfg:     Config{BuiltinProviders: map[string]map[string]any{"fake": nil}},
-			wantErr: []string{`builtinProviders["fake"]: must be an object`},
+			wantErr: []string{`builtinProviders.fake: must be an object`},
 		},
 		{
 			name:    "negative timeout and inverted back-off",
 			cfg:     Config{StartTimeout: -1, MinBackoff: time.Second, MaxBackoff: time.Millisecond},
-			wantErr: []string{"startTimeout: must not be negative", "maxBackoff: 1ms must be at least minBackoff (1s)"},
+			wantErr: []string{"pluginStartTimeout: must not be negative", "maxBackoff: 1ms must be at least minBackoff (1s)"},
 		},
 		{
 			name: "duplicate configured key",

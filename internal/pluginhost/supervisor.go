@@ -53,7 +53,7 @@ func (h *Host) supervise(ctx context.Context, m *managed) {
 			generation = w.generation
 			h.forgetConfigChecks(m.cfg.ID, generation)
 			m.log.Info("worker ready", "generation", w.generation, "pid", w.pid, "methods", w.methods)
-			m.readyOnce.Do(func() { close(m.ready) })
+			h.markReady(m)
 			select {
 			case <-ctx.Done():
 				m.update(func(v *pluginView) { v.worker = nil })
@@ -122,10 +122,46 @@ func (b *backoff) reset() { b.next = b.min }
 // host talks to it only over the unix socket it announced, only when the peer of that socket is
 // the worker's own pid, and publishes it only while /proc/PID/exe is still that copy.
 func (h *Host) startWorker(ctx context.Context, m *managed, generation uint64) (_ *worker, stop func() string, err error) {
-	p := m.cfg
-	lim := h.cfg.Limits
 	deadline := time.Now().Add(h.cfg.StartTimeout)
+	exe, err := h.openPinnedBinary(m)
+	if err != nil {
+		return nil, nil, err
+	}
+	defer func() { _ = exe.Close() }()
 
+	l := h.newLaunch(m, exe)
+	// go-plugin's Start cannot be interrupted: the host closing kills the process at once.
+	abortStart := context.AfterFunc(ctx, l.killProcess)
+	setUp := false
+	defer func() {
+		abortStart()
+		if !setUp {
+			err = l.abandon(err)
+		}
+	}()
+
+	drv, err := l.handshake(h.cfg.StartTimeout)
+	if err != nil {
+		return nil, nil, err
+	}
+	rctx, cancel := context.WithDeadline(ctx, deadline)
+	defer cancel()
+	desc, methods, err := h.describe(rctx, m, l, drv)
+	if err != nil {
+		return nil, nil, err
+	}
+	w, err := h.publishWorker(m, l, drv, desc, methods, generation)
+	if err != nil {
+		return nil, nil, err
+	}
+	setUp = true
+	return w, l.kill, nil
+}
+
+// openPinnedBinary opens the sealed copy of the plugin's binary whose SHA-256 is its pin (or,
+// with InsecureSkipPinCheck, whatever is at the path, with a warning).
+func (h *Host) openPinnedBinary(m *managed) (*pinnedExecutable, error) {
+	p := m.cfg
 	var want []byte
 	if h.cfg.InsecureSkipPinCheck {
 		m.log.Warn("INSECURE: starting a plugin binary WITHOUT checking its SHA-256 pin (InsecureSkipPinCheck); "+
@@ -137,45 +173,47 @@ func (h *Host) startWorker(ctx context.Context, m *managed, generation uint64) (
 	for _, w := range warnings {
 		m.log.Warn("INSECURE: "+w+"; anyone who can write there can replace the driver (allowWritableBinary is set)", "path", p.Path)
 	}
-	if err != nil {
-		return nil, nil, err
-	}
-	defer func() { _ = exe.Close() }()
+	return exe, err
+}
 
-	var (
-		pr        atomic.Pointer[proc]
-		socketDir string
-	)
-	// A driver that abuses the host (see refuseBroker) is ended through g.
-	g := &guard{}
-	g.setKill(func() {
-		if pp := pr.Load(); pp != nil {
-			_ = pp.Kill(context.Background())
-		}
-	})
-	client := plugin.NewClient(&plugin.ClientConfig{
+// launch is one start of a worker: the go-plugin client and the process it runs.
+type launch struct {
+	m         *managed
+	client    *plugin.Client
+	pr        atomic.Pointer[proc] // set once go-plugin has started the process
+	socketDir string
+	guard     *guard // ends the process when the driver abuses the host (see refuseBroker)
+}
+
+// newLaunch configures the go-plugin client that runs exe (gRPC only, AutoMTLS, no inherited
+// environment, the driver's output relayed within Limits). It starts nothing.
+func (h *Host) newLaunch(m *managed, exe *pinnedExecutable) *launch {
+	lim := h.cfg.Limits
+	l := &launch{m: m, guard: &guard{}}
+	l.guard.setKill(l.killProcess)
+	l.client = plugin.NewClient(&plugin.ClientConfig{
 		HandshakeConfig:  driverplugin.Handshake,
 		VersionedPlugins: driverplugin.PluginSets,
 		RunnerFunc: func(_ hclog.Logger, spec *exec.Cmd, dir string) (runner.Runner, error) {
-			socketDir = dir
-			pp, err := newProc(m.log, spec, exe, p, dir, h.reaper)
+			l.socketDir = dir
+			pp, err := newProc(m.log, spec, exe, m.cfg, dir, h.reaper)
 			if err != nil {
 				return nil, err
 			}
-			pr.Store(pp)
+			l.pr.Store(pp)
 			return pp, nil
 		},
 		UnixSocketConfig: &plugin.UnixSocketConfig{TempDir: h.cfg.SocketDir},
 		GRPCDialOptions: []grpc.DialOption{
 			grpc.WithContextDialer(func(ctx context.Context, addr string) (net.Conn, error) {
-				pp := pr.Load()
+				pp := l.pr.Load()
 				if pp == nil {
 					return nil, errors.New("no driver process")
 				}
 				return pp.dial(ctx, addr)
 			}),
 			grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(lim.MaxMessageBytes)),
-			grpc.WithStreamInterceptor(refuseBroker(m.log, g, lim.MaxBrokerMessages)),
+			grpc.WithStreamInterceptor(refuseBroker(m.log, l.guard, lim.MaxBrokerMessages)),
 		},
 		AllowedProtocols: []plugin.Protocol{plugin.ProtocolGRPC},
 		AutoMTLS:         true,
@@ -187,95 +225,112 @@ func (h *Host) startWorker(ctx context.Context, m *managed, generation uint64) (
 		SyncStdout: m.dlog.writer("stdout"), // what the driver prints after the handshake
 		SyncStderr: m.dlog.writer("stderr"),
 	})
-	kill := func() string {
-		defer m.dlog.flush()
-		pp := pr.Load()
-		if pp != nil {
-			pp.endDescendants() // while the driver lives, its tree is intact
-		}
-		client.Kill()
-		if pp == nil {
-			return "killed"
-		}
+	return l
+}
+
+// killProcess kills the driver process, if it was started, without waiting.
+func (l *launch) killProcess() {
+	if pp := l.pr.Load(); pp != nil {
 		_ = pp.Kill(context.Background())
-		pp.release()
-		select {
-		case <-pp.exited:
-			if pp.state != nil {
-				return pp.state.String()
-			}
-		default:
-		}
+	}
+}
+
+// kill ends the driver and every descendant and returns how the process ended.
+func (l *launch) kill() string {
+	defer l.m.dlog.flush()
+	pp := l.pr.Load()
+	if pp != nil {
+		pp.endDescendants() // while the driver lives, its tree is intact
+	}
+	l.client.Kill()
+	if pp == nil {
 		return "killed"
 	}
-	// go-plugin's Start cannot be interrupted: the host closing kills the process at once.
-	abortStart := context.AfterFunc(ctx, func() {
-		if pp := pr.Load(); pp != nil {
-			_ = pp.Kill(context.Background())
+	_ = pp.Kill(context.Background())
+	pp.release()
+	select {
+	case <-pp.exited:
+		if pp.state != nil {
+			return pp.state.String()
 		}
-	})
-	setUp := false
-	defer func() {
-		abortStart()
-		if !setUp {
-			kill()
-			if socketDir != "" {
-				_ = os.RemoveAll(socketDir) // go-plugin leaves it when the process never started
-			}
-			if why := g.why(); why != "" {
-				err = fmt.Errorf("%s (%w)", why, err)
-			}
-		}
-	}()
-	refused := func(err error) error {
-		if pp := pr.Load(); pp != nil {
-			if why := pp.refused(); why != nil {
-				return why
-			}
-		}
-		return err
+	default:
 	}
+	return "killed"
+}
 
-	rpcClient, err := client.Client()
+// abandon cleans up a start that failed with err and returns the error to report.
+func (l *launch) abandon(err error) error {
+	l.kill()
+	if l.socketDir != "" {
+		_ = os.RemoveAll(l.socketDir) // go-plugin leaves it when the process never started
+	}
+	if why := l.guard.why(); why != "" {
+		err = fmt.Errorf("%s (%w)", why, err)
+	}
+	return err
+}
+
+// refused returns why the process refused the host's checks (its socket peer, its
+// executable), when it did; err otherwise.
+func (l *launch) refused(err error) error {
+	if pp := l.pr.Load(); pp != nil {
+		if why := pp.refused(); why != nil {
+			return why
+		}
+	}
+	return err
+}
+
+// handshake starts the process, completes the go-plugin handshake and dispenses the driver.
+func (l *launch) handshake(startTimeout time.Duration) (*driverplugin.GRPCClient, error) {
+	rpcClient, err := l.client.Client()
 	if err != nil {
-		return nil, nil, refused(explainStartError(err, h.cfg.StartTimeout))
+		return nil, l.refused(explainStartError(err, startTimeout))
 	}
 	raw, err := rpcClient.Dispense(driverplugin.PluginName)
 	if err != nil {
-		return nil, nil, refused(fmt.Errorf("dispense %q: %w", driverplugin.PluginName, err))
+		return nil, l.refused(fmt.Errorf("dispense %q: %w", driverplugin.PluginName, err))
 	}
 	drv, ok := raw.(*driverplugin.GRPCClient)
 	if !ok {
-		return nil, nil, fmt.Errorf("dispense %q: got %T, want *driverplugin.GRPCClient", driverplugin.PluginName, raw)
+		return nil, fmt.Errorf("dispense %q: got %T, want *driverplugin.GRPCClient", driverplugin.PluginName, raw)
 	}
+	return drv, nil
+}
 
-	rctx, cancel := context.WithDeadline(ctx, deadline)
-	defer cancel()
-	desc, err := drv.Describe(rctx)
+// describe asks the driver for its manifest and methods and checks them against Limits and the
+// manifest rules.
+func (h *Host) describe(ctx context.Context, m *managed, l *launch, drv *driverplugin.GRPCClient) (driverplugin.Description, []string, error) {
+	lim := h.cfg.Limits
+	desc, err := drv.Describe(ctx)
 	if err != nil {
-		return nil, nil, refused(explainRPCError(lim, err))
+		return desc, nil, l.refused(explainRPCError(lim, err))
 	}
-	methods, err := drv.SupportedMethods(rctx)
+	methods, err := drv.SupportedMethods(ctx)
 	if err != nil {
-		return nil, nil, refused(explainRPCError(lim, err))
+		return desc, nil, l.refused(explainRPCError(lim, err))
 	}
 	methods = dedupeMethods(methods)
 	if err := checkBounds(lim, desc, methods); err != nil {
-		return nil, nil, err
+		return desc, nil, err
 	}
 	if err := validateManifest(desc); err != nil {
-		return nil, nil, fmt.Errorf("invalid manifest from plugin %q: %w", desc.Key, err)
+		return desc, nil, fmt.Errorf("invalid manifest from plugin %q: %w", desc.Key, err)
 	}
 	if n, examples := unknownCapabilities(desc); n > 0 {
 		m.log.Warn("manifest declares capabilities the host does not know; they have no effect",
 			"count", n, "examples", examples)
 	}
-	pp := pr.Load()
-	// Last, right before it is published: the worker still runs the pinned bytes.
-	if err := pp.checkExecutable(); err != nil {
-		return nil, nil, err
-	}
+	return desc, methods, nil
+}
 
+// publishWorker checks, right before it is published, that the worker still runs the pinned
+// bytes, and publishes it as the plugin's ready worker of this generation.
+func (h *Host) publishWorker(m *managed, l *launch, drv *driverplugin.GRPCClient, desc driverplugin.Description, methods []string, generation uint64) (*worker, error) {
+	pp := l.pr.Load()
+	if err := pp.checkExecutable(); err != nil {
+		return nil, err
+	}
 	w := &worker{
 		pid:        pp.started(),
 		generation: generation,
@@ -284,14 +339,13 @@ func (h *Host) startWorker(ctx context.Context, m *managed, generation uint64) (
 		driver:     drv,
 		proc:       pp,
 		done:       pp.exited,
-		guard:      g,
+		guard:      l.guard,
 	}
 	w.facts = snapshot.NewWorker(generation, w.methods, pp.alive)
 	if err := h.publishReady(m, desc, w); err != nil {
-		return nil, nil, err
+		return nil, err
 	}
-	setUp = true
-	return w, kill, nil
+	return w, nil
 }
 
 // explainStartError adds what to do next to go-plugin's start errors.

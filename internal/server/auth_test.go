@@ -224,11 +224,6 @@ func TestAuthenticationConfig(t *testing.T) {
 			require.ErrorContains(t, err, tt.want)
 		})
 	}
-	c, err := server.ParseConfig(strings.NewReader("authentication:\n  mode: token\n  tokensFile: /etc/authz/tokens\n  allowedHosts: [authz.internal]\n"))
-	require.NoError(t, err)
-	assert.Equal(t, server.AuthConfig{Mode: "token", TokensFile: "/etc/authz/tokens", AllowedHosts: []string{"authz.internal"}}, c.Authentication)
-	_, err = server.ParseConfig(strings.NewReader("authentication:\n  tokens: x\n"))
-	require.ErrorContains(t, err, "field tokens not found")
 }
 
 // On a plain-HTTP connection to a loopback address, the Host header must name this service: a

@@ -2,14 +2,12 @@ package server_test
 
 import (
 	"net/http"
-	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/authz-dev/authz/internal/decision"
-	"github.com/authz-dev/authz/internal/server"
 )
 
 // TestDecisionCacheMetricsAndLog: a repeated decision is a cache hit, and still gets its own
@@ -35,26 +33,5 @@ func TestDecisionCacheMetricsAndLog(t *testing.T) {
 	require.Len(t, lines, 3, "one decision-log line per decision")
 	for _, l := range lines {
 		assert.True(t, ids[l["decision_id"].(string)])
-	}
-}
-
-func TestDecisionCacheConfig(t *testing.T) {
-	for _, tt := range []struct {
-		name, yaml, want, err string
-	}{
-		{name: "default", yaml: "", want: "on"},
-		{name: "off", yaml: "decisionCache: off\n", want: "off"},
-		{name: "on", yaml: "decisionCache: on\n", want: "on"},
-		{name: "other", yaml: "decisionCache: maybe\n", err: "decisionCache: must be on or off"},
-	} {
-		t.Run(tt.name, func(t *testing.T) {
-			cfg, err := server.ParseConfig(strings.NewReader(tt.yaml))
-			require.NoError(t, err)
-			if tt.err != "" {
-				require.ErrorContains(t, cfg.Validate(), tt.err)
-				return
-			}
-			assert.Equal(t, tt.want, cfg.DecisionCache)
-		})
 	}
 }

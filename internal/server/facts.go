@@ -3,44 +3,27 @@ package server
 import (
 	"time"
 
+	"github.com/authz-dev/authz/internal/pluginhost"
 	"github.com/authz-dev/authz/internal/snapshot"
 )
 
 // FactsSource is what the service reads the host state from: the facts of every decision (read
 // fresh each time), the facts in facts-file shape (GET /v1/facts), the plugin list
-// (GET /v1/plugins, metrics) and readiness. The live plugin host is adapted to it in
-// cmd/authz; StaticFacts serves a facts file.
+// (GET /v1/plugins, metrics) and readiness. The live plugin host (*pluginhost.Host) is one;
+// StaticFacts serves a facts file.
 type FactsSource interface {
 	snapshot.Facts
-	// FactsFile renders the current facts in the shape of a facts file (docs/contract.md section 4).
+	// FactsFile renders the current facts in the shape of a facts file.
 	FactsFile() snapshot.File
-	// Plugins lists the configured plugins and their workers as they are now.
-	Plugins() []PluginInfo
+	// Plugins lists the configured plugins and their workers as they are now. GET /v1/plugins
+	// shows them in their JSON shape, which carries the reason code of a plugin's last error
+	// but not the error itself.
+	Plugins() []pluginhost.PluginState
 	// Ready reports whether every enabled plugin has started once.
 	Ready() bool
 }
 
-// PluginInfo is one plugin as GET /v1/plugins shows it.
-type PluginInfo struct {
-	ID     string `json:"id"`
-	Key    string `json:"key"`
-	Status string `json:"status"`
-	// LastError is the reason code of the plugin's last failure (PIN_MISMATCH, START_TIMEOUT,
-	// WORKER_EXITED, ...; "" when none). The details are in the service log only: they name
-	// paths and digests that callers have no business seeing.
-	LastError string `json:"lastError"`
-	Restarts  uint64 `json:"restarts"`
-	// Worker is the running worker, nil (JSON null) while none runs.
-	Worker *WorkerInfo `json:"worker"`
-}
-
-// WorkerInfo is a plugin's running worker.
-type WorkerInfo struct {
-	PID              int       `json:"pid"`
-	Generation       uint64    `json:"generation"`
-	StartedAt        time.Time `json:"startedAt"`
-	SupportedMethods []string  `json:"supportedMethods"`
-}
+var _ FactsSource = (*pluginhost.Host)(nil)
 
 // StaticFacts is a FactsSource over a facts file: it never changes and is always ready. Its
 // workers have no process: pid 0, generation 0, startedAt the time the file was loaded.
@@ -70,19 +53,19 @@ func (s *StaticFacts) FactsFile() snapshot.File { return s.file }
 func (s *StaticFacts) Ready() bool { return true }
 
 // Plugins implements FactsSource from the file's plugins and workers.
-func (s *StaticFacts) Plugins() []PluginInfo {
-	out := make([]PluginInfo, 0, len(s.file.Plugins))
+func (s *StaticFacts) Plugins() []pluginhost.PluginState {
+	out := make([]pluginhost.PluginState, 0, len(s.file.Plugins))
 	for _, p := range s.file.Plugins {
 		id, _ := p["id"].(string)
 		key, _ := p["key"].(string)
 		status, _ := p["status"].(string)
-		info := PluginInfo{ID: id, Key: key, Status: status}
+		info := pluginhost.PluginState{ID: id, Key: key, Status: status}
 		if w, ok := s.Worker(id); ok {
 			methods := w.SupportedMethods
 			if methods == nil {
 				methods = []string{}
 			}
-			info.Worker = &WorkerInfo{Generation: w.Generation, StartedAt: s.loadedAt, SupportedMethods: methods}
+			info.Worker = &pluginhost.WorkerState{Generation: w.Generation, StartedAt: s.loadedAt, SupportedMethods: methods}
 		}
 		out = append(out, info)
 	}

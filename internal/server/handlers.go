@@ -16,6 +16,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/authz-dev/authz/internal/decision"
+	"github.com/authz-dev/authz/internal/pluginhost"
 	"github.com/authz-dev/authz/internal/snapshot"
 )
 
@@ -365,13 +366,13 @@ func parseDataRequest(body []byte) (*snapshot.Request, error) {
 
 // pluginsAnswer is GET /v1/plugins.
 type pluginsAnswer struct {
-	Plugins []PluginInfo `json:"plugins"`
+	Plugins []pluginhost.PluginState `json:"plugins"`
 }
 
 func (s *Server) handlePlugins(w http.ResponseWriter, _ *http.Request) {
 	ps := s.facts.Plugins()
 	if ps == nil {
-		ps = []PluginInfo{}
+		ps = []pluginhost.PluginState{}
 	}
 	writeJSON(w, http.StatusOK, pluginsAnswer{Plugins: ps})
 }

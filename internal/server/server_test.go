@@ -51,7 +51,6 @@ func staticFacts(t testing.TB, name string) *server.StaticFacts {
 // testConfig is the default configuration for a server over the test facts.
 func testConfig() server.Config {
 	cfg := server.DefaultConfig()
-	cfg.Plugins = nil
 	cfg.Addr = "127.0.0.1:0"
 	// Tests run under -race on shared machines, where a decision may take a while: no test
 	// but those of admission itself should meet a 503 SERVICE_OVERLOADED.
@@ -990,9 +989,9 @@ func TestSlowClientCannotHoldTheServer(t *testing.T) {
 
 func TestNewRejectsInvalidConfig(t *testing.T) {
 	cfg := testConfig()
-	cfg.Plugins = []server.PluginConfig{{ID: "x", Path: "/bin/x", SHA256: "abc"}}
+	cfg.MaxBodyBytes = 0
 	_, err := server.New(cfg, testEngine(t), staticFacts(t, "facts.json"), server.Options{})
-	require.ErrorContains(t, err, "plugins[0].sha256: must be 64 hex characters")
+	require.ErrorContains(t, err, "maxBodyBytes: must be positive")
 
 	cfg = testConfig()
 	cfg.TLS = server.TLSConfig{Cert: "/nonexistent/cert.pem", Key: "/nonexistent/key.pem"}

@@ -19,30 +19,57 @@ type Options struct {
 // Build assembles the input document of one decision from a checked request and the facts as they
 // are now. It never fails: what cannot be looked up is left out, and the policy denies on it.
 func Build(ctx context.Context, req *Request, facts Facts, opts Options) Input {
+	r := resolve(req)
+	factsDoc, plugin, worker := lookUpFacts(facts, r)
+	configFailed := checkConfig(ctx, req, facts, r, plugin, worker, opts.ConfigTimeout)
+	// Last, after its methods were read and its config checked: is the worker still running?
+	// A decision on a generation that has ended carries no worker, so the policy denies
+	// (worker_not_running) however recently the process died.
+	if worker != nil && !worker.Alive() {
+		delete(factsDoc, "worker")
+		configFailed = false
+	}
+	return assemble(req, r, factsDoc, configFailed, opts.Now)
+}
+
+// resolved is what a request names: the driver, the provider key and the plugin to consult.
+type resolved struct {
+	driver, providerKey, pluginID, driverKey string
+	pluginBacked                             bool
+}
+
+// resolve reads the driver, provider key, plugin and driver key from the lease metadata, falling
+// back on the environment: the driver defaults to "sandbox", and the provider key of a sandbox
+// environment is its config's provider.
+func resolve(req *Request) resolved {
 	md := req.Metadata
-	driver := nonEmpty(md["driver"])
-	if driver == "" {
-		driver = nonEmpty(req.Environment["driver"])
+	r := resolved{
+		driver:       nonEmpty(md["driver"]),
+		providerKey:  nonEmpty(md["provider"]),
+		pluginBacked: md["sandboxProviderPlugin"] == true,
+		pluginID:     nonEmpty(md["pluginId"]),
+		driverKey:    nonEmpty(md["driverKey"]),
 	}
-	if driver == "" {
-		driver = "sandbox"
+	if r.driver == "" {
+		r.driver = nonEmpty(req.Environment["driver"])
 	}
-	providerKey := nonEmpty(md["provider"])
-	if providerKey == "" && req.Environment["driver"] == "sandbox" {
+	if r.driver == "" {
+		r.driver = "sandbox"
+	}
+	if r.providerKey == "" && req.Environment["driver"] == "sandbox" {
 		if cfg, ok := req.Environment["config"].(map[string]any); ok {
-			providerKey = nonEmpty(cfg["provider"])
+			r.providerKey = nonEmpty(cfg["provider"])
 		}
 	}
-	pluginBacked := md["sandboxProviderPlugin"] == true
-	pluginID := nonEmpty(md["pluginId"])
-	driverKey := nonEmpty(md["driverKey"])
+	return r
+}
 
-	factsDoc := map[string]any{}
-	// The plugin record and its worker come from one snapshot of one generation.
-	var plugin map[string]any
-	var worker *Worker
-	if pluginID != "" {
-		if p, ok := facts.Plugin(pluginID); ok && p.Record != nil {
+// lookUpFacts reads the facts the request names: the plugin record and its worker (from one
+// snapshot of one generation) and the built-in provider.
+func lookUpFacts(facts Facts, r resolved) (factsDoc, plugin map[string]any, worker *Worker) {
+	factsDoc = map[string]any{}
+	if r.pluginID != "" {
+		if p, ok := facts.Plugin(r.pluginID); ok && p.Record != nil {
 			plugin = p.Record
 			// The policy reads only the manifest entries whose driverKey is the key it looks
 			// up (the provider key, or the lease's driverKey on the plugin driver): the input
@@ -51,44 +78,43 @@ func Build(ctx context.Context, req *Request, facts Facts, opts Options) Input {
 			if idx == nil {
 				idx = NewPluginIndex(p.Record)
 			}
-			factsDoc["plugin"] = idx.For(providerKey, driverKey)
+			factsDoc["plugin"] = idx.For(r.providerKey, r.driverKey)
 			if p.Worker != nil {
 				worker = p.Worker
 				factsDoc["worker"] = worker.Document()
 			}
 		}
 	}
-	if providerKey != "" {
-		if b, ok := facts.BuiltinProvider(providerKey); ok {
+	if r.providerKey != "" {
+		if b, ok := facts.BuiltinProvider(r.providerKey); ok {
 			factsDoc["builtinProvider"] = b
 		}
 	}
+	return factsDoc, plugin, worker
+}
 
-	// The config check is the one fact that may cost a call into a driver: ask only where the
-	// contract consults it (docs/contract.md section 6: the plugin-backed sandbox path with a
-	// ready plugin and a worker).
-	configFailed := false
-	if driver == "sandbox" && pluginBacked && providerKey != "" && worker != nil && plugin["status"] == "ready" {
-		cctx, cancel := ctx, context.CancelFunc(func() {})
-		if opts.ConfigTimeout > 0 {
-			cctx, cancel = context.WithTimeout(ctx, opts.ConfigTimeout)
-		}
-		ok, err := facts.ConfigValid(cctx, pluginID, worker, providerKey, req.Environment["config"])
-		cancel()
-		configFailed = err != nil || !ok
+// checkConfig reports whether the driver's config check failed (an error or "not valid"). The
+// config check is the one fact that may cost a call into a driver: it is asked only where the
+// decision consults it, the plugin-backed sandbox path with a ready plugin and a worker.
+func checkConfig(ctx context.Context, req *Request, facts Facts, r resolved, plugin map[string]any, worker *Worker, timeout time.Duration) bool {
+	if r.driver != "sandbox" || !r.pluginBacked || r.providerKey == "" || worker == nil || plugin["status"] != "ready" {
+		return false
 	}
-	// Last, after its methods were read and its config checked: is the worker still running?
-	// A decision on a generation that has ended carries no worker, so the policy denies
-	// (worker_not_running) however recently the process died.
-	if worker != nil && !worker.Alive() {
-		delete(factsDoc, "worker")
-		configFailed = false
+	cctx, cancel := ctx, context.CancelFunc(func() {})
+	if timeout > 0 {
+		cctx, cancel = context.WithTimeout(ctx, timeout)
 	}
+	defer cancel()
+	ok, err := facts.ConfigValid(cctx, r.pluginID, worker, r.providerKey, req.Environment["config"])
+	return err != nil || !ok
+}
 
-	now := time.Now
-	if opts.Now != nil {
-		now = opts.Now
+// assemble writes the input document.
+func assemble(req *Request, r resolved, factsDoc map[string]any, configFailed bool, now func() time.Time) Input {
+	if now == nil {
+		now = time.Now
 	}
+	md := req.Metadata
 	lease := req.Lease
 	if _, ok := lease["metadata"]; !ok {
 		lease = shallowWith(lease, "metadata", md)
@@ -99,11 +125,11 @@ func Build(ctx context.Context, req *Request, facts Facts, opts Options) Input {
 		"lease":       lease,
 		"now_ns":      now().UnixNano(),
 		"resolved": map[string]any{
-			"driver":       driver,
-			"providerKey":  providerKey,
-			"pluginBacked": pluginBacked,
-			"pluginId":     pluginID,
-			"driverKey":    driverKey,
+			"driver":       r.driver,
+			"providerKey":  r.providerKey,
+			"pluginBacked": r.pluginBacked,
+			"pluginId":     r.pluginID,
+			"driverKey":    r.driverKey,
 		},
 		"facts": factsDoc,
 		"narrowing": map[string]any{

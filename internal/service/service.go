@@ -1,0 +1,193 @@
+// Package service composes authz's HTTP service, `authz serve`: it reads the one configuration
+// file (Config), and Run wires it together: the plugin host (or a static facts file), the
+// decision engine with the embedded policy, the HTTP server and its listener, SIGHUP reloads
+// and the graceful shutdown. cmd/authz keeps only the flags, the help and the exit codes.
+package service
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"os/signal"
+	"runtime"
+	"runtime/debug"
+	"syscall"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+
+	"github.com/authz-dev/authz/internal/decision"
+	"github.com/authz-dev/authz/internal/pluginhost"
+	"github.com/authz-dev/authz/internal/server"
+)
+
+// Options are the parts of a run that are not configuration.
+type Options struct {
+	// LogOutput receives the service log (and, with decisionLog.path "-", nothing else:
+	// that goes to the process's stderr). os.Stderr when nil.
+	LogOutput io.Writer
+	// Listener, when not nil, is served instead of listening on the configured address (an
+	// inherited socket, or a test's). Run closes it.
+	Listener net.Listener
+}
+
+// ConfigError is a run that could not start because of its configuration: the file, a flag,
+// or a file the configuration names. The command line answers it with exit status 2.
+type ConfigError struct{ Err error }
+
+func (e *ConfigError) Error() string { return e.Err.Error() }
+func (e *ConfigError) Unwrap() error { return e.Err }
+
+func configError(format string, args ...any) error {
+	return &ConfigError{Err: fmt.Errorf(format, args...)}
+}
+
+// Run serves the authorization service of cfg until ctx is done, then shuts down in order: the
+// HTTP server stops (in-flight requests finish, up to shutdownTimeout), then the plugins, then
+// the decision log closes, and the log says "stopped: exiting". SIGHUP reloads what can be
+// reloaded while serving (server.Server.Reload). It returns nil after a shutdown asked for by
+// ctx, a *ConfigError when cfg cannot be served, and any other error when serving failed.
+func Run(ctx context.Context, cfg Config, opts Options) (err error) {
+	if opts.Listener != nil {
+		defer func() {
+			if err != nil {
+				opts.Listener.Close()
+			}
+		}()
+	}
+	cfg, err = cfg.Resolve()
+	if err != nil {
+		return &ConfigError{Err: err}
+	}
+	if err := cfg.Validate(); err != nil {
+		return configError("invalid configuration:\n%w", err)
+	}
+	out := opts.LogOutput
+	if out == nil {
+		out = os.Stderr
+	}
+	logger := cfg.Log.logger(out)
+	// Caught from here on, so that a SIGHUP during the start does not end the process; it is
+	// acted on once the service serves.
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	defer signal.Stop(hup)
+	limitMemory(cfg.Server)
+
+	engine, err := decision.New(ctx, decision.Options{
+		EvalTimeout:   cfg.Decision.EvalTimeout,
+		MaxConcurrent: runtime.GOMAXPROCS(0),
+		Cache:         decision.CacheOptions{Disabled: cfg.Decision.Cache == "off"},
+	})
+	if err != nil {
+		return fmt.Errorf("load the embedded policy: %w", err)
+	}
+	facts, host, err := newFacts(cfg, logger)
+	if err != nil {
+		return err
+	}
+	srv, err := server.New(cfg.Server, engine, facts, server.Options{Logger: logger})
+	if err != nil {
+		return &ConfigError{Err: err}
+	}
+	// Deferred calls run last first: the HTTP server stops (Serve returns), then the plugins,
+	// then the decision log closes, and only then does the log say the service has stopped.
+	defer logger.Info("stopped: exiting")
+	defer srv.Close()
+
+	ln := opts.Listener
+	if ln == nil {
+		if ln, err = server.Listen(cfg.Server.Addr); err != nil {
+			return err
+		}
+	}
+	if host != nil {
+		if err := host.Start(ctx); err != nil {
+			_ = host.Close()
+			ln.Close()
+			return fmt.Errorf("start plugins: %w", err)
+		}
+		// Runs after Serve returned: in-flight requests have finished by then.
+		defer stopPlugins(host, logger)
+		defer warnIfNotStarted(ctx, host, cfg.Host.StartTimeout, logger).Stop()
+	}
+	defer reloadOn(hup, srv, logger)()
+	return srv.Serve(ctx, ln)
+}
+
+// limitMemory sets a soft memory limit at the bound the admission limits guarantee, so that the
+// garbage collector returns memory before the heap doubles past it. GOMEMLIMIT, when set, wins.
+func limitMemory(cfg server.Config) {
+	if os.Getenv("GOMEMLIMIT") == "" {
+		debug.SetMemoryLimit(cfg.MemoryBound())
+	}
+}
+
+// newFacts returns the facts of every decision: the static facts file when one is configured,
+// else the plugin host (created, not started; host is then not nil).
+func newFacts(cfg Config, logger hclog.Logger) (facts server.FactsSource, host *pluginhost.Host, err error) {
+	if cfg.Facts != "" {
+		sf, err := server.LoadStaticFacts(cfg.Facts)
+		if err != nil {
+			return nil, nil, configError("facts: %s: %v", cfg.Facts, err)
+		}
+		logger.Info("using static facts; no plugin is started", "facts", cfg.Facts)
+		return sf, nil, nil
+	}
+	hc := cfg.Host
+	hc.Logger = logger.Named("plugins")
+	if host, err = pluginhost.New(hc); err != nil {
+		return nil, nil, &ConfigError{Err: err}
+	}
+	return host, host, nil
+}
+
+// warnIfNotStarted logs, once the start time-out has passed, which plugins have not been ready
+// yet (readiness waits for them), unless every one has.
+func warnIfNotStarted(ctx context.Context, host *pluginhost.Host, startTimeout time.Duration, logger hclog.Logger) *time.Timer {
+	if startTimeout == 0 {
+		startTimeout = pluginhost.DefaultStartTimeout
+	}
+	return time.AfterFunc(startTimeout, func() {
+		if host.Ready() {
+			return
+		}
+		// A context already done: WaitStarted names the plugins still waiting without waiting.
+		done, cancel := context.WithCancel(ctx)
+		cancel()
+		if err := host.WaitStarted(done); err != nil && !errors.Is(err, pluginhost.ErrClosed) {
+			logger.Warn("plugins have not started yet; GET /health/ready answers 503 until they have", "error", err)
+		}
+	})
+}
+
+// stopPlugins closes the host: every worker is ended and reaped.
+func stopPlugins(host *pluginhost.Host, logger hclog.Logger) {
+	logger.Info("stopping plugins")
+	if err := host.Close(); err != nil && !errors.Is(err, pluginhost.ErrClosed) {
+		logger.Warn("stopping plugins", "error", err)
+	}
+	logger.Info("plugins stopped")
+}
+
+// reloadOn reloads srv on every signal from hup until the returned stop is called.
+func reloadOn(hup <-chan os.Signal, srv *server.Server, logger hclog.Logger) (stop func()) {
+	done := make(chan struct{})
+	stopped := make(chan struct{})
+	go func() {
+		defer close(stopped)
+		for {
+			select {
+			case <-hup:
+				logger.Info("SIGHUP: reloading")
+				_ = srv.Reload()
+			case <-done:
+				return
+			}
+		}
+	}()
+	return func() { close(done); <-stopped }
+}

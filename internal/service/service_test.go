@@ -1,0 +1,216 @@
+package service_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"go.uber.org/goleak"
+
+	"github.com/authz-dev/authz/internal/pluginhost"
+	"github.com/authz-dev/authz/internal/service"
+	"github.com/authz-dev/authz/internal/testutil"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// loopback is a listener on an ephemeral loopback port.
+func loopback(t testing.TB) net.Listener {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	return ln
+}
+
+// startRun runs the service of cfg on a loopback listener until the test stops it; stop
+// cancels its context and returns Run's error (or fails when Run does not return in time).
+func startRun(t *testing.T, cfg service.Config, log io.Writer) (base string, stop func() error) {
+	t.Helper()
+	ln := loopback(t)
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	errc := make(chan error, 1)
+	go func() { errc <- service.Run(ctx, cfg, service.Options{LogOutput: log, Listener: ln}) }()
+	stopped := false
+	var err error
+	stop = func() error {
+		if !stopped {
+			stopped = true
+			cancel()
+			select {
+			case err = <-errc:
+			case <-time.After(30 * time.Second):
+				err = errors.New("Run did not return within 30s of its context ending")
+			}
+		}
+		return err
+	}
+	t.Cleanup(func() { _ = stop() })
+	return "http://" + ln.Addr().String(), stop
+}
+
+func getJSON(t testing.TB, c *http.Client, url string) (int, map[string]any) {
+	t.Helper()
+	resp, err := c.Get(url)
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	var doc map[string]any
+	require.NoError(t, json.NewDecoder(resp.Body).Decode(&doc))
+	return resp.StatusCode, doc
+}
+
+// assertLogOrder checks that each message appears in the log, in this order.
+func assertLogOrder(t testing.TB, log string, messages ...string) {
+	t.Helper()
+	at := 0
+	for _, m := range messages {
+		i := strings.Index(log[at:], m)
+		if !assert.GreaterOrEqual(t, i, 0, "%q should come after the messages before it; log:\n%s", m, log) {
+			return
+		}
+		at += i + len(m)
+	}
+}
+
+// TestRun serves the composed service on loopback, with static facts and with a live plugin
+// host, answers a decision, reloads on SIGHUP, and shuts down in order when its context ends.
+func TestRun(t *testing.T) {
+	tests := []struct {
+		name        string
+		change      func(c *service.Config)
+		wantPlugins int
+		wantLog     []string
+	}{
+		{
+			name:        "static facts",
+			change:      func(c *service.Config) { c.Facts = filepath.Join("..", "server", "testdata", "facts.json") },
+			wantPlugins: 2,
+			wantLog:     []string{"using static facts", "listening", "SIGHUP: reloading", "shutting down", "HTTP server stopped", "stopped: exiting"},
+		},
+		{
+			name:        "plugin host without plugins",
+			change:      func(c *service.Config) { c.Host.Plugins = []pluginhost.PluginConfig{} },
+			wantPlugins: 0,
+			wantLog: []string{"listening", "SIGHUP: reloading", "shutting down", "HTTP server stopped",
+				"stopping plugins", "plugins stopped", "stopped: exiting"},
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			cfg := service.DefaultConfig()
+			cfg.Server.DecisionLog.Path = filepath.Join(t.TempDir(), "decisions.log")
+			tt.change(&cfg)
+			log := &testutil.SyncBuffer{}
+			base, stop := startRun(t, cfg, log)
+			c := &http.Client{Timeout: 10 * time.Second}
+			require.Eventually(t, func() bool {
+				resp, err := c.Get(base + "/health/ready")
+				if err != nil {
+					return false
+				}
+				resp.Body.Close()
+				return resp.StatusCode == http.StatusOK
+			}, 30*time.Second, 20*time.Millisecond, "never ready; log:\n%s", log)
+
+			status, plugins := getJSON(t, c, base+"/v1/plugins")
+			require.Equal(t, http.StatusOK, status)
+			assert.Len(t, plugins["plugins"], tt.wantPlugins)
+
+			body, err := os.ReadFile(filepath.Join("..", "server", "testdata", "request.json"))
+			require.NoError(t, err)
+			resp, err := c.Post(base+"/v1/authorize", "application/json", strings.NewReader(string(body)))
+			require.NoError(t, err)
+			resp.Body.Close()
+			assert.Equal(t, http.StatusOK, resp.StatusCode)
+
+			// Run catches SIGHUP from its start: the signal reloads instead of ending the process.
+			require.NoError(t, syscall.Kill(os.Getpid(), syscall.SIGHUP))
+			require.Eventually(t, func() bool { return strings.Contains(log.String(), "SIGHUP: reloading") },
+				10*time.Second, 10*time.Millisecond)
+			c.CloseIdleConnections()
+
+			require.NoError(t, stop())
+			assertLogOrder(t, log.String(), tt.wantLog...)
+			logged, err := os.ReadFile(cfg.Server.DecisionLog.Path)
+			require.NoError(t, err)
+			assert.Contains(t, string(logged), `"decision_id"`, "the decision was logged")
+		})
+	}
+}
+
+// TestRunRefusesConfiguration: a configuration that cannot be served is a *ConfigError that
+// names the problem, returned before anything serves; the listener is closed.
+func TestRunRefusesConfiguration(t *testing.T) {
+	tests := []struct {
+		name   string
+		change func(c *service.Config)
+		want   string
+	}{
+		{name: "invalid field", change: func(c *service.Config) { c.Server.MaxBodyBytes = 0 },
+			want: "invalid configuration:\nmaxBodyBytes: must be positive"},
+		{name: "bad pin", change: func(c *service.Config) {
+			c.Host.Plugins = []pluginhost.PluginConfig{{ID: "a", Path: "/opt/a", SHA256: "abc"}}
+		}, want: "plugins[0].sha256: must be 64 hex characters"},
+		{name: "missing facts file", change: func(c *service.Config) { c.Facts = filepath.Join(t.TempDir(), "none.json") },
+			want: "facts: "},
+		{name: "unreadable certificate", change: func(c *service.Config) {
+			c.Server.TLS.Cert, c.Server.TLS.Key = "/nonexistent/c.pem", "/nonexistent/k.pem"
+			c.Host.Plugins = nil
+		}, want: "tls.cert: "},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			cfg := service.DefaultConfig()
+			tt.change(&cfg)
+			ln := loopback(t)
+			ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+			defer cancel()
+			err := service.Run(ctx, cfg, service.Options{LogOutput: io.Discard, Listener: ln})
+			var ce *service.ConfigError
+			require.ErrorAs(t, err, &ce)
+			assert.Contains(t, err.Error(), tt.want)
+			_, err = ln.Accept()
+			assert.ErrorIs(t, err, net.ErrClosed, "Run closed the listener it was given")
+		})
+	}
+}
+
+// TestRunNotReadyWhilePluginsHaveNotStarted: readiness comes from the host. A plugin that never
+// completes its start keeps GET /health/ready at 503, and once the start time-out has passed the
+// log names it.
+func TestRunNotReadyWhilePluginsHaveNotStarted(t *testing.T) {
+	bin, err := exec.LookPath("true")
+	require.NoError(t, err)
+	bin, err = filepath.EvalSymlinks(bin)
+	require.NoError(t, err)
+	sum, err := pluginhost.FileSHA256(bin)
+	require.NoError(t, err)
+	cfg := service.DefaultConfig()
+	cfg.Host.Plugins = []pluginhost.PluginConfig{{ID: "never.ready", Path: bin, SHA256: sum}}
+	cfg.Host.StartTimeout = 300 * time.Millisecond
+	log := &testutil.SyncBuffer{}
+	base, stop := startRun(t, cfg, log)
+	c := &http.Client{Timeout: 10 * time.Second}
+
+	require.Eventually(t, func() bool {
+		return strings.Contains(log.String(), "plugins have not started yet")
+	}, 30*time.Second, 20*time.Millisecond, "log:\n%s", log)
+	assert.Contains(t, log.String(), "not ready yet: never.ready (status ")
+	status, doc := getJSON(t, c, base+"/health/ready")
+	assert.Equal(t, http.StatusServiceUnavailable, status)
+	assert.Equal(t, false, doc["pluginsStarted"])
+	c.CloseIdleConnections()
+	require.NoError(t, stop())
+	assertLogOrder(t, log.String(), "HTTP server stopped", "stopping plugins", "plugins stopped", "stopped: exiting")
+}

@@ -5,6 +5,7 @@ import (
 	"sort"
 	"strings"
 
+	"github.com/authz-dev/authz/internal/coded"
 	"github.com/authz-dev/authz/internal/snapshot"
 )
 
@@ -37,7 +38,7 @@ func Explain(doc Document, in snapshot.Input, evalErr error) string {
 		fmt.Fprintf(&b, "DENY %v: %s %s\n", in["operation"], doc.Code, doc.Message)
 	}
 	if evalErr != nil {
-		fmt.Fprintf(&b, "  evaluation failed: %v\n", evalErr)
+		fmt.Fprintf(&b, "  evaluation failed: %s: %v\n", coded.CodeOf(evalErr), evalErr)
 	}
 	res, _ := in["resolved"].(map[string]any)
 	facts, _ := in["facts"].(map[string]any)

@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/authz-dev/authz/internal/coded"
 	"github.com/authz-dev/authz/internal/decision"
 	"github.com/authz-dev/authz/internal/snapshot"
 	"github.com/authz-dev/authz/internal/specoracle"
@@ -201,13 +202,13 @@ func checkAgainstOracle(t testing.TB, eng *decision.Engine, reqJSON, factsJSON [
 	switch {
 	case errors.Is(oerr, specoracle.ErrBadRequest):
 		require.Error(t, rerr, "oracle: bad request (%v); engine accepted %s", oerr, reqJSON)
-		require.True(t, snapshot.IsBadRequest(rerr))
+		require.Equal(t, coded.BadRequest, coded.CodeOf(rerr))
 		return
 	case rerr != nil:
 		t.Fatalf("engine: bad request (%v); oracle accepted %s", rerr, reqJSON)
 	case errors.Is(oerr, specoracle.ErrBadFacts):
 		require.Error(t, ferr, "oracle: bad facts (%v); engine accepted %s", oerr, factsJSON)
-		require.True(t, snapshot.IsBadFacts(ferr))
+		require.Equal(t, coded.BadFacts, coded.CodeOf(ferr))
 		return
 	case ferr != nil:
 		t.Fatalf("engine: bad facts (%v); oracle accepted %s", ferr, factsJSON)

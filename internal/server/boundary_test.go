@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/authz-dev/authz/internal/coded"
 	"github.com/authz-dev/authz/internal/server"
 	"github.com/authz-dev/authz/internal/snapshot"
 )
@@ -25,7 +26,7 @@ func TestEncodedPathsAreNotRouted(t *testing.T) {
 	} {
 		t.Run(path, func(t *testing.T) {
 			a := get(t, url+path)
-			requireAPIError(t, a, http.StatusNotFound, server.CodeNotFound)
+			requireAPIError(t, a, http.StatusNotFound, coded.NotFound)
 			assert.NotContains(t, string(a.body), "plugins\":[")
 		})
 	}
@@ -219,7 +220,7 @@ func TestInputBounds(t *testing.T) {
 					body = `{"input":` + body + `}`
 				}
 				a := post(t, url+path, body)
-				requireAPIError(t, a, http.StatusBadRequest, server.CodeBadRequest)
+				requireAPIError(t, a, http.StatusBadRequest, coded.BadRequest)
 				assert.Contains(t, a.json(t)["message"], tt.want)
 			})
 		}

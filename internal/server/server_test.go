@@ -20,6 +20,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
 
+	"github.com/authz-dev/authz/internal/coded"
 	"github.com/authz-dev/authz/internal/decision"
 	"github.com/authz-dev/authz/internal/server"
 	"github.com/authz-dev/authz/internal/snapshot"
@@ -468,7 +469,7 @@ func TestEvaluationFailure(t *testing.T) {
 	}{
 		{
 			name:     "time-out",
-			decider:  failingDecider{err: &decision.Error{Code: decision.CodeTimeout, Err: context.DeadlineExceeded}},
+			decider:  failingDecider{err: &coded.Error{Code: coded.EvalTimeout, Err: context.DeadlineExceeded}},
 			wantCode: "DUPLEX_CHANNEL_CAPABILITY_DENIED",
 			wantErr:  "EVAL_TIMEOUT",
 		},

@@ -9,6 +9,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/authz-dev/authz/internal/coded"
 	"github.com/authz-dev/authz/internal/snapshot"
 	"github.com/authz-dev/authz/internal/specexamples"
 	"github.com/authz-dev/authz/internal/specoracle"
@@ -44,13 +45,13 @@ func FuzzParseRequest(f *testing.F) {
 		var val any
 		if !decodeJSON(b, &val) {
 			require.Error(t, err, "not one JSON value, yet accepted: %q", b)
-			assert.True(t, snapshot.IsBadRequest(err))
+			assert.Equal(t, coded.BadRequest, coded.CodeOf(err))
 			return
 		}
 		_, oerr := specoracle.Decide(val, factsVal)
 		if errors.Is(oerr, specoracle.ErrBadRequest) {
 			require.Error(t, err, "the oracle refuses %q", b)
-			assert.True(t, snapshot.IsBadRequest(err))
+			assert.Equal(t, coded.BadRequest, coded.CodeOf(err))
 			return
 		}
 		require.NoError(t, err, "the oracle accepts %q", b)
@@ -82,13 +83,13 @@ func FuzzParseFacts(f *testing.F) {
 		var val any
 		if !decodeJSON(b, &val) {
 			require.Error(t, err, "not one JSON value, yet accepted: %q", b)
-			assert.True(t, snapshot.IsBadFacts(err))
+			assert.Equal(t, coded.BadFacts, coded.CodeOf(err))
 			return
 		}
 		_, oerr := specoracle.Decide(reqVal, val)
 		if errors.Is(oerr, specoracle.ErrBadFacts) {
 			require.Error(t, err, "the oracle refuses %q", b)
-			assert.True(t, snapshot.IsBadFacts(err))
+			assert.Equal(t, coded.BadFacts, coded.CodeOf(err))
 			return
 		}
 		require.NoError(t, err, "the oracle accepts %q", b)

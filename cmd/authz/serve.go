@@ -310,7 +310,7 @@ func (h *hostFacts) Plugins() []server.PluginInfo {
 	for i, s := range states {
 		// The API shows the reason code only: the last error itself names paths and digests,
 		// and is in the service log.
-		out[i] = server.PluginInfo{ID: s.ID, Key: s.Key, Status: s.Status, LastError: pluginhost.LastErrorReason(s.LastError), Restarts: s.Restarts}
+		out[i] = server.PluginInfo{ID: s.ID, Key: s.Key, Status: s.Status, LastError: s.LastErrorCode, Restarts: s.Restarts}
 		if w := s.Worker; w != nil {
 			out[i].Worker = &server.WorkerInfo{PID: w.PID, Generation: w.Generation, StartedAt: w.StartedAt, SupportedMethods: w.SupportedMethods}
 		}

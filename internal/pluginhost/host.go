@@ -91,12 +91,13 @@ type managed struct {
 
 // pluginView is an immutable snapshot of a plugin's state. Writers publish a modified copy.
 type pluginView struct {
-	status    string
-	lastError string
-	key       string
-	drivers   []driverplugin.EnvironmentDriver // last valid manifest
-	restarts  uint64
-	worker    *worker // nil: no live worker
+	status        string
+	lastError     string
+	lastErrorCode string // the code of lastError (coded.PinMismatch, …)
+	key           string
+	drivers       []driverplugin.EnvironmentDriver // last valid manifest
+	restarts      uint64
+	worker        *worker // nil: no live worker
 
 	// record is the plugin record rendered from status, key and drivers when the view was
 	// published, indexed by driverKey: one generation's record, shared by every decision that
@@ -128,22 +129,27 @@ type configKey struct {
 	configSum  [sha256.Size]byte
 }
 
-// PluginState is a plugin's state for the HTTP service (GET /v1/plugins).
+// PluginState is a plugin's state, as the service shows it (GET /v1/plugins).
 type PluginState struct {
-	ID        string       `json:"id"`
-	Key       string       `json:"key"`
-	Status    string       `json:"status"`
-	LastError string       `json:"lastError"`
-	Restarts  uint64       `json:"restarts"`
-	Worker    *WorkerState `json:"worker"`
+	ID     string
+	Key    string
+	Status string
+	// LastError says why the plugin last failed, for the service log: it names paths,
+	// digests and process ids.
+	LastError string
+	// LastErrorCode is the code of LastError (coded.PinMismatch, coded.StartTimeout, …):
+	// what API callers are shown.
+	LastErrorCode string
+	Restarts      uint64
+	Worker        *WorkerState // nil while no worker runs
 }
 
 // WorkerState describes a live worker.
 type WorkerState struct {
-	PID              int       `json:"pid"`
-	Generation       uint64    `json:"generation"`
-	StartedAt        time.Time `json:"startedAt"`
-	SupportedMethods []string  `json:"supportedMethods"`
+	PID              int
+	Generation       uint64
+	StartedAt        time.Time
+	SupportedMethods []string
 }
 
 // New checks cfg and returns a host that has started nothing yet.
@@ -436,7 +442,7 @@ func (h *Host) Plugins() []PluginState {
 	out := make([]PluginState, 0, len(h.plugins))
 	for _, m := range h.plugins {
 		v := m.state.Load()
-		ps := PluginState{ID: m.cfg.ID, Key: v.key, Status: v.status, LastError: v.lastError, Restarts: v.restarts}
+		ps := PluginState{ID: m.cfg.ID, Key: v.key, Status: v.status, LastError: v.lastError, LastErrorCode: v.lastErrorCode, Restarts: v.restarts}
 		if w := v.worker; w != nil && w.alive() {
 			ps.Worker = &WorkerState{PID: w.pid, Generation: w.generation, StartedAt: w.startedAt, SupportedMethods: slices.Clone(w.methods)}
 		}

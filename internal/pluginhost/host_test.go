@@ -628,15 +628,6 @@ func TestFailingPluginIsRetried(t *testing.T) {
 	assert.Equal(t, StatusError, state(t, h, "bad").Status)
 }
 
-func TestPluginStateJSON(t *testing.T) {
-	at := time.Date(2025, 1, 2, 3, 4, 5, 0, time.UTC)
-	b, err := json.Marshal(PluginState{ID: "a", Key: "k", Status: "ready", Restarts: 2,
-		Worker: &WorkerState{PID: 42, Generation: 3, StartedAt: at, SupportedMethods: []string{"m"}}})
-	require.NoError(t, err)
-	assert.JSONEq(t, `{"id":"a","key":"k","status":"ready","lastError":"","restarts":2,
-		"worker":{"pid":42,"generation":3,"startedAt":"2025-01-02T03:04:05Z","supportedMethods":["m"]}}`, string(b))
-}
-
 func TestNotADriver(t *testing.T) {
 	path, err := exec.LookPath("true")
 	require.NoError(t, err)

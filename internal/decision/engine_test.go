@@ -2,7 +2,7 @@ package decision
 
 import (
 	"context"
-	"sync"
+	"maps"
 	"testing"
 	"time"
 
@@ -12,6 +12,7 @@ import (
 
 	"github.com/authz-dev/authz/internal/coded"
 	"github.com/authz-dev/authz/internal/snapshot"
+	"github.com/authz-dev/authz/internal/testutil"
 )
 
 // grantInput is an input the embedded policy grants (the contract's fixture F as the host assembles it).
@@ -32,7 +33,7 @@ func grantInput() snapshot.Input {
 	}
 }
 
-func engineWith(t *testing.T, src string) *Engine {
+func engineWith(t testing.TB, src string) *Engine {
 	t.Helper()
 	e := NewEmpty(Options{})
 	require.NoError(t, e.LoadModules(t.Context(), map[string]string{"p.rego": src}, "test"))
@@ -44,7 +45,7 @@ const allFalse = `{"reusableLeases": false, "nativeSyncIn": false, "nativeSyncOu
 	"incrementalSessionOutput": false, "concurrentSyncOperations": false,
 	"duplexCommandStream": false, "runnerWebSocketIngress": false}`
 
-func assertFailClosed(t *testing.T, doc Document, err error, code, op string) {
+func assertFailClosed(t testing.TB, doc Document, err error, code, op string) {
 	t.Helper()
 	require.Error(t, err)
 	assert.Equal(t, code, coded.CodeOf(err), "error: %v", err)
@@ -191,33 +192,20 @@ func TestPolicySwapUnderLoad(t *testing.T) {
 	require.NoError(t, err)
 	denyAll := map[string]string{"deny.rego": `package authz
 decision := {"allow": false, "code": "DENY_ALL", "message": "", "reasons": [], "capabilities": ` + allFalse + `}`}
-	mods := map[string]string{}
-	for k, v := range denyAll {
-		mods[k] = v
-	}
-	var wg sync.WaitGroup
-	stop := make(chan struct{})
-	for range 4 {
-		wg.Go(func() {
-			for {
-				select {
-				case <-stop:
-					return
-				default:
-				}
-				doc, err := e.Evaluate(context.Background(), grantInput())
-				if !assert.NoError(t, err) {
-					return
-				}
-				if doc.Revision == "deny-all" {
-					assert.False(t, doc.Allow)
-					assert.Equal(t, "DENY_ALL", doc.Code)
-				} else {
-					assert.True(t, doc.Allow)
-				}
-			}
-		})
-	}
+	mods := maps.Clone(denyAll)
+	stop := testutil.Repeat(t, 4, func(int) bool {
+		doc, err := e.Evaluate(context.Background(), grantInput())
+		if !assert.NoError(t, err) {
+			return false
+		}
+		if doc.Revision == "deny-all" {
+			assert.False(t, doc.Allow)
+			assert.Equal(t, "DENY_ALL", doc.Code)
+		} else {
+			assert.True(t, doc.Allow)
+		}
+		return true
+	})
 	embedded := e.Revision()
 	for i := range 6 {
 		if i%2 == 0 {
@@ -227,11 +215,10 @@ decision := {"allow": false, "code": "DENY_ALL", "message": "", "reasons": [], "
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
-	close(stop)
-	wg.Wait()
+	stop()
 }
 
-func embeddedModules(t *testing.T) []func(*rego.Rego) {
+func embeddedModules(t testing.TB) []func(*rego.Rego) {
 	t.Helper()
 	mods, err := policiesModules()
 	require.NoError(t, err)

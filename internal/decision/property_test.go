@@ -14,6 +14,7 @@ import (
 	"github.com/authz-dev/authz/internal/decision"
 	"github.com/authz-dev/authz/internal/snapshot"
 	"github.com/authz-dev/authz/internal/specoracle"
+	"github.com/authz-dev/authz/internal/testutil"
 )
 
 // absent marks a field the generator leaves out.
@@ -266,29 +267,18 @@ func FuzzDecide(f *testing.F) {
 	eng := newEngine(f)
 	f.Fuzz(func(t *testing.T, reqJSON, factsJSON []byte) {
 		var reqVal, factsVal any
-		if !decodes(reqJSON, &reqVal) {
+		if !testutil.DecodeOneJSON(reqJSON, &reqVal) {
 			_, err := snapshot.ParseRequest(bytes.NewReader(reqJSON))
 			require.Error(t, err)
 			return
 		}
-		if !decodes(factsJSON, &factsVal) {
+		if !testutil.DecodeOneJSON(factsJSON, &factsVal) {
 			_, err := snapshot.ParseFacts(bytes.NewReader(factsJSON))
 			require.Error(t, err)
 			return
 		}
 		checkAgainstOracle(t, eng, reqJSON, factsJSON, reqVal, factsVal)
 	})
-}
-
-// decodes reports whether b is exactly one JSON value, decoded with UseNumber into v.
-func decodes(b []byte, v *any) bool {
-	dec := json.NewDecoder(bytes.NewReader(b))
-	dec.UseNumber()
-	if dec.Decode(v) != nil {
-		return false
-	}
-	_, err := dec.Token()
-	return err != nil && err.Error() == "EOF"
 }
 
 // TestCachedAgreesWithUncached is the cache's safety property: on random assembled inputs and on

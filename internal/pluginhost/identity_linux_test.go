@@ -9,7 +9,6 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -21,6 +20,7 @@ import (
 	"github.com/authz-dev/authz/internal/decision"
 	"github.com/authz-dev/authz/internal/snapshot"
 	"github.com/authz-dev/authz/internal/testdrivers/identity"
+	"github.com/authz-dev/authz/internal/testutil"
 )
 
 // impostorBinary writes a copy of the test binary with a few bytes appended: it runs the same
@@ -72,20 +72,11 @@ func TestPinBindsTheBytesThatRun(t *testing.T) {
 	cfg.MinBackoff, cfg.MaxBackoff = time.Millisecond, 5*time.Millisecond
 	h, rec := startHost(t, cfg)
 
-	stop := make(chan struct{})
-	var wg sync.WaitGroup
-	wg.Go(func() {
-		for i := 0; ; i++ {
-			select {
-			case <-stop:
-				return
-			default:
-			}
-			flip(i)
-			time.Sleep(50 * time.Microsecond)
-		}
-	})
-	defer func() { close(stop); wg.Wait() }()
+	defer testutil.Repeat(t, 1, func(i int) bool {
+		flip(i)
+		time.Sleep(50 * time.Microsecond)
+		return true
+	})()
 
 	var readies, impostors int
 	seen := map[int]bool{}

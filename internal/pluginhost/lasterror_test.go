@@ -34,6 +34,8 @@ func TestLastErrorCodes(t *testing.T) {
 		start  time.Duration
 		kill   bool // SIGKILL the first worker and wait for the restart
 		want   string
+		// wantErr matches the last error, where the code alone does not say which failure it was.
+		wantErr string
 	}{
 		{name: "pin mismatch", want: coded.PinMismatch, plugin: func(t *testing.T) PluginConfig {
 			p := driverPlugin(t, "p")
@@ -49,7 +51,7 @@ func TestLastErrorCodes(t *testing.T) {
 			plugin: func(t *testing.T) PluginConfig { return driverPlugin(t, "p", "-hang-at-start") }},
 		{name: "stdout noise", want: coded.HandshakeFailed,
 			plugin: func(t *testing.T) PluginConfig { return driverPlugin(t, "p", "-stdout-noise") }},
-		{name: "not a driver", want: coded.HandshakeFailed,
+		{name: "not a driver", want: coded.HandshakeFailed, wantErr: `plugin (ended its stdout|exited) before the go-plugin handshake`,
 			plugin: func(*testing.T) PluginConfig { return PluginConfig{ID: "p", Path: truePath, SHA256: trueSum} }},
 		{name: "invalid manifest", want: coded.InvalidManifest,
 			plugin: func(t *testing.T) PluginConfig { return driverPlugin(t, "p", "-plugin-key", "") }},
@@ -76,6 +78,9 @@ func TestLastErrorCodes(t *testing.T) {
 			}
 			st := state(t, h, "p")
 			assert.Equal(t, tt.want, st.LastErrorCode, "last error: %s", st.LastError)
+			if tt.wantErr != "" {
+				assert.Regexp(t, tt.wantErr, st.LastError)
+			}
 		})
 	}
 }

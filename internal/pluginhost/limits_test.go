@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"os"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -173,23 +172,14 @@ func TestHugePluginDoesNotStarveAnother(t *testing.T) {
 	// returns small's decisions per second and the load's.
 	const window = 3 * time.Second
 	rate := func(load *snapshot.Request, loadClients int) (smallPerSec, loadPerSec float64) {
-		stop := make(chan struct{})
 		var loadN atomic.Int64
-		var wg sync.WaitGroup
+		stop := func() {}
 		if load != nil {
-			for range loadClients {
-				wg.Go(func() {
-					for {
-						select {
-						case <-stop:
-							return
-						default:
-						}
-						_, _, _ = eng.Decide(t.Context(), load, h)
-						loadN.Add(1)
-					}
-				})
-			}
+			stop = testutil.Repeat(t, loadClients, func(int) bool {
+				_, _, _ = eng.Decide(t.Context(), load, h)
+				loadN.Add(1)
+				return true
+			})
 		}
 		var n int
 		start := time.Now()
@@ -200,8 +190,7 @@ func TestHugePluginDoesNotStarveAnother(t *testing.T) {
 			n++
 		}
 		elapsed := time.Since(start)
-		close(stop)
-		wg.Wait()
+		stop()
 		return float64(n) / elapsed.Seconds(), float64(loadN.Load()) / elapsed.Seconds()
 	}
 

@@ -18,7 +18,7 @@ import (
 
 // startSlowRequest sends the headers of a decision request and part of its body, and returns
 // the connection and the rest of the body.
-func startSlowRequest(t *testing.T, base, body string) (net.Conn, string) {
+func startSlowRequest(t testing.TB, base, body string) (net.Conn, string) {
 	t.Helper()
 	addr := strings.TrimPrefix(base, "http://")
 	c, err := net.Dial("tcp", addr)

@@ -816,24 +816,7 @@ func TestExamples(t *testing.T) {
 // serveOn runs s.Serve on ln until the returned stop is called; stop waits for Serve to return.
 func serveOn(t testing.TB, s *server.Server, ln net.Listener) (stop func() error) {
 	t.Helper()
-	ctx, cancel := context.WithCancel(context.Background())
-	errc := make(chan error, 1)
-	go func() { errc <- s.Serve(ctx, ln) }()
-	var once sync.Once
-	var err error
-	stop = func() error {
-		once.Do(func() {
-			cancel()
-			select {
-			case err = <-errc:
-			case <-time.After(20 * time.Second):
-				err = errors.New("Serve did not return after cancel")
-			}
-		})
-		return err
-	}
-	t.Cleanup(func() { _ = stop() })
-	return stop
+	return testutil.RunUntilStopped(t, "Serve", 20*time.Second, func(ctx context.Context) error { return s.Serve(ctx, ln) })
 }
 
 func unixClient(path string) *http.Client {

@@ -2,7 +2,6 @@ package snapshot_test
 
 import (
 	"bytes"
-	"encoding/json"
 	"errors"
 	"testing"
 
@@ -13,18 +12,8 @@ import (
 	"github.com/authz-dev/authz/internal/snapshot"
 	"github.com/authz-dev/authz/internal/specexamples"
 	"github.com/authz-dev/authz/internal/specoracle"
+	"github.com/authz-dev/authz/internal/testutil"
 )
-
-// decodeJSON reports whether b is exactly one JSON value, decoded with UseNumber into v.
-func decodeJSON(b []byte, v *any) bool {
-	dec := json.NewDecoder(bytes.NewReader(b))
-	dec.UseNumber()
-	if dec.Decode(v) != nil {
-		return false
-	}
-	_, err := dec.Token()
-	return err != nil && err.Error() == "EOF"
-}
 
 // FuzzParseRequest: request parsing never panics, refuses exactly what the contract calls a bad
 // request (as the independent oracle reads it), and an accepted request is well-formed and
@@ -39,11 +28,11 @@ func FuzzParseRequest(f *testing.F) {
 	facts, err := snapshot.ParseFacts(bytes.NewReader(factsJSON))
 	require.NoError(f, err)
 	var factsVal any
-	require.True(f, decodeJSON(factsJSON, &factsVal))
+	require.True(f, testutil.DecodeOneJSON(factsJSON, &factsVal))
 	f.Fuzz(func(t *testing.T, b []byte) {
 		req, err := snapshot.ParseRequest(bytes.NewReader(b))
 		var val any
-		if !decodeJSON(b, &val) {
+		if !testutil.DecodeOneJSON(b, &val) {
 			require.Error(t, err, "not one JSON value, yet accepted: %q", b)
 			assert.Equal(t, coded.BadRequest, coded.CodeOf(err))
 			return
@@ -75,13 +64,13 @@ func FuzzParseFacts(f *testing.F) {
 		f.Add([]byte(s))
 	}
 	var reqVal any
-	require.True(f, decodeJSON(reqJSON, &reqVal))
+	require.True(f, testutil.DecodeOneJSON(reqJSON, &reqVal))
 	req, err := snapshot.ParseRequest(bytes.NewReader(reqJSON))
 	require.NoError(f, err)
 	f.Fuzz(func(t *testing.T, b []byte) {
 		facts, err := snapshot.ParseFacts(bytes.NewReader(b))
 		var val any
-		if !decodeJSON(b, &val) {
+		if !testutil.DecodeOneJSON(b, &val) {
 			require.Error(t, err, "not one JSON value, yet accepted: %q", b)
 			assert.Equal(t, coded.BadFacts, coded.CodeOf(err))
 			return

@@ -30,14 +30,6 @@ func Errorf(code, format string, args ...any) *Error {
 	return &Error{Code: code, Err: fmt.Errorf(format, args...)}
 }
 
-// Wrap returns err with code, or nil when err is nil.
-func Wrap(code string, err error) error {
-	if err == nil {
-		return nil
-	}
-	return &Error{Code: code, Err: err}
-}
-
 // CodeOf returns the code of the outermost *Error in err's chain, or "" when there is none.
 func CodeOf(err error) string {
 	if e, ok := errors.AsType[*Error](err); ok {

@@ -21,9 +21,9 @@ func TestCodeOf(t *testing.T) {
 		{name: "nil", err: nil, want: ""},
 		{name: "plain", err: io.EOF, want: ""},
 		{name: "coded", err: coded.Errorf(coded.BadFacts, "facts: %w", io.EOF), want: coded.BadFacts},
-		{name: "wrapped", err: fmt.Errorf("load: %w", coded.Wrap(coded.PinMismatch, io.EOF)), want: coded.PinMismatch},
-		{name: "outermost wins", err: coded.Wrap(coded.BrokerRefused, coded.Wrap(coded.StartTimeout, io.EOF)), want: coded.BrokerRefused},
-		{name: "joined", err: errors.Join(io.EOF, coded.Wrap(coded.KeyConflict, io.EOF)), want: coded.KeyConflict},
+		{name: "wrapped", err: fmt.Errorf("load: %w", &coded.Error{Code: coded.PinMismatch, Err: io.EOF}), want: coded.PinMismatch},
+		{name: "outermost wins", err: &coded.Error{Code: coded.BrokerRefused, Err: &coded.Error{Code: coded.StartTimeout, Err: io.EOF}}, want: coded.BrokerRefused},
+		{name: "joined", err: errors.Join(io.EOF, &coded.Error{Code: coded.KeyConflict, Err: io.EOF}), want: coded.KeyConflict},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -39,5 +39,4 @@ func TestErrorKeepsMessageAndCause(t *testing.T) {
 	var ce *coded.Error
 	require.ErrorAs(t, fmt.Errorf("parse: %w", err), &ce)
 	assert.Equal(t, coded.BadRequest, ce.Code)
-	assert.NoError(t, coded.Wrap(coded.Internal, nil))
 }

@@ -53,7 +53,7 @@ func assertFailClosed(t testing.TB, doc Document, err error, code, op string) {
 	want := FailedDocument(op)
 	assert.Equal(t, want.Code, doc.Code)
 	assert.Equal(t, want.Message, doc.Message)
-	assert.Equal(t, []string{ReasonEvaluationFailed}, doc.Reasons)
+	assert.Equal(t, []string{reasonEvaluationFailed}, doc.Reasons)
 	assert.Equal(t, Capabilities{}, doc.Capabilities)
 	assert.NotEmpty(t, doc.DecisionID)
 }

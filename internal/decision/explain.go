@@ -2,7 +2,7 @@ package decision
 
 import (
 	"fmt"
-	"sort"
+	"slices"
 	"strings"
 
 	"github.com/authz-dev/authz/internal/coded"
@@ -25,7 +25,7 @@ var reasonText = map[string]string{
 	"method_not_verified":              "a method the capability requires is missing from the worker's methods right now",
 	"capability_not_declared":          "the driver's declaration leaves the capability out (opt-in), says false, or is not a boolean",
 	"capability_narrowed":              "the lease policy, lease metadata or a refused provider config removes the capability",
-	ReasonEvaluationFailed:             "the policy could not be evaluated; the service fails closed",
+	reasonEvaluationFailed:             "the policy could not be evaluated; the service fails closed",
 }
 
 // Explain renders a readable account of a decision: the verdict, what the host resolved, the
@@ -63,7 +63,7 @@ func Explain(doc Document, in snapshot.Input, evalErr error) string {
 				on = append(on, k)
 			}
 		}
-		sort.Strings(on)
+		slices.Sort(on)
 		if len(on) > 0 {
 			fmt.Fprintf(&b, "  narrowing: %s\n", strings.Join(on, ", "))
 		}

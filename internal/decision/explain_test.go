@@ -73,7 +73,7 @@ func TestExplainNamesWhatIsMissing(t *testing.T) {
 
 func TestExplainNamesTheFailureCode(t *testing.T) {
 	doc := decision.FailedDocument("openDuplexChannel")
-	err := fmt.Errorf("decide: %w", coded.Wrap(coded.EvalTimeout, context.DeadlineExceeded))
+	err := fmt.Errorf("decide: %w", &coded.Error{Code: coded.EvalTimeout, Err: context.DeadlineExceeded})
 	out := decision.Explain(doc, snapshot.Input{"operation": "openDuplexChannel"}, err)
 	assert.Contains(t, out, "evaluation failed: EVAL_TIMEOUT: decide: context deadline exceeded")
 }

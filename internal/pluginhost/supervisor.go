@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"net"
 	"os"
 	"os/exec"
@@ -355,14 +356,7 @@ func validateManifest(d driverplugin.Description) error {
 		if e.Kind != driverplugin.KindSandboxProvider && e.Kind != driverplugin.KindEnvironmentDriver {
 			errs = append(errs, fmt.Errorf("%s.kind: %q is neither %q nor %q", field, e.Kind, driverplugin.KindSandboxProvider, driverplugin.KindEnvironmentDriver))
 		}
-		keys := slices.Sorted(func(yield func(string) bool) {
-			for k := range e.SandboxCapabilities {
-				if !yield(k) {
-					return
-				}
-			}
-		})
-		for _, k := range keys {
+		for _, k := range slices.Sorted(maps.Keys(e.SandboxCapabilities)) {
 			v := e.SandboxCapabilities[k]
 			if _, ok := v.(bool); !ok {
 				js, _ := json.Marshal(v)

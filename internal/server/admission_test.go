@@ -67,7 +67,7 @@ func TestAdmissionBoundsRequestsInProgress(t *testing.T) {
 	assert.Equal(t, coded.Overloaded, m["code"])
 	assert.Equal(t, false, m["allow"])
 	assert.Equal(t, "1", a.header.Get("Retry-After"))
-	assert.Equal(t, coded.Overloaded, a.header.Get(server.HeaderError))
+	assert.Equal(t, coded.Overloaded, a.header.Get("X-Authz-Error"))
 	assert.GreaterOrEqual(t, waited, 200*time.Millisecond, "it waited for a slot first")
 	assert.Equal(t, http.StatusOK, get(t, base+"/health").status, "other endpoints are not held up")
 

@@ -191,7 +191,7 @@ func TestInputBounds(t *testing.T) {
 	require.Contains(t, huge, "1e40000")
 	a := post(t, url+"/v1/authorize", huge)
 	require.Equal(t, http.StatusOK, a.status, "body: %s", a.body)
-	assert.Empty(t, a.header.Get(server.HeaderError))
+	assert.Empty(t, a.header.Get("X-Authz-Error"))
 	got := a.json(t)
 	for _, k := range []string{"allow", "code", "reasons", "capabilities"} {
 		assert.Equal(t, plain[k], got[k], k)

@@ -274,7 +274,7 @@ func TestDataAPISubpathFailsClosed(t *testing.T) {
 		t.Run(path, func(t *testing.T) {
 			a := post(t, url+"/v1/data/authz/decision/"+path, inputBody(fixture(t, nil)))
 			require.Equal(t, http.StatusInternalServerError, a.status)
-			assert.Equal(t, "EVAL_TIMEOUT", a.header.Get(server.HeaderError))
+			assert.Equal(t, "EVAL_TIMEOUT", a.header.Get("X-Authz-Error"))
 			assert.Equal(t, false, a.json(t)["result"])
 		})
 	}

@@ -20,9 +20,9 @@ import (
 	"github.com/authz-dev/authz/internal/snapshot"
 )
 
-// HeaderError carries the code of a decision that could not be evaluated (EVAL_TIMEOUT, ...) or
+// headerError carries the code of a decision that could not be evaluated (EVAL_TIMEOUT, ...) or
 // DECISION_LOG_UNAVAILABLE.
-const HeaderError = "X-Authz-Error"
+const headerError = "X-Authz-Error"
 
 const (
 	pathAuthorize    = "/v1/authorize"
@@ -205,13 +205,13 @@ func (s *Server) admitted(w http.ResponseWriter, r *http.Request, read func(http
 func (s *Server) answerDecision(w http.ResponseWriter, r *http.Request, path string, req *snapshot.Request) (doc decision.Document, status int, ok bool) {
 	doc, evalCode, ok := s.decide(r, path, req)
 	if !ok {
-		w.Header().Set(HeaderError, coded.DecisionLogUnavailable)
+		w.Header().Set(headerError, coded.DecisionLogUnavailable)
 		writeDecisionError(w, coded.Errorf(coded.DecisionLogUnavailable,
 			"the decision could not be recorded in the decision log, which this service requires; nothing is granted until the log is writable again"))
 		return doc, 0, false
 	}
 	if evalCode != "" {
-		w.Header().Set(HeaderError, evalCode)
+		w.Header().Set(headerError, evalCode)
 		return doc, http.StatusInternalServerError, true
 	}
 	return doc, http.StatusOK, true
@@ -289,7 +289,7 @@ func (s *Server) answerOverloaded(w http.ResponseWriter, r *http.Request) {
 	if r.ProtoMajor == 1 {
 		w.Header().Set("Connection", "close")
 	}
-	w.Header().Set(HeaderError, coded.Overloaded)
+	w.Header().Set(headerError, coded.Overloaded)
 	writeDecisionError(w, s.admit.overloaded())
 }
 

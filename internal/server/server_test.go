@@ -6,11 +6,13 @@ import (
 	"encoding/json"
 	"errors"
 	"io"
+	"maps"
 	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -24,6 +26,7 @@ import (
 	"github.com/authz-dev/authz/internal/decision"
 	"github.com/authz-dev/authz/internal/server"
 	"github.com/authz-dev/authz/internal/snapshot"
+	"github.com/authz-dev/authz/internal/specexamples"
 	"github.com/authz-dev/authz/internal/testutil"
 )
 
@@ -149,10 +152,7 @@ func get(t testing.TB, url string) answer {
 // fixture returns the docs/contract.md section 3 request with changes applied to its decoded form.
 func fixture(t testing.TB, change func(req map[string]any)) string {
 	t.Helper()
-	b, err := os.ReadFile(filepath.Join("testdata", "request.json"))
-	require.NoError(t, err)
-	var req map[string]any
-	require.NoError(t, json.Unmarshal(b, &req))
+	req := specexamples.NewFixture().Request
 	if change != nil {
 		change(req)
 	}
@@ -260,7 +260,7 @@ func TestAuthorize(t *testing.T) {
 			a := post(t, url+"/v1/authorize", fixture(t, tt.change))
 			require.Equal(t, http.StatusOK, a.status, "a decision is data: a deny is 200 too; body %s", a.body)
 			assert.Equal(t, "application/json", a.header.Get("Content-Type"))
-			assert.Empty(t, a.header.Get(server.HeaderError))
+			assert.Empty(t, a.header.Get("X-Authz-Error"))
 			doc := a.json(t)
 			requireDocument(t, doc)
 			assert.Equal(t, tt.wantAllow, doc["allow"])
@@ -314,7 +314,7 @@ func TestCapabilities(t *testing.T) {
 	a := post(t, url+"/v1/capabilities", fixture(t, func(r map[string]any) { metadata(r)["backend"] = "job" }))
 	require.Equal(t, http.StatusOK, a.status)
 	m := a.json(t)
-	assert.ElementsMatch(t, []string{"capabilities", "decision_id", "revision"}, keys(m))
+	assert.ElementsMatch(t, []string{"capabilities", "decision_id", "revision"}, slices.Collect(maps.Keys(m)))
 	assert.Equal(t, testEngine(t).Revision(), m["revision"])
 	assert.NotEmpty(t, m["decision_id"])
 	caps := m["capabilities"].(map[string]any)
@@ -323,14 +323,6 @@ func TestCapabilities(t *testing.T) {
 		want[k] = k == "duplexCommandStream"
 	}
 	assert.Equal(t, want, caps)
-}
-
-func keys(m map[string]any) []string {
-	out := make([]string, 0, len(m))
-	for k := range m {
-		out = append(out, k)
-	}
-	return out
 }
 
 func requireAPIError(t testing.TB, a answer, status int, code string) {
@@ -503,7 +495,7 @@ func TestEvaluationFailure(t *testing.T) {
 				}
 				a := post(t, url+path, body)
 				require.Equal(t, http.StatusInternalServerError, a.status, "%s: %s", path, a.body)
-				assert.Equal(t, tt.wantErr, a.header.Get(server.HeaderError), path)
+				assert.Equal(t, tt.wantErr, a.header.Get("X-Authz-Error"), path)
 				m := a.json(t)
 				switch path {
 				case "/v1/capabilities":
@@ -766,7 +758,7 @@ func TestDecisionLogUnavailable(t *testing.T) {
 				if tt.required {
 					requireAPIError(t, a, http.StatusServiceUnavailable, "DECISION_LOG_UNAVAILABLE")
 					assert.Equal(t, false, a.json(t)["allow"])
-					assert.Equal(t, "DECISION_LOG_UNAVAILABLE", a.header.Get(server.HeaderError))
+					assert.Equal(t, "DECISION_LOG_UNAVAILABLE", a.header.Get("X-Authz-Error"))
 					assert.NotContains(t, string(a.body), "capabilities")
 				}
 			}

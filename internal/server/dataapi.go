@@ -260,10 +260,5 @@ func writeDataJSON(w http.ResponseWriter, status int, v any, pretty bool) {
 		writeJSON(w, status, v) // writes the encoding failure answer
 		return
 	}
-	h := w.Header()
-	h.Set("Content-Type", "application/json")
-	h.Set("Cache-Control", "no-store")
-	h.Set("X-Content-Type-Options", "nosniff")
-	w.WriteHeader(status)
-	_, _ = w.Write(append(b, '\n'))
+	writeBody(w, status, b)
 }

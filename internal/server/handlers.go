@@ -29,7 +29,7 @@ const (
 	pathCapabilities = "/v1/capabilities"
 	pathDataDecision = "/v1/data/authz/decision"
 
-	marshalFailureBody = `{"code":"INTERNAL_ERROR","message":"the answer could not be encoded"}` + "\n"
+	marshalFailureBody = `{"code":"INTERNAL_ERROR","message":"the answer could not be encoded"}`
 )
 
 // apiError is every answer that is not a decision: {"code": ..., "message": ...}, the wire
@@ -432,16 +432,20 @@ func errorAnswer(err error) apiError {
 }
 
 func writeJSON(w http.ResponseWriter, status int, v any) {
+	b, err := json.Marshal(v)
+	if err != nil {
+		writeBody(w, http.StatusInternalServerError, []byte(marshalFailureBody))
+		return
+	}
+	writeBody(w, status, b)
+}
+
+// writeBody answers with status and the JSON document b, and a newline.
+func writeBody(w http.ResponseWriter, status int, b []byte) {
 	h := w.Header()
 	h.Set("Content-Type", "application/json")
 	h.Set("Cache-Control", "no-store")
 	h.Set("X-Content-Type-Options", "nosniff")
-	b, err := json.Marshal(v)
-	if err != nil {
-		w.WriteHeader(http.StatusInternalServerError)
-		_, _ = io.WriteString(w, marshalFailureBody)
-		return
-	}
 	w.WriteHeader(status)
 	_, _ = w.Write(append(b, '\n'))
 }

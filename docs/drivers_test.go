@@ -114,16 +114,9 @@ func TestDocumentedOutOfTreeDriver(t *testing.T) {
 	srv := startServe(t, authz, "--config", cfgPath, "--addr", "127.0.0.1:0")
 	base := "http://" + srv.addr
 	c := &http.Client{Timeout: 10 * time.Second}
-	require.Eventually(t, func() bool {
-		resp, err := c.Get(base + "/health/ready")
-		if err != nil {
-			return false
-		}
-		resp.Body.Close()
-		return resp.StatusCode == http.StatusOK
-	}, 60*time.Second, 50*time.Millisecond, "the driver did not start; log:\n%s", srv.log.String())
+	testutil.WaitReady(t, c, base, 60*time.Second, srv.log)
 
-	status, doc := postJSON(t, c, base+"/v1/authorize", blocks["request.json"])
+	status, doc := testutil.PostJSON(t, c, base+"/v1/authorize", blocks["request.json"])
 	require.Equal(t, http.StatusOK, status)
 	assert.Equal(t, true, doc["allow"], "the documented request is granted: %v", doc)
 	caps := doc["capabilities"].(map[string]any)
@@ -133,23 +126,13 @@ func TestDocumentedOutOfTreeDriver(t *testing.T) {
 	// As documented: without apiUrl, CheckConfig refuses the config and the stream is narrowed away.
 	noURL := strings.Replace(blocks["request.json"], `, "apiUrl": "https://daytona.example"`, "", 1)
 	require.NotEqual(t, blocks["request.json"], noURL)
-	status, doc = postJSON(t, c, base+"/v1/authorize", noURL)
+	status, doc = testutil.PostJSON(t, c, base+"/v1/authorize", noURL)
 	require.Equal(t, http.StatusOK, status)
 	assert.Equal(t, false, doc["allow"])
 	assert.Contains(t, doc["reasons"], "capability_narrowed")
 
 	c.CloseIdleConnections()
 	require.NoError(t, srv.stop(), "log:\n%s", srv.log.String())
-}
-
-func postJSON(t *testing.T, c *http.Client, url, body string) (int, map[string]any) {
-	t.Helper()
-	resp, err := c.Post(url, "application/json", strings.NewReader(body))
-	require.NoError(t, err)
-	defer resp.Body.Close()
-	var m map[string]any
-	require.NoError(t, json.NewDecoder(resp.Body).Decode(&m))
-	return resp.StatusCode, m
 }
 
 type service struct {
@@ -160,7 +143,7 @@ type service struct {
 
 // startServe runs `authz serve --log-json args...` for at most five minutes and returns the
 // address it logs that it listens on; stop sends SIGTERM and waits for the exit.
-func startServe(t *testing.T, authz string, args ...string) service {
+func startServe(t testing.TB, authz string, args ...string) service {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	cmd := exec.CommandContext(ctx, authz, append([]string{"serve", "--log-json"}, args...)...)

@@ -15,6 +15,8 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 	"google.golang.org/grpc/test/bufconn"
+
+	"github.com/authz-dev/authz/internal/testutil"
 )
 
 func TestMain(m *testing.M) {
@@ -62,8 +64,6 @@ func connect(tb testing.TB, processCtx context.Context, d Driver) *GRPCClient {
 	return raw.(*GRPCClient)
 }
 
-func ptr[T any](v T) *T { return &v }
-
 func TestDescribeRoundTrip(t *testing.T) {
 	tests := []struct {
 		name string
@@ -94,8 +94,8 @@ func TestDescribeRoundTrip(t *testing.T) {
 		{
 			name: "legacy field",
 			desc: Description{Key: "k", EnvironmentDrivers: []EnvironmentDriver{
-				{DriverKey: "a", Kind: KindSandboxProvider, SupportsReusableLeases: ptr(true)},
-				{DriverKey: "b", Kind: KindSandboxProvider, SupportsReusableLeases: ptr(false)},
+				{DriverKey: "a", Kind: KindSandboxProvider, SupportsReusableLeases: testutil.Ptr(true)},
+				{DriverKey: "b", Kind: KindSandboxProvider, SupportsReusableLeases: testutil.Ptr(false)},
 			}},
 		},
 		{

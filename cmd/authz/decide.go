@@ -10,6 +10,7 @@ import (
 	"os"
 	"time"
 
+	"github.com/authz-dev/authz/internal/coded"
 	"github.com/authz-dev/authz/internal/decision"
 	"github.com/authz-dev/authz/internal/snapshot"
 )
@@ -72,7 +73,7 @@ func runDecide(ctx context.Context, args []string, stdin io.Reader, stdout, stde
 		fmt.Fprint(stderr, decision.Explain(doc, input, evalErr))
 	}
 	if evalErr != nil {
-		return &exitError{code: 1, msg: "decide: the decision could not be evaluated (" + evalErr.Error() + "); the printed document denies"}
+		return &exitError{code: 1, msg: "decide: the decision could not be evaluated (" + coded.CodeOf(evalErr) + ": " + evalErr.Error() + "); the printed document denies"}
 	}
 	return nil
 }

@@ -13,7 +13,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/authz-dev/authz/internal/pluginhost"
+	"github.com/authz-dev/authz/internal/coded"
 )
 
 // GET /v1/plugins shows a failed plugin's id and reason code; the path and digests of its
@@ -46,7 +46,7 @@ func TestPluginLastErrorShowsOnlyAReasonCode(t *testing.T) {
 	require.NoError(t, json.Unmarshal([]byte(body), &answer))
 	require.Len(t, answer.Plugins, 1)
 	assert.Equal(t, "acme.pinned", answer.Plugins[0]["id"])
-	assert.Equal(t, pluginhost.ReasonPinMismatch, answer.Plugins[0]["lastError"])
+	assert.Equal(t, coded.PinMismatch, answer.Plugins[0]["lastError"])
 	assert.NotContains(t, body, driver)
 	assert.NotContains(t, body, pin)
 	c.CloseIdleConnections()

@@ -17,6 +17,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/authz-dev/authz/internal/coded"
 	"github.com/authz-dev/authz/internal/server"
 )
 
@@ -104,7 +105,7 @@ func TestServeSoak(t *testing.T) {
 			mu.Lock()
 			answered[doc.DecisionID]++
 			mu.Unlock()
-		case resp.StatusCode == http.StatusServiceUnavailable && doc.Code == server.CodeOverloaded:
+		case resp.StatusCode == http.StatusServiceUnavailable && doc.Code == coded.Overloaded:
 			overloaded.Add(1)
 		case doc.Code == "DECISION_LOG_UNAVAILABLE":
 			logRefused.Add(1)

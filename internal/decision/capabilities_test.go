@@ -9,6 +9,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/authz-dev/authz/internal/coded"
 	"github.com/authz-dev/authz/policies"
 )
 
@@ -53,7 +54,7 @@ func TestUnknownCapabilityIsABadResult(t *testing.T) {
 	e := NewEmpty(Options{})
 	require.NoError(t, e.LoadModules(t.Context(), mods, "with-extra"))
 	doc, err := e.Evaluate(t.Context(), grantInput())
-	assertFailClosed(t, doc, err, CodeBadResult, "openDuplexChannel")
+	assertFailClosed(t, doc, err, coded.EvalBadResult, "openDuplexChannel")
 	assert.Contains(t, err.Error(), "gpuPassthrough")
 	assert.Contains(t, err.Error(), "needs a release")
 }

@@ -83,8 +83,8 @@ type Document struct {
 	Revision     string       `json:"revision"`
 }
 
-// ReasonEvaluationFailed is the only reason of a decision that could not be evaluated.
-const ReasonEvaluationFailed = "evaluation_failed"
+// reasonEvaluationFailed is the only reason of a decision that could not be evaluated.
+const reasonEvaluationFailed = "evaluation_failed"
 
 // capabilityDenied holds each operation's capability-denied code and message (docs/contract.md section 7):
 // the answer to every evaluation that fails.
@@ -110,6 +110,6 @@ func FailedDocument(operation string) Document {
 	return Document{
 		Code:    cd[0],
 		Message: cd[1],
-		Reasons: []string{ReasonEvaluationFailed},
+		Reasons: []string{reasonEvaluationFailed},
 	}
 }

@@ -17,6 +17,7 @@ import (
 	"github.com/open-policy-agent/opa/v1/ast"
 	"github.com/open-policy-agent/opa/v1/rego"
 
+	"github.com/authz-dev/authz/internal/coded"
 	"github.com/authz-dev/authz/internal/snapshot"
 	"github.com/authz-dev/authz/policies"
 )
@@ -69,7 +70,7 @@ type prepared struct {
 func New(ctx context.Context, opts Options) (*Engine, error) {
 	mods, err := policiesModules()
 	if err != nil {
-		return nil, &Error{Code: CodeCompile, Err: fmt.Errorf("read embedded policy: %w", err)}
+		return nil, &coded.Error{Code: coded.PolicyCompile, Err: fmt.Errorf("read embedded policy: %w", err)}
 	}
 	e := NewEmpty(opts)
 	if err := e.LoadModules(ctx, mods, ""); err != nil {
@@ -78,7 +79,7 @@ func New(ctx context.Context, opts Options) (*Engine, error) {
 	return e, nil
 }
 
-// NewEmpty returns an engine with no policy: every decision denies with CodeNoPolicy until a
+// NewEmpty returns an engine with no policy: every decision denies with coded.EvalNoPolicy until a
 // policy is loaded (for example from a bundle).
 func NewEmpty(opts Options) *Engine {
 	e := &Engine{opts: opts}
@@ -101,13 +102,13 @@ func (e *Engine) LoadModules(ctx context.Context, modules map[string]string, rev
 	for name, src := range modules {
 		m, err := ast.ParseModuleWithOpts(name, src, ast.ParserOptions{ProcessAnnotation: true})
 		if err != nil {
-			return &Error{Code: CodeCompile, Err: fmt.Errorf("parse %s (revision %s): %w", name, revision, err)}
+			return &coded.Error{Code: coded.PolicyCompile, Err: fmt.Errorf("parse %s (revision %s): %w", name, revision, err)}
 		}
 		parsed[name] = m
 	}
 	c := ast.NewCompiler()
 	if c.Compile(parsed); c.Failed() {
-		return &Error{Code: CodeCompile, Err: fmt.Errorf("compile (revision %s): %w", revision, c.Errors)}
+		return &coded.Error{Code: coded.PolicyCompile, Err: fmt.Errorf("compile (revision %s): %w", revision, c.Errors)}
 	}
 	return e.prepare(ctx, revision, analyzeInputReads(c.Modules), rego.Compiler(c))
 }
@@ -131,7 +132,7 @@ func (e *Engine) prepare(ctx context.Context, revision string, reads inputReads,
 	opts = append(slices.Clip(opts), rego.Query(Query))
 	pq, err := rego.New(opts...).PrepareForEval(ctx)
 	if err != nil {
-		return &Error{Code: CodeCompile, Err: fmt.Errorf("prepare %s (revision %s): %w", Query, revision, err)}
+		return &coded.Error{Code: coded.PolicyCompile, Err: fmt.Errorf("prepare %s (revision %s): %w", Query, revision, err)}
 	}
 	e.cur.Store(&prepared{query: pq, revision: revision, gen: e.gens.Add(1), reads: reads})
 	if e.cache != nil {
@@ -244,21 +245,21 @@ func (e *Engine) decideInput(ctx context.Context, in snapshot.Input, slot bool) 
 
 func (e *Engine) evaluate(ctx context.Context, p *prepared, in snapshot.Input, op string) (Document, error) {
 	if p == nil {
-		return Document{}, failf(CodeNoPolicy, "no policy is loaded: start with the embedded policy or a bundle")
+		return Document{}, coded.Errorf(coded.EvalNoPolicy, "no policy is loaded: start with the embedded policy or a bundle")
 	}
 	if err := ctxErr(ctx); err != nil {
 		return Document{}, err
 	}
 	val, err := ast.InterfaceToValue(p.reads.prune(in))
 	if err != nil {
-		return Document{}, &Error{Code: CodeBadInput, Err: err}
+		return Document{}, &coded.Error{Code: coded.EvalBadInput, Err: err}
 	}
 	rs, err := p.query.Eval(ctx, rego.EvalParsedInput(val))
 	if err != nil {
 		if cerr := ctxErr(ctx); cerr != nil {
 			return Document{}, cerr
 		}
-		return Document{}, &Error{Code: CodeEvalError, Err: err}
+		return Document{}, &coded.Error{Code: coded.EvalError, Err: err}
 	}
 	if err := ctxErr(ctx); err != nil {
 		return Document{}, err
@@ -270,11 +271,11 @@ func (e *Engine) evaluate(ctx context.Context, p *prepared, in snapshot.Input, o
 func readResultSet(rs rego.ResultSet) (Document, error) {
 	switch {
 	case len(rs) == 0:
-		return Document{}, failf(CodeUndefined, "%s is undefined for this input", Query)
+		return Document{}, coded.Errorf(coded.EvalUndefined, "%s is undefined for this input", Query)
 	case len(rs) > 1:
-		return Document{}, failf(CodeMultipleResults, "%s produced %d results, want 1", Query, len(rs))
+		return Document{}, coded.Errorf(coded.EvalMultipleResults, "%s produced %d results, want 1", Query, len(rs))
 	case len(rs[0].Expressions) != 1:
-		return Document{}, failf(CodeBadResult, "%s produced %d expressions, want 1", Query, len(rs[0].Expressions))
+		return Document{}, coded.Errorf(coded.EvalBadResult, "%s produced %d expressions, want 1", Query, len(rs[0].Expressions))
 	}
 	return parseResult(rs[0].Expressions[0].Value)
 }
@@ -285,9 +286,9 @@ func ctxErr(ctx context.Context) error {
 	case err == nil:
 		return nil
 	case errors.Is(err, context.DeadlineExceeded):
-		return &Error{Code: CodeTimeout, Err: err}
+		return &coded.Error{Code: coded.EvalTimeout, Err: err}
 	default:
-		return &Error{Code: CodeCanceled, Err: err}
+		return &coded.Error{Code: coded.EvalCanceled, Err: err}
 	}
 }
 
@@ -298,51 +299,51 @@ func ctxErr(ctx context.Context) error {
 func parseResult(v any) (Document, error) {
 	obj, ok := v.(map[string]any)
 	if !ok {
-		return Document{}, failf(CodeBadResult, "result is %T, want an object", v)
+		return Document{}, coded.Errorf(coded.EvalBadResult, "result is %T, want an object", v)
 	}
 	var d Document
 	if d.Allow, ok = obj["allow"].(bool); !ok {
-		return Document{}, failf(CodeBadResult, "result.allow is %T, want a boolean", obj["allow"])
+		return Document{}, coded.Errorf(coded.EvalBadResult, "result.allow is %T, want a boolean", obj["allow"])
 	}
 	if d.Code, ok = obj["code"].(string); !ok {
-		return Document{}, failf(CodeBadResult, "result.code is %T, want a string", obj["code"])
+		return Document{}, coded.Errorf(coded.EvalBadResult, "result.code is %T, want a string", obj["code"])
 	}
 	if d.Message, ok = obj["message"].(string); !ok {
-		return Document{}, failf(CodeBadResult, "result.message is %T, want a string", obj["message"])
+		return Document{}, coded.Errorf(coded.EvalBadResult, "result.message is %T, want a string", obj["message"])
 	}
 	reasons, ok := obj["reasons"].([]any)
 	if !ok {
-		return Document{}, failf(CodeBadResult, "result.reasons is %T, want an array", obj["reasons"])
+		return Document{}, coded.Errorf(coded.EvalBadResult, "result.reasons is %T, want an array", obj["reasons"])
 	}
 	d.Reasons = make([]string, len(reasons))
 	for i, r := range reasons {
 		if d.Reasons[i], ok = r.(string); !ok {
-			return Document{}, failf(CodeBadResult, "result.reasons[%d] is %T, want a string", i, r)
+			return Document{}, coded.Errorf(coded.EvalBadResult, "result.reasons[%d] is %T, want a string", i, r)
 		}
 	}
 	caps, ok := obj["capabilities"].(map[string]any)
 	if !ok {
-		return Document{}, failf(CodeBadResult, "result.capabilities is %T, want an object", obj["capabilities"])
+		return Document{}, coded.Errorf(coded.EvalBadResult, "result.capabilities is %T, want an object", obj["capabilities"])
 	}
 	if len(caps) != len(CapabilityKeys) {
 		for k := range caps {
 			if _, known := capabilityIndex[k]; !known {
-				return Document{}, failf(CodeBadResult, "result.capabilities.%s is not a capability of this release (%v): adding a capability needs a release of authz", k, CapabilityKeys)
+				return Document{}, coded.Errorf(coded.EvalBadResult, "result.capabilities.%s is not a capability of this release (%v): adding a capability needs a release of authz", k, CapabilityKeys)
 			}
 		}
 	}
 	for _, k := range CapabilityKeys {
 		b, ok := caps[k].(bool)
 		if !ok {
-			return Document{}, failf(CodeBadResult, "result.capabilities.%s is %T, want a boolean", k, caps[k])
+			return Document{}, coded.Errorf(coded.EvalBadResult, "result.capabilities.%s is %T, want a boolean", k, caps[k])
 		}
 		*d.Capabilities.field(k) = b
 	}
 	if d.Allow && (d.Code != "" || d.Message != "" || len(d.Reasons) != 0) {
-		return Document{}, failf(CodeBadResult, "result grants but carries a deny code, message or reasons")
+		return Document{}, coded.Errorf(coded.EvalBadResult, "result grants but carries a deny code, message or reasons")
 	}
 	if !d.Allow && d.Code == "" {
-		return Document{}, failf(CodeBadResult, "result denies without a code")
+		return Document{}, coded.Errorf(coded.EvalBadResult, "result denies without a code")
 	}
 	return d, nil
 }

@@ -2,7 +2,7 @@ package decision
 
 import (
 	"context"
-	"sync"
+	"maps"
 	"testing"
 	"time"
 
@@ -10,7 +10,9 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/authz-dev/authz/internal/coded"
 	"github.com/authz-dev/authz/internal/snapshot"
+	"github.com/authz-dev/authz/internal/testutil"
 )
 
 // grantInput is an input the embedded policy grants (the contract's fixture F as the host assembles it).
@@ -31,7 +33,7 @@ func grantInput() snapshot.Input {
 	}
 }
 
-func engineWith(t *testing.T, src string) *Engine {
+func engineWith(t testing.TB, src string) *Engine {
 	t.Helper()
 	e := NewEmpty(Options{})
 	require.NoError(t, e.LoadModules(t.Context(), map[string]string{"p.rego": src}, "test"))
@@ -43,15 +45,15 @@ const allFalse = `{"reusableLeases": false, "nativeSyncIn": false, "nativeSyncOu
 	"incrementalSessionOutput": false, "concurrentSyncOperations": false,
 	"duplexCommandStream": false, "runnerWebSocketIngress": false}`
 
-func assertFailClosed(t *testing.T, doc Document, err error, code, op string) {
+func assertFailClosed(t testing.TB, doc Document, err error, code, op string) {
 	t.Helper()
 	require.Error(t, err)
-	assert.Equal(t, code, ErrorCode(err), "error: %v", err)
+	assert.Equal(t, code, coded.CodeOf(err), "error: %v", err)
 	assert.False(t, doc.Allow)
 	want := FailedDocument(op)
 	assert.Equal(t, want.Code, doc.Code)
 	assert.Equal(t, want.Message, doc.Message)
-	assert.Equal(t, []string{ReasonEvaluationFailed}, doc.Reasons)
+	assert.Equal(t, []string{reasonEvaluationFailed}, doc.Reasons)
 	assert.Equal(t, Capabilities{}, doc.Capabilities)
 	assert.NotEmpty(t, doc.DecisionID)
 }
@@ -74,33 +76,33 @@ func TestResultsReadFailClosed(t *testing.T) {
 		policy string
 		code   string
 	}{
-		{name: "undefined", code: CodeUndefined, policy: `package authz
+		{name: "undefined", code: coded.EvalUndefined, policy: `package authz
 decision := {"allow": true} if input.nope`},
-		{name: "not an object", code: CodeBadResult, policy: `package authz
+		{name: "not an object", code: coded.EvalBadResult, policy: `package authz
 decision := true`},
-		{name: "allow is a string", code: CodeBadResult, policy: `package authz
+		{name: "allow is a string", code: coded.EvalBadResult, policy: `package authz
 decision := {"allow": "true", "code": "", "message": "", "reasons": [], "capabilities": ` + allFalse + `}`},
-		{name: "allow missing", code: CodeBadResult, policy: `package authz
+		{name: "allow missing", code: coded.EvalBadResult, policy: `package authz
 decision := {"code": "", "message": "", "reasons": [], "capabilities": ` + allFalse + `}`},
-		{name: "capability missing", code: CodeBadResult, policy: `package authz
+		{name: "capability missing", code: coded.EvalBadResult, policy: `package authz
 decision := {"allow": true, "code": "", "message": "", "reasons": [], "capabilities": {"duplexCommandStream": true}}`},
-		{name: "capability not boolean", code: CodeBadResult, policy: `package authz
+		{name: "capability not boolean", code: coded.EvalBadResult, policy: `package authz
 decision := {"allow": true, "code": "", "message": "", "reasons": [], "capabilities": object.union(` + allFalse + `, {"nativeSyncIn": 1})}`},
-		{name: "reason not a string", code: CodeBadResult, policy: `package authz
+		{name: "reason not a string", code: coded.EvalBadResult, policy: `package authz
 decision := {"allow": false, "code": "X", "message": "", "reasons": [1], "capabilities": ` + allFalse + `}`},
-		{name: "grant with a code", code: CodeBadResult, policy: `package authz
+		{name: "grant with a code", code: coded.EvalBadResult, policy: `package authz
 decision := {"allow": true, "code": "X", "message": "", "reasons": [], "capabilities": ` + allFalse + `}`},
-		{name: "deny without a code", code: CodeBadResult, policy: `package authz
+		{name: "deny without a code", code: coded.EvalBadResult, policy: `package authz
 decision := {"allow": false, "code": "", "message": "", "reasons": [], "capabilities": ` + allFalse + `}`},
-		{name: "code not a string", code: CodeBadResult, policy: `package authz
+		{name: "code not a string", code: coded.EvalBadResult, policy: `package authz
 decision := {"allow": false, "code": 1, "message": "", "reasons": [], "capabilities": ` + allFalse + `}`},
-		{name: "message not a string", code: CodeBadResult, policy: `package authz
+		{name: "message not a string", code: coded.EvalBadResult, policy: `package authz
 decision := {"allow": false, "code": "X", "message": null, "reasons": [], "capabilities": ` + allFalse + `}`},
-		{name: "reasons not an array", code: CodeBadResult, policy: `package authz
+		{name: "reasons not an array", code: coded.EvalBadResult, policy: `package authz
 decision := {"allow": false, "code": "X", "message": "", "reasons": "r", "capabilities": ` + allFalse + `}`},
-		{name: "capabilities not an object", code: CodeBadResult, policy: `package authz
+		{name: "capabilities not an object", code: coded.EvalBadResult, policy: `package authz
 decision := {"allow": false, "code": "X", "message": "", "reasons": [], "capabilities": []}`},
-		{name: "eval error (conflict)", code: CodeEvalError, policy: `package authz
+		{name: "eval error (conflict)", code: coded.EvalError, policy: `package authz
 decision := {"allow": true} if input.operation
 decision := {"allow": false} if input.operation`},
 	}
@@ -120,16 +122,16 @@ decision := {"allow": false} if input.operation`},
 
 func TestSeveralResultsDeny(t *testing.T) {
 	_, err := readResultSet(rego.ResultSet{{}, {}})
-	assert.Equal(t, CodeMultipleResults, ErrorCode(err))
+	assert.Equal(t, coded.EvalMultipleResults, coded.CodeOf(err))
 	_, err = readResultSet(rego.ResultSet{{Expressions: []*rego.ExpressionValue{{}, {}}}})
-	assert.Equal(t, CodeBadResult, ErrorCode(err))
+	assert.Equal(t, coded.EvalBadResult, coded.CodeOf(err))
 	_, err = readResultSet(nil)
-	assert.Equal(t, CodeUndefined, ErrorCode(err))
+	assert.Equal(t, coded.EvalUndefined, coded.CodeOf(err))
 }
 
 func TestNoPolicyDenies(t *testing.T) {
 	doc, err := NewEmpty(Options{}).Evaluate(t.Context(), grantInput())
-	assertFailClosed(t, doc, err, CodeNoPolicy, snapshot.OpOpenDuplexChannel)
+	assertFailClosed(t, doc, err, coded.EvalNoPolicy, snapshot.OpOpenDuplexChannel)
 	assert.Empty(t, doc.Revision)
 }
 
@@ -138,7 +140,7 @@ func TestCompileErrorKeepsCurrentPolicy(t *testing.T) {
 	require.NoError(t, err)
 	rev := e.Revision()
 	err = e.LoadModules(t.Context(), map[string]string{"bad.rego": "package authz\ndecision := "}, "")
-	assert.Equal(t, CodeCompile, ErrorCode(err))
+	assert.Equal(t, coded.PolicyCompile, coded.CodeOf(err))
 	assert.Equal(t, rev, e.Revision())
 	doc, err := e.Evaluate(t.Context(), grantInput())
 	require.NoError(t, err)
@@ -152,12 +154,12 @@ func TestContextEndsDeny(t *testing.T) {
 	ctx, cancel := context.WithCancel(t.Context())
 	cancel()
 	doc, err := e.Evaluate(ctx, grantInput())
-	assertFailClosed(t, doc, err, CodeCanceled, snapshot.OpOpenDuplexChannel)
+	assertFailClosed(t, doc, err, coded.EvalCanceled, snapshot.OpOpenDuplexChannel)
 
 	ctx, cancel = context.WithDeadline(t.Context(), time.Now().Add(-time.Second))
 	defer cancel()
 	doc, err = e.Evaluate(ctx, grantInput())
-	assertFailClosed(t, doc, err, CodeTimeout, snapshot.OpOpenDuplexChannel)
+	assertFailClosed(t, doc, err, coded.EvalTimeout, snapshot.OpOpenDuplexChannel)
 }
 
 // TestTimeoutDuringEvaluation: a policy that would grant after a long computation is cut off by
@@ -171,7 +173,7 @@ decision := {"allow": true, "code": "", "message": "", "reasons": [], "capabilit
 	start := time.Now()
 	doc, _, err := e.Decide(t.Context(), &snapshot.Request{Operation: snapshot.OpGetRunnerIngressEndpoint,
 		Environment: map[string]any{}, Lease: map[string]any{}, Metadata: map[string]any{}}, emptyFacts{})
-	assertFailClosed(t, doc, err, CodeTimeout, snapshot.OpGetRunnerIngressEndpoint)
+	assertFailClosed(t, doc, err, coded.EvalTimeout, snapshot.OpGetRunnerIngressEndpoint)
 	assert.Less(t, time.Since(start), 10*time.Second)
 }
 
@@ -190,33 +192,20 @@ func TestPolicySwapUnderLoad(t *testing.T) {
 	require.NoError(t, err)
 	denyAll := map[string]string{"deny.rego": `package authz
 decision := {"allow": false, "code": "DENY_ALL", "message": "", "reasons": [], "capabilities": ` + allFalse + `}`}
-	mods := map[string]string{}
-	for k, v := range denyAll {
-		mods[k] = v
-	}
-	var wg sync.WaitGroup
-	stop := make(chan struct{})
-	for range 4 {
-		wg.Go(func() {
-			for {
-				select {
-				case <-stop:
-					return
-				default:
-				}
-				doc, err := e.Evaluate(context.Background(), grantInput())
-				if !assert.NoError(t, err) {
-					return
-				}
-				if doc.Revision == "deny-all" {
-					assert.False(t, doc.Allow)
-					assert.Equal(t, "DENY_ALL", doc.Code)
-				} else {
-					assert.True(t, doc.Allow)
-				}
-			}
-		})
-	}
+	mods := maps.Clone(denyAll)
+	stop := testutil.Repeat(t, 4, func(int) bool {
+		doc, err := e.Evaluate(context.Background(), grantInput())
+		if !assert.NoError(t, err) {
+			return false
+		}
+		if doc.Revision == "deny-all" {
+			assert.False(t, doc.Allow)
+			assert.Equal(t, "DENY_ALL", doc.Code)
+		} else {
+			assert.True(t, doc.Allow)
+		}
+		return true
+	})
 	embedded := e.Revision()
 	for i := range 6 {
 		if i%2 == 0 {
@@ -226,11 +215,10 @@ decision := {"allow": false, "code": "DENY_ALL", "message": "", "reasons": [], "
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
-	close(stop)
-	wg.Wait()
+	stop()
 }
 
-func embeddedModules(t *testing.T) []func(*rego.Rego) {
+func embeddedModules(t testing.TB) []func(*rego.Rego) {
 	t.Helper()
 	mods, err := policiesModules()
 	require.NoError(t, err)
@@ -253,7 +241,7 @@ func TestMaxConcurrentQueuesAndTimesOut(t *testing.T) {
 	require.NoError(t, err)
 	short.slots <- struct{}{} // another decision holds the only slot
 	doc, _, err := short.Decide(t.Context(), req, emptyFacts{})
-	assertFailClosed(t, doc, err, CodeTimeout, snapshot.OpOpenDuplexChannel)
+	assertFailClosed(t, doc, err, coded.EvalTimeout, snapshot.OpOpenDuplexChannel)
 
 	e, err := New(t.Context(), Options{MaxConcurrent: 1, EvalTimeout: time.Minute})
 	require.NoError(t, err)

@@ -2,9 +2,10 @@ package decision
 
 import (
 	"fmt"
-	"sort"
+	"slices"
 	"strings"
 
+	"github.com/authz-dev/authz/internal/coded"
 	"github.com/authz-dev/authz/internal/snapshot"
 )
 
@@ -24,7 +25,7 @@ var reasonText = map[string]string{
 	"method_not_verified":              "a method the capability requires is missing from the worker's methods right now",
 	"capability_not_declared":          "the driver's declaration leaves the capability out (opt-in), says false, or is not a boolean",
 	"capability_narrowed":              "the lease policy, lease metadata or a refused provider config removes the capability",
-	ReasonEvaluationFailed:             "the policy could not be evaluated; the service fails closed",
+	reasonEvaluationFailed:             "the policy could not be evaluated; the service fails closed",
 }
 
 // Explain renders a readable account of a decision: the verdict, what the host resolved, the
@@ -37,7 +38,7 @@ func Explain(doc Document, in snapshot.Input, evalErr error) string {
 		fmt.Fprintf(&b, "DENY %v: %s %s\n", in["operation"], doc.Code, doc.Message)
 	}
 	if evalErr != nil {
-		fmt.Fprintf(&b, "  evaluation failed: %v\n", evalErr)
+		fmt.Fprintf(&b, "  evaluation failed: %s: %v\n", coded.CodeOf(evalErr), evalErr)
 	}
 	res, _ := in["resolved"].(map[string]any)
 	facts, _ := in["facts"].(map[string]any)
@@ -62,7 +63,7 @@ func Explain(doc Document, in snapshot.Input, evalErr error) string {
 				on = append(on, k)
 			}
 		}
-		sort.Strings(on)
+		slices.Sort(on)
 		if len(on) > 0 {
 			fmt.Fprintf(&b, "  narrowing: %s\n", strings.Join(on, ", "))
 		}

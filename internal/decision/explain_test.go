@@ -1,10 +1,13 @@
 package decision_test
 
 import (
+	"context"
+	"fmt"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
 
+	"github.com/authz-dev/authz/internal/coded"
 	"github.com/authz-dev/authz/internal/decision"
 	"github.com/authz-dev/authz/internal/snapshot"
 )
@@ -66,4 +69,11 @@ func TestExplainNamesWhatIsMissing(t *testing.T) {
 			}
 		})
 	}
+}
+
+func TestExplainNamesTheFailureCode(t *testing.T) {
+	doc := decision.FailedDocument("openDuplexChannel")
+	err := fmt.Errorf("decide: %w", &coded.Error{Code: coded.EvalTimeout, Err: context.DeadlineExceeded})
+	out := decision.Explain(doc, snapshot.Input{"operation": "openDuplexChannel"}, err)
+	assert.Contains(t, out, "evaluation failed: EVAL_TIMEOUT: decide: context deadline exceeded")
 }

@@ -18,6 +18,7 @@ import (
 	"github.com/authz-dev/authz/internal/decision"
 	"github.com/authz-dev/authz/internal/snapshot"
 	"github.com/authz-dev/authz/internal/testdrivers/identity"
+	"github.com/authz-dev/authz/internal/testutil"
 )
 
 // chaosDuration is how long TestChaos makes decisions while it kills drivers.
@@ -102,15 +103,10 @@ func TestChaos(t *testing.T) {
 	var wg sync.WaitGroup
 
 	// Swap the swapped plugin's binary on disk all the time.
-	wg.Go(func() {
-		for i := 0; ; i++ {
-			select {
-			case <-stop:
-				return
-			case <-time.After(time.Millisecond):
-			}
-			flip(i)
-		}
+	stopFlipping := testutil.Repeat(t, 1, func(i int) bool {
+		time.Sleep(time.Millisecond)
+		flip(i)
+		return true
 	})
 	// Kill a worker every 300 ms, round robin, and note when its death is visible.
 	wg.Go(func() {
@@ -181,6 +177,7 @@ func TestChaos(t *testing.T) {
 	time.Sleep(chaosDuration)
 	close(stop)
 	wg.Wait()
+	stopFlipping()
 
 	// Every grant against the process state at the moment the decision started.
 	var grants, falseGrants int

@@ -16,7 +16,7 @@ import (
 )
 
 // leaseOn is a duplex request on a plugin-backed sandbox lease.
-func leaseOn(t *testing.T, pluginID, provider, config string) *snapshot.Request {
+func leaseOn(t testing.TB, pluginID, provider, config string) *snapshot.Request {
 	t.Helper()
 	req, err := snapshot.ParseRequest(strings.NewReader(`{
 		"environment": {"driver": "sandbox", "config": ` + config + `},

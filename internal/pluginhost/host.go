@@ -93,12 +93,13 @@ type managed struct {
 
 // pluginView is an immutable snapshot of a plugin's state. Writers publish a modified copy.
 type pluginView struct {
-	status    string
-	lastError string
-	key       string
-	drivers   []driverplugin.EnvironmentDriver // last valid manifest
-	restarts  uint64
-	worker    *worker // nil: no live worker
+	status        string
+	lastError     string
+	lastErrorCode string // the code of lastError (coded.PinMismatch, …)
+	key           string
+	drivers       []driverplugin.EnvironmentDriver // last valid manifest
+	restarts      uint64
+	worker        *worker // nil: no live worker
 
 	// record is the plugin record rendered from status, key and drivers when the view was
 	// published, indexed by driverKey: one generation's record, shared by every decision that
@@ -136,8 +137,8 @@ type PluginState struct {
 	ID     string `json:"id"`
 	Key    string `json:"key"`
 	Status string `json:"status"`
-	// LastErrorCode is the reason code of the plugin's last failure (PIN_MISMATCH,
-	// START_TIMEOUT, WORKER_EXITED, ...; "" when none): all that API callers see of it.
+	// LastErrorCode is the code of the plugin's last failure (coded.PinMismatch,
+	// coded.StartTimeout, …; "" when none): all that API callers see of it.
 	LastErrorCode string `json:"lastError"`
 	Restarts      uint64 `json:"restarts"`
 	// Worker is the running worker, nil (JSON null) while none runs.
@@ -149,10 +150,10 @@ type PluginState struct {
 
 // WorkerState describes a live worker.
 type WorkerState struct {
-	PID              int       `json:"pid"`
-	Generation       uint64    `json:"generation"`
-	StartedAt        time.Time `json:"startedAt"`
-	SupportedMethods []string  `json:"supportedMethods"`
+	PID              int
+	Generation       uint64
+	StartedAt        time.Time
+	SupportedMethods []string
 }
 
 // New checks cfg and returns a host that has started nothing yet.
@@ -473,7 +474,7 @@ func (h *Host) Plugins() []PluginState {
 	for _, m := range h.plugins {
 		v := m.state.Load()
 		ps := PluginState{ID: m.cfg.ID, Key: v.key, Status: v.status, Restarts: v.restarts,
-			LastError: v.lastError, LastErrorCode: LastErrorReason(v.lastError)}
+			LastError: v.lastError, LastErrorCode: v.lastErrorCode}
 		if w := v.worker; w != nil && w.alive() {
 			ps.Worker = &WorkerState{PID: w.pid, Generation: w.generation, StartedAt: w.startedAt, SupportedMethods: slices.Clone(w.methods)}
 		}

@@ -6,8 +6,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"os/exec"
-	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
@@ -21,8 +19,6 @@ import (
 	"github.com/authz-dev/authz/internal/snapshot"
 	"github.com/authz-dev/authz/internal/testutil"
 )
-
-func ptr[T any](v T) *T { return &v }
 
 func TestConfigValidate(t *testing.T) {
 	good := strings.Repeat("ab", 32)
@@ -142,7 +138,7 @@ func TestValidateManifest(t *testing.T) {
 		{name: "valid", desc: entry(nil)},
 		{name: "no declaration", desc: entry(func(e *driverplugin.EnvironmentDriver) { e.SandboxCapabilities = nil })},
 		{name: "environment driver kind", desc: entry(func(e *driverplugin.EnvironmentDriver) { e.Kind = driverplugin.KindEnvironmentDriver })},
-		{name: "legacy field", desc: entry(func(e *driverplugin.EnvironmentDriver) { e.SupportsReusableLeases = ptr(true) })},
+		{name: "legacy field", desc: entry(func(e *driverplugin.EnvironmentDriver) { e.SupportsReusableLeases = testutil.Ptr(true) })},
 		{name: "no entries", desc: driverplugin.Description{Key: "k"}},
 		{name: "empty key", desc: driverplugin.Description{}, wantErr: "key: must not be empty"},
 		{name: "string capability", desc: entry(func(e *driverplugin.EnvironmentDriver) {
@@ -173,7 +169,7 @@ func TestValidateManifest(t *testing.T) {
 }
 
 func TestHandshakeAndReady(t *testing.T) {
-	cfg := testConfig(t, driverPlugin(t, "test.plugin"), PluginConfig{ID: "off", Path: "/nonexistent/driver", SHA256: strings.Repeat("0", 64), Enabled: ptr(false)})
+	cfg := testConfig(t, driverPlugin(t, "test.plugin"), PluginConfig{ID: "off", Path: "/nonexistent/driver", SHA256: strings.Repeat("0", 64), Enabled: testutil.Ptr(false)})
 	cfg.BuiltinProviders = map[string]map[string]any{"fake": {"execute": true, "supportsReusableLeases": false}}
 	h, rec := startHost(t, cfg)
 	waitStarted(t, h, rec)
@@ -626,30 +622,6 @@ func TestFailingPluginIsRetried(t *testing.T) {
 	// Uncapped, five restarts would wait 10+20+40+80+160 ms; capped, 10+20+40+40+40.
 	waitFor(t, 30*time.Second, "5 restarts", func() bool { return state(t, h, "bad").Restarts >= 5 })
 	assert.Equal(t, StatusError, state(t, h, "bad").Status)
-}
-
-func TestPluginStateJSON(t *testing.T) {
-	at := time.Date(2025, 1, 2, 3, 4, 5, 0, time.UTC)
-	b, err := json.Marshal(PluginState{ID: "a", Key: "k", Status: "ready", Restarts: 2,
-		Worker: &WorkerState{PID: 42, Generation: 3, StartedAt: at, SupportedMethods: []string{"m"}}})
-	require.NoError(t, err)
-	assert.JSONEq(t, `{"id":"a","key":"k","status":"ready","lastError":"","restarts":2,
-		"worker":{"pid":42,"generation":3,"startedAt":"2025-01-02T03:04:05Z","supportedMethods":["m"]}}`, string(b))
-}
-
-func TestNotADriver(t *testing.T) {
-	path, err := exec.LookPath("true")
-	require.NoError(t, err)
-	path, err = filepath.EvalSymlinks(path)
-	require.NoError(t, err)
-	sum, err := FileSHA256(path)
-	require.NoError(t, err)
-	cfg := testConfig(t, PluginConfig{ID: "true", Path: path, SHA256: sum})
-	cfg.MinBackoff, cfg.MaxBackoff = time.Second, time.Second
-	h, _ := startHost(t, cfg)
-	waitFor(t, 30*time.Second, "status error", func() bool { return state(t, h, "true").Status == StatusError })
-	st := state(t, h, "true")
-	assert.Regexp(t, `plugin (ended its stdout|exited) before the go-plugin handshake`, st.LastError)
 }
 
 // FuzzValidateManifest: whatever a driver declares, the host publishes a declaration only when

@@ -1,9 +1,8 @@
 package pluginhost
 
 import (
-	"fmt"
-
 	"github.com/authz-dev/authz/driverplugin"
+	"github.com/authz-dev/authz/internal/coded"
 )
 
 // publishReady makes w the plugin's ready worker with the driver's description, unless the
@@ -30,7 +29,7 @@ func (h *Host) publishReady(m *managed, desc driverplugin.Description, w *worker
 // keyCollision explains why plugin m may not use key. Call with h.keyMu held.
 func (h *Host) keyCollision(m *managed, key string) error {
 	if m.cfg.Key != "" && key != m.cfg.Key {
-		return fmt.Errorf("the driver reports plugin key %s, but plugin %q is configured with key %q: "+
+		return coded.Errorf(coded.KeyConflict, "the driver reports plugin key %s, but plugin %q is configured with key %q: "+
 			"check that the configured binary is the intended driver", quoteShort(key), m.cfg.ID, m.cfg.Key)
 	}
 	for _, o := range h.plugins {
@@ -39,10 +38,10 @@ func (h *Host) keyCollision(m *managed, key string) error {
 		}
 		switch {
 		case o.cfg.Key == key:
-			return fmt.Errorf("the driver reports plugin key %s, which is configured for plugin %q: "+
+			return coded.Errorf(coded.KeyConflict, "the driver reports plugin key %s, which is configured for plugin %q: "+
 				"every plugin must report its own key; check which binary is configured for plugin %q", quoteShort(key), o.cfg.ID, m.cfg.ID)
 		case o.state.Load().key == key:
-			return fmt.Errorf("the driver reports plugin key %s, which plugin %q already reports: "+
+			return coded.Errorf(coded.KeyConflict, "the driver reports plugin key %s, which plugin %q already reports: "+
 				"every plugin must report its own key; check which binary is configured for plugin %q", quoteShort(key), o.cfg.ID, m.cfg.ID)
 		}
 	}

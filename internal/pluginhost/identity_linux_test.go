@@ -9,7 +9,6 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -17,9 +16,11 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/authz-dev/authz/internal/coded"
 	"github.com/authz-dev/authz/internal/decision"
 	"github.com/authz-dev/authz/internal/snapshot"
 	"github.com/authz-dev/authz/internal/testdrivers/identity"
+	"github.com/authz-dev/authz/internal/testutil"
 )
 
 // impostorBinary writes a copy of the test binary with a few bytes appended: it runs the same
@@ -71,20 +72,11 @@ func TestPinBindsTheBytesThatRun(t *testing.T) {
 	cfg.MinBackoff, cfg.MaxBackoff = time.Millisecond, 5*time.Millisecond
 	h, rec := startHost(t, cfg)
 
-	stop := make(chan struct{})
-	var wg sync.WaitGroup
-	wg.Go(func() {
-		for i := 0; ; i++ {
-			select {
-			case <-stop:
-				return
-			default:
-			}
-			flip(i)
-			time.Sleep(50 * time.Microsecond)
-		}
-	})
-	defer func() { close(stop); wg.Wait() }()
+	defer testutil.Repeat(t, 1, func(i int) bool {
+		flip(i)
+		time.Sleep(50 * time.Microsecond)
+		return true
+	})()
 
 	var readies, impostors int
 	seen := map[int]bool{}
@@ -125,6 +117,7 @@ func TestWritableBinaryIsRefused(t *testing.T) {
 	st := state(t, h, "writable")
 	assert.Contains(t, st.LastError, "plugin directory "+dir+" is writable by group or others")
 	assert.Contains(t, st.LastError, "chmod go-w")
+	assert.Equal(t, coded.UnsafeBinary, st.LastErrorCode)
 	waitFor(t, 30*time.Second, "the allowed plugin ready", func() bool { return state(t, h, "allowed").Status == StatusReady })
 	rec.record(h)
 }
@@ -159,6 +152,7 @@ func TestHostTalksOnlyToTheVerifiedProcess(t *testing.T) {
 				require.Nil(t, pf.Worker)
 				if st.Restarts >= 2 && st.Status == StatusError {
 					assert.Contains(t, st.LastError, tt.wantErr)
+					assert.Equal(t, coded.IdentityRefused, st.LastErrorCode, "last error: %s", st.LastError)
 					break
 				}
 				require.True(t, time.Now().Before(deadline), "no second failed start in time: %+v", st)

@@ -11,6 +11,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/authz-dev/authz/driverplugin"
+	"github.com/authz-dev/authz/internal/coded"
 )
 
 // Defaults of Limits. They are far above what an honest driver reports (a handful of methods,
@@ -119,7 +120,7 @@ func dedupeMethods(methods []string) []string {
 // formatted only for the error.
 func checkBounds(l Limits, d driverplugin.Description, methods []string) error {
 	bad := func(format string, args ...any) error {
-		return fmt.Errorf("%s: %s", fmt.Sprintf(format, args...), limitsHint)
+		return coded.Errorf(coded.LimitExceeded, "%s: %s", fmt.Sprintf(format, args...), limitsHint)
 	}
 	checkString := func(s string, field func() string) error {
 		switch {
@@ -185,7 +186,7 @@ func plainString(s string) bool {
 func explainRPCError(l Limits, err error) error {
 	if s, ok := status.FromError(errors.Unwrap(err)); ok && s.Code() == codes.ResourceExhausted ||
 		status.Code(err) == codes.ResourceExhausted {
-		return fmt.Errorf("the driver's answer is larger than the limit of %d bytes per message: %s: %w", l.MaxMessageBytes, limitsHint, err)
+		return coded.Errorf(coded.LimitExceeded, "the driver's answer is larger than the limit of %d bytes per message: %s: %w", l.MaxMessageBytes, limitsHint, err)
 	}
 	return err
 }

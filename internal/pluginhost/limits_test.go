@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"os"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -15,6 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/authz-dev/authz/driverplugin"
+	"github.com/authz-dev/authz/internal/coded"
 	"github.com/authz-dev/authz/internal/decision"
 	"github.com/authz-dev/authz/internal/snapshot"
 	"github.com/authz-dev/authz/internal/testutil"
@@ -78,6 +78,7 @@ func TestDriverBeyondLimitsIsRefused(t *testing.T) {
 			assert.Equal(t, StatusError, st.Status)
 			assert.Contains(t, st.LastError, tt.wantErr)
 			assert.Contains(t, st.LastError, `see "Limits" in docs/drivers.md`)
+			assert.Equal(t, coded.LimitExceeded, st.LastErrorCode)
 			assert.LessOrEqual(t, len(st.LastError), DefaultMaxLastErrorBytes+64)
 			assert.Nil(t, st.Worker)
 			_, ok := h.Worker(id)
@@ -103,6 +104,7 @@ func TestUnknownCapabilitiesAreSummarised(t *testing.T) {
 	many := settled(t, h, "many")
 	assert.Equal(t, StatusError, many.Status)
 	assert.Contains(t, many.LastError, "sandboxCapabilities has 100001 keys, more than the limit of 32")
+	assert.Equal(t, coded.LimitExceeded, many.LastErrorCode)
 
 	var warnings, lines int
 	for _, l := range strings.Split(logged.String(), "\n") {
@@ -170,23 +172,14 @@ func TestHugePluginDoesNotStarveAnother(t *testing.T) {
 	// returns small's decisions per second and the load's.
 	const window = 3 * time.Second
 	rate := func(load *snapshot.Request, loadClients int) (smallPerSec, loadPerSec float64) {
-		stop := make(chan struct{})
 		var loadN atomic.Int64
-		var wg sync.WaitGroup
+		stop := func() {}
 		if load != nil {
-			for range loadClients {
-				wg.Go(func() {
-					for {
-						select {
-						case <-stop:
-							return
-						default:
-						}
-						_, _, _ = eng.Decide(t.Context(), load, h)
-						loadN.Add(1)
-					}
-				})
-			}
+			stop = testutil.Repeat(t, loadClients, func(int) bool {
+				_, _, _ = eng.Decide(t.Context(), load, h)
+				loadN.Add(1)
+				return true
+			})
 		}
 		var n int
 		start := time.Now()
@@ -197,8 +190,7 @@ func TestHugePluginDoesNotStarveAnother(t *testing.T) {
 			n++
 		}
 		elapsed := time.Since(start)
-		close(stop)
-		wg.Wait()
+		stop()
 		return float64(n) / elapsed.Seconds(), float64(loadN.Load()) / elapsed.Seconds()
 	}
 
@@ -218,6 +210,7 @@ func TestHugePluginDoesNotStarveAnother(t *testing.T) {
 	huge := state(t, h, "huge")
 	assert.Equal(t, StatusError, huge.Status)
 	assert.Contains(t, huge.LastError, "than the limit of", "refused for its methods or its message size")
+	assert.Equal(t, coded.LimitExceeded, huge.LastErrorCode)
 }
 
 // BenchmarkCheckBoundsAtTheLimits is the per-start cost of checking a driver at every limit.

@@ -5,7 +5,6 @@ package pluginhost
 import (
 	"bytes"
 	"crypto/sha256"
-	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -13,6 +12,8 @@ import (
 	"strings"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/authz-dev/authz/internal/coded"
 )
 
 // pinnedExecutable is a sealed in-memory copy of a driver binary: the bytes the host hashed are
@@ -37,7 +38,7 @@ func (p *pinnedExecutable) Close() error { return p.file.Close() }
 func openPinned(path string, want []byte, allowWritable bool) (*pinnedExecutable, []string, error) {
 	src, err := os.Open(path)
 	if err != nil {
-		return nil, nil, fmt.Errorf("open plugin binary: %w", err)
+		return nil, nil, coded.Errorf(coded.PinUnreadable, "open plugin binary: %w", err)
 	}
 	defer func() { _ = src.Close() }()
 	warnings, err := checkWritable(path, src, allowWritable)
@@ -46,10 +47,10 @@ func openPinned(path string, want []byte, allowWritable bool) (*pinnedExecutable
 	}
 	fi, err := src.Stat()
 	if err != nil {
-		return nil, warnings, fmt.Errorf("stat plugin binary: %w", err)
+		return nil, warnings, coded.Errorf(coded.PinUnreadable, "stat plugin binary: %w", err)
 	}
 	if !fi.Mode().IsRegular() {
-		return nil, warnings, fmt.Errorf("plugin binary %s is not a regular file", path)
+		return nil, warnings, coded.Errorf(coded.UnsafeBinary, "plugin binary %s is not a regular file", path)
 	}
 
 	mfd, err := unix.MemfdCreate("authz-driver:"+filepath.Base(path), unix.MFD_CLOEXEC|unix.MFD_ALLOW_SEALING)
@@ -60,11 +61,11 @@ func openPinned(path string, want []byte, allowWritable bool) (*pinnedExecutable
 	defer func() { _ = rw.Close() }()
 	h := sha256.New()
 	if _, err := io.Copy(io.MultiWriter(rw, h), src); err != nil {
-		return nil, warnings, fmt.Errorf("copy plugin binary: %w", err)
+		return nil, warnings, coded.Errorf(coded.PinUnreadable, "copy plugin binary: %w", err)
 	}
 	sum := h.Sum(nil)
 	if want != nil && !bytes.Equal(sum, want) {
-		return nil, warnings, fmt.Errorf("sha256 mismatch for %s: got %x, configured %x (refusing to start it; if the binary was upgraded on purpose, configure its new sha256)",
+		return nil, warnings, coded.Errorf(coded.PinMismatch, "sha256 mismatch for %s: got %x, configured %x (refusing to start it; if the binary was upgraded on purpose, configure its new sha256)",
 			path, sum, want)
 	}
 	const seals = unix.F_SEAL_SEAL | unix.F_SEAL_SHRINK | unix.F_SEAL_GROW | unix.F_SEAL_WRITE
@@ -107,8 +108,8 @@ func checkWritable(path string, f *os.File, allow bool) ([]string, error) {
 	if allow {
 		return problems, nil
 	}
-	return nil, errors.New(msg + ": anyone who can write there can replace the driver; " +
-		"make it writable by its owner only (chmod go-w), or set allowWritableBinary to start it anyway")
+	return nil, coded.Errorf(coded.UnsafeBinary, "%s: anyone who can write there can replace the driver; "+
+		"make it writable by its owner only (chmod go-w), or set allowWritableBinary to start it anyway", msg)
 }
 
 // exeIdentity returns the device and inode of the executable process pid runs now.

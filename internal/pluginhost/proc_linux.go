@@ -23,6 +23,8 @@ import (
 	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/go-plugin/runner"
 	"golang.org/x/sys/unix"
+
+	"github.com/authz-dev/authz/internal/coded"
 )
 
 // workerMarkerEnv is set in every driver's environment to a token of its worker; descendants
@@ -370,7 +372,7 @@ func (p *proc) Diagnose(context.Context) string { return "" }
 // socket it announced, never over TCP (a TCP address could be any other process's).
 func (p *proc) PluginToHost(network, addr string) (string, string, error) {
 	if network != "unix" {
-		return "", "", fmt.Errorf("driver announced a %q address %q in its handshake; the host accepts only a unix socket (is the driver built with driverplugin.Serve on a unix system?)", network, addr)
+		return "", "", coded.Errorf(coded.IdentityRefused, "driver announced a %q address %q in its handshake; the host accepts only a unix socket (is the driver built with driverplugin.Serve on a unix system?)", network, addr)
 	}
 	p.addr.Store(&addr)
 	return network, addr, nil
@@ -384,7 +386,7 @@ func (p *proc) HostToPlugin(network, addr string) (string, string, error) { retu
 func (p *proc) dial(ctx context.Context, _ string) (net.Conn, error) {
 	addr := p.addr.Load()
 	if addr == nil {
-		return nil, errors.New("driver announced no address")
+		return nil, coded.Errorf(coded.IdentityRefused, "driver announced no address")
 	}
 	var d net.Dialer
 	conn, err := d.DialContext(ctx, "unix", *addr)
@@ -393,7 +395,7 @@ func (p *proc) dial(ctx context.Context, _ string) (net.Conn, error) {
 	}
 	pid, err := peerPID(conn)
 	if want := p.started(); err == nil && pid != want {
-		err = fmt.Errorf("the socket %s the driver announced is served by pid %d, not by the driver (pid %d): refusing to talk to another process", *addr, pid, want)
+		err = coded.Errorf(coded.IdentityRefused, "the socket %s the driver announced is served by pid %d, not by the driver (pid %d): refusing to talk to another process", *addr, pid, want)
 	}
 	if err != nil {
 		_ = conn.Close()
@@ -417,11 +419,11 @@ func (p *proc) checkExecutable() error {
 	pid := p.started()
 	dev, ino, err := exeIdentity(pid)
 	if err != nil {
-		return fmt.Errorf("cannot confirm what driver pid %d runs: %w", pid, err)
+		return coded.Errorf(coded.IdentityRefused, "cannot confirm what driver pid %d runs: %w", pid, err)
 	}
 	if dev != p.exe.dev || ino != p.exe.ino {
 		target, _ := os.Readlink(fmt.Sprintf("/proc/%d/exe", pid))
-		return fmt.Errorf("driver pid %d no longer runs the pinned binary (it runs %q): a pinned driver must not exec another program", pid, target)
+		return coded.Errorf(coded.IdentityRefused, "driver pid %d no longer runs the pinned binary (it runs %q): a pinned driver must not exec another program", pid, target)
 	}
 	return nil
 }

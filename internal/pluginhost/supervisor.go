@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"net"
 	"os"
 	"os/exec"
@@ -22,6 +23,7 @@ import (
 	"google.golang.org/grpc"
 
 	"github.com/authz-dev/authz/driverplugin"
+	"github.com/authz-dev/authz/internal/coded"
 	"github.com/authz-dev/authz/internal/snapshot"
 )
 
@@ -43,10 +45,11 @@ func (h *Host) supervise(ctx context.Context, m *managed) {
 				return // closing: not the plugin's fault
 			}
 			lastError := capText(err.Error(), h.cfg.Limits.MaxLastErrorBytes)
-			m.log.Error("plugin failed to start", "attempt", attempt+1, "retry_in", backoff.peek(), "error", lastError)
+			code := startErrorCode(err)
+			m.log.Error("plugin failed to start", "attempt", attempt+1, "retry_in", backoff.peek(), "code", code, "error", lastError)
 			m.update(func(v *pluginView) {
 				v.status = StatusError
-				v.lastError = lastError
+				v.lastError, v.lastErrorCode = lastError, code
 				v.worker = nil
 			})
 		} else {
@@ -64,8 +67,9 @@ func (h *Host) supervise(ctx context.Context, m *managed) {
 			upFor := time.Since(w.startedAt)
 			exit := stop()
 			msg := fmt.Sprintf("worker generation %d (pid %d) exited after %s: %s", w.generation, w.pid, upFor.Round(time.Millisecond), exit)
+			code := coded.WorkerExited
 			if why := w.guard.why(); why != "" {
-				msg = why + "; " + msg
+				msg, code = why+"; "+msg, coded.BrokerRefused
 			}
 			msg = capText(msg, h.cfg.Limits.MaxLastErrorBytes)
 			m.log.Error("worker exited; restarting", "generation", w.generation, "pid", w.pid, "exit", exit, "up_for", upFor)
@@ -77,7 +81,7 @@ func (h *Host) supervise(ctx context.Context, m *managed) {
 				if v.worker == w {
 					v.worker = nil
 				}
-				v.lastError = msg
+				v.lastError, v.lastErrorCode = msg, code
 			})
 		}
 
@@ -89,6 +93,15 @@ func (h *Host) supervise(ctx context.Context, m *managed) {
 		case <-t.C:
 		}
 	}
+}
+
+// startErrorCode is the code of a failure to start a worker: the error's own, else
+// coded.StartFailed.
+func startErrorCode(err error) string {
+	if code := coded.CodeOf(err); code != "" {
+		return code
+	}
+	return coded.StartFailed
 }
 
 // backoff is a capped exponential back-off: min, 2·min, 4·min, … up to max.
@@ -265,7 +278,7 @@ func (l *launch) abandon(err error) error {
 		_ = os.RemoveAll(l.socketDir) // go-plugin leaves it when the process never started
 	}
 	if why := l.guard.why(); why != "" {
-		err = fmt.Errorf("%s (%w)", why, err)
+		err = coded.Errorf(coded.BrokerRefused, "%s (%w)", why, err)
 	}
 	return err
 }
@@ -315,7 +328,7 @@ func (h *Host) describe(ctx context.Context, m *managed, l *launch, drv *driverp
 		return desc, nil, err
 	}
 	if err := validateManifest(desc); err != nil {
-		return desc, nil, fmt.Errorf("invalid manifest from plugin %q: %w", desc.Key, err)
+		return desc, nil, coded.Errorf(coded.InvalidManifest, "invalid manifest from plugin %q: %w", desc.Key, err)
 	}
 	if n, examples := unknownCapabilities(desc); n > 0 {
 		m.log.Warn("manifest declares capabilities the host does not know; they have no effect",
@@ -357,13 +370,13 @@ func explainStartError(err error, timeout time.Duration) error {
 		// go-plugin appends guesses about the architecture; the first line is what matters.
 		line, _, _ := strings.Cut(strings.TrimPrefix(msg, unrecognized), "\n")
 		if line == "" {
-			return errors.New("plugin ended its stdout before the go-plugin handshake: is it a driver that calls driverplugin.Serve? (see the plugin's log lines)")
+			return coded.Errorf(coded.HandshakeFailed, "plugin ended its stdout before the go-plugin handshake: is it a driver that calls driverplugin.Serve? (see the plugin's log lines)")
 		}
-		return fmt.Errorf("plugin wrote to stdout before the go-plugin handshake (stdout is reserved for the handshake; a driver must log to stderr): got %q", line)
+		return coded.Errorf(coded.HandshakeFailed, "plugin wrote to stdout before the go-plugin handshake (stdout is reserved for the handshake; a driver must log to stderr): got %q", line)
 	case strings.Contains(msg, "timeout while waiting for plugin to start"):
-		return fmt.Errorf("plugin did not complete the go-plugin handshake within the start timeout (%s): %w", timeout, err)
+		return coded.Errorf(coded.StartTimeout, "plugin did not complete the go-plugin handshake within the start timeout (%s): %w", timeout, err)
 	case strings.Contains(msg, "plugin exited before we could connect"):
-		return fmt.Errorf("plugin exited before the go-plugin handshake (see the plugin's log lines): %w", err)
+		return coded.Errorf(coded.HandshakeFailed, "plugin exited before the go-plugin handshake (see the plugin's log lines): %w", err)
 	}
 	return fmt.Errorf("start plugin: %w", err)
 }
@@ -397,14 +410,7 @@ func validateManifest(d driverplugin.Description) error {
 		if e.Kind != driverplugin.KindSandboxProvider && e.Kind != driverplugin.KindEnvironmentDriver {
 			errs = append(errs, fmt.Errorf("%s.kind: %q is neither %q nor %q", field, e.Kind, driverplugin.KindSandboxProvider, driverplugin.KindEnvironmentDriver))
 		}
-		keys := slices.Sorted(func(yield func(string) bool) {
-			for k := range e.SandboxCapabilities {
-				if !yield(k) {
-					return
-				}
-			}
-		})
-		for _, k := range keys {
+		for _, k := range slices.Sorted(maps.Keys(e.SandboxCapabilities)) {
 			v := e.SandboxCapabilities[k]
 			if _, ok := v.(bool); !ok {
 				js, _ := json.Marshal(v)

@@ -5,10 +5,9 @@ import (
 	"math"
 	"strconv"
 	"time"
-)
 
-// CodeOverloaded answers a decision request that found no free slot within limits.queueWait.
-const CodeOverloaded = "SERVICE_OVERLOADED"
+	"github.com/authz-dev/authz/internal/coded"
+)
 
 // admission bounds the decision requests in progress, in two stages. A request is admitted
 // (a reading slot) before a byte of its body is read, and holds the slot until it is answered:
@@ -54,10 +53,9 @@ func (a *admission) retryAfter() string {
 }
 
 // overloaded is the answer to a decision request that was not admitted.
-func (a *admission) overloaded() apiError {
-	deny := false
-	return apiError{status: 503, Code: CodeOverloaded, Allow: &deny,
-		Message: "the service is deciding as many requests as it is configured to hold (limits.maxReading, limits.maxDeciding); retry after the time in Retry-After"}
+func (a *admission) overloaded() error {
+	return coded.Errorf(coded.Overloaded,
+		"the service is deciding as many requests as it is configured to hold (limits.maxReading, limits.maxDeciding); retry after the time in Retry-After")
 }
 
 // Memory model of the service, measured for docs/service.md ("Limits and memory"): the

@@ -12,12 +12,13 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/authz-dev/authz/internal/coded"
 	"github.com/authz-dev/authz/internal/server"
 )
 
 // startSlowRequest sends the headers of a decision request and part of its body, and returns
 // the connection and the rest of the body.
-func startSlowRequest(t *testing.T, base, body string) (net.Conn, string) {
+func startSlowRequest(t testing.TB, base, body string) (net.Conn, string) {
 	t.Helper()
 	addr := strings.TrimPrefix(base, "http://")
 	c, err := net.Dial("tcp", addr)
@@ -63,10 +64,10 @@ func TestAdmissionBoundsRequestsInProgress(t *testing.T) {
 	waited := time.Since(start)
 	require.Equal(t, http.StatusServiceUnavailable, a.status, "%s", a.body)
 	m := a.json(t)
-	assert.Equal(t, server.CodeOverloaded, m["code"])
+	assert.Equal(t, coded.Overloaded, m["code"])
 	assert.Equal(t, false, m["allow"])
 	assert.Equal(t, "1", a.header.Get("Retry-After"))
-	assert.Equal(t, server.CodeOverloaded, a.header.Get(server.HeaderError))
+	assert.Equal(t, coded.Overloaded, a.header.Get("X-Authz-Error"))
 	assert.GreaterOrEqual(t, waited, 200*time.Millisecond, "it waited for a slot first")
 	assert.Equal(t, http.StatusOK, get(t, base+"/health").status, "other endpoints are not held up")
 

@@ -17,6 +17,8 @@ import (
 	"sync/atomic"
 
 	"github.com/hashicorp/go-hclog"
+
+	"github.com/authz-dev/authz/internal/coded"
 )
 
 // Authentication modes (authentication.mode, --authentication), as OPA names them.
@@ -30,13 +32,6 @@ const (
 const (
 	ScopeDecide  = "decide"  // POST /v1/authorize, /v1/capabilities, /v1/data/authz/decision
 	ScopeInspect = "inspect" // GET /v1/facts, /v1/plugins, /metrics
-)
-
-// Error codes of access control.
-const (
-	CodeUnauthorized   = "UNAUTHORIZED"
-	CodeForbidden      = "FORBIDDEN"
-	CodeHostNotAllowed = "HOST_NOT_ALLOWED"
 )
 
 // minTokenBytes is the shortest token accepted in a tokens file: a guessable token is no token.
@@ -170,9 +165,9 @@ func (a *access) reloadTokens() error {
 
 // check answers whether r may reach an endpoint that needs scope ("" for the health
 // endpoints). It returns nil when it may, else the error to answer.
-func (a *access) check(r *http.Request, scope string) *apiError {
-	if e := a.checkHost(r); e != nil {
-		return e
+func (a *access) check(r *http.Request, scope string) error {
+	if err := a.checkHost(r); err != nil {
+		return err
 	}
 	if scope == "" || a.mode == AuthOff {
 		return nil
@@ -182,28 +177,24 @@ func (a *access) check(r *http.Request, scope string) *apiError {
 		// The TLS handshake already required and verified the certificate; this is a second
 		// lock in case the handler is ever served without that listener configuration.
 		if r.TLS == nil || len(r.TLS.VerifiedChains) == 0 {
-			return &apiError{status: http.StatusUnauthorized, Code: CodeUnauthorized,
-				Message: "a client certificate signed by the configured client CA is required"}
+			return coded.Errorf(coded.Unauthorized, "a client certificate signed by the configured client CA is required")
 		}
 		return nil
 	case AuthToken:
 		tok, ok := bearerToken(r)
 		if !ok {
-			return &apiError{status: http.StatusUnauthorized, Code: CodeUnauthorized,
-				Message: "authentication required: send Authorization: Bearer <token>"}
+			return coded.Errorf(coded.Unauthorized, "authentication required: send Authorization: Bearer <token>")
 		}
 		scopes := a.tokens.Load().scopesOf(tok)
 		if scopes == nil {
-			return &apiError{status: http.StatusUnauthorized, Code: CodeUnauthorized,
-				Message: "the bearer token is not valid"}
+			return coded.Errorf(coded.Unauthorized, "the bearer token is not valid")
 		}
 		if !scopes[scope] {
-			return &apiError{status: http.StatusForbidden, Code: CodeForbidden,
-				Message: fmt.Sprintf("the bearer token does not have the %q scope this endpoint needs", scope)}
+			return coded.Errorf(coded.Forbidden, "the bearer token does not have the %q scope this endpoint needs", scope)
 		}
 		return nil
 	}
-	return &apiError{status: http.StatusInternalServerError, Code: CodeInternal, Message: "unknown authentication mode"}
+	return coded.Errorf(coded.Internal, "unknown authentication mode")
 }
 
 // bearerToken reads "Authorization: Bearer <token>" (the scheme in any case, RFC 7235).
@@ -226,7 +217,7 @@ func bearerToken(r *http.Request) (string, bool) {
 // A web page that made its name resolve to 127.0.0.1 (DNS rebinding) sends its own name and is
 // refused. TLS connections and unix sockets are not concerned: a browser cannot be steered to
 // them that way.
-func (a *access) checkHost(r *http.Request) *apiError {
+func (a *access) checkHost(r *http.Request) error {
 	if a.anyHost || r.TLS != nil {
 		return nil
 	}
@@ -253,8 +244,7 @@ func (a *access) checkHost(r *http.Request) *apiError {
 	case (portOK || port == "") && slices.Contains(a.allowedHosts, host):
 		return nil
 	}
-	return &apiError{status: http.StatusForbidden, Code: CodeHostNotAllowed,
-		Message: fmt.Sprintf("Host %q is not a name of this service on a loopback address: use localhost:%s or 127.0.0.1:%s, or add the name to authentication.allowedHosts", r.Host, wantPort, wantPort)}
+	return coded.Errorf(coded.HostNotAllowed, "Host %q is not a name of this service on a loopback address: use localhost:%s or 127.0.0.1:%s, or add the name to authentication.allowedHosts", r.Host, wantPort, wantPort)
 }
 
 // tlsServerConfig builds the listener's TLS configuration: the certificate, and with

@@ -22,6 +22,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/authz-dev/authz/internal/coded"
 	"github.com/authz-dev/authz/internal/server"
 )
 
@@ -98,12 +99,12 @@ func TestTokenAuthentication(t *testing.T) {
 		wantInsp   int
 		wantCode   string
 	}{
-		{name: "no token", wantDecide: 401, wantInsp: 401, wantCode: server.CodeUnauthorized},
-		{name: "unknown token", header: bearer("n0t-a-token-0123456789"), wantDecide: 401, wantInsp: 401, wantCode: server.CodeUnauthorized},
-		{name: "a prefix of a token", header: bearer(decideToken[:len(decideToken)-1]), wantDecide: 401, wantInsp: 401, wantCode: server.CodeUnauthorized},
-		{name: "basic scheme", header: map[string]string{"Authorization": "Basic " + decideToken}, wantDecide: 401, wantInsp: 401, wantCode: server.CodeUnauthorized},
-		{name: "decide token", header: bearer(decideToken), wantDecide: 200, wantInsp: 403, wantCode: server.CodeForbidden},
-		{name: "inspect token", header: bearer(inspectToken), wantDecide: 403, wantInsp: 200, wantCode: server.CodeForbidden},
+		{name: "no token", wantDecide: 401, wantInsp: 401, wantCode: coded.Unauthorized},
+		{name: "unknown token", header: bearer("n0t-a-token-0123456789"), wantDecide: 401, wantInsp: 401, wantCode: coded.Unauthorized},
+		{name: "a prefix of a token", header: bearer(decideToken[:len(decideToken)-1]), wantDecide: 401, wantInsp: 401, wantCode: coded.Unauthorized},
+		{name: "basic scheme", header: map[string]string{"Authorization": "Basic " + decideToken}, wantDecide: 401, wantInsp: 401, wantCode: coded.Unauthorized},
+		{name: "decide token", header: bearer(decideToken), wantDecide: 200, wantInsp: 403, wantCode: coded.Forbidden},
+		{name: "inspect token", header: bearer(inspectToken), wantDecide: 403, wantInsp: 200, wantCode: coded.Forbidden},
 		{name: "both scopes", header: bearer(bothToken), wantDecide: 200, wantInsp: 200},
 		{name: "scheme in lower case", header: map[string]string{"Authorization": "bearer " + bothToken}, wantDecide: 200, wantInsp: 200},
 	}
@@ -257,7 +258,7 @@ func TestHostHeaderOnLoopback(t *testing.T) {
 				a := call(t, testClient, http.MethodGet, url+p, tt.host, nil, "")
 				require.Equal(t, tt.want, a.status, "%s: %s", p, a.body)
 				if tt.want == 403 {
-					requireAPIError(t, a, http.StatusForbidden, server.CodeHostNotAllowed)
+					requireAPIError(t, a, http.StatusForbidden, coded.HostNotAllowed)
 				}
 			}
 			a := call(t, testClient, http.MethodPost, url+"/v1/authorize", tt.host, nil, fixture(t, nil))

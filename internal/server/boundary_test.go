@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/authz-dev/authz/internal/coded"
 	"github.com/authz-dev/authz/internal/server"
 	"github.com/authz-dev/authz/internal/snapshot"
 )
@@ -25,7 +26,7 @@ func TestEncodedPathsAreNotRouted(t *testing.T) {
 	} {
 		t.Run(path, func(t *testing.T) {
 			a := get(t, url+path)
-			requireAPIError(t, a, http.StatusNotFound, server.CodeNotFound)
+			requireAPIError(t, a, http.StatusNotFound, coded.NotFound)
 			assert.NotContains(t, string(a.body), "plugins\":[")
 		})
 	}
@@ -190,7 +191,7 @@ func TestInputBounds(t *testing.T) {
 	require.Contains(t, huge, "1e40000")
 	a := post(t, url+"/v1/authorize", huge)
 	require.Equal(t, http.StatusOK, a.status, "body: %s", a.body)
-	assert.Empty(t, a.header.Get(server.HeaderError))
+	assert.Empty(t, a.header.Get("X-Authz-Error"))
 	got := a.json(t)
 	for _, k := range []string{"allow", "code", "reasons", "capabilities"} {
 		assert.Equal(t, plain[k], got[k], k)
@@ -219,7 +220,7 @@ func TestInputBounds(t *testing.T) {
 					body = `{"input":` + body + `}`
 				}
 				a := post(t, url+path, body)
-				requireAPIError(t, a, http.StatusBadRequest, server.CodeBadRequest)
+				requireAPIError(t, a, http.StatusBadRequest, coded.BadRequest)
 				assert.Contains(t, a.json(t)["message"], tt.want)
 			})
 		}

@@ -10,8 +10,6 @@ import (
 	"bytes"
 	"compress/gzip"
 	"encoding/json"
-	"errors"
-	"fmt"
 	"io"
 	"net/http"
 	"net/url"
@@ -19,6 +17,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/authz-dev/authz/internal/coded"
 	"github.com/authz-dev/authz/internal/decision"
 	"github.com/authz-dev/authz/internal/snapshot"
 )
@@ -54,20 +53,20 @@ func (s *Server) handleData(w http.ResponseWriter, r *http.Request) {
 	if r.URL.Path != pathDefaultDecision && r.URL.Path != pathDataDecision {
 		var err error
 		if sub, err = documentPath(strings.TrimPrefix(r.URL.Path, pathDataDecision+"/")); err != nil {
-			writeError(w, apiError{status: http.StatusNotFound, Code: CodeNotFound, Message: err.Error()})
+			writeError(w, err)
 			return
 		}
 	}
 	pretty, err := dataQuery(r)
 	if err != nil {
-		writeError(w, apiError{status: http.StatusBadRequest, Code: CodeBadRequest, Message: err.Error()})
+		writeError(w, err)
 		return
 	}
 	s.admitted(w, r, s.readDataBody, func(body []byte) {
 		var req *snapshot.Request
 		if r.URL.Path == pathDefaultDecision {
 			if misdirectedDataBody(body) {
-				err = errors.New(`POST / takes the request itself as the body, not {"input": <request>}: send the request, or POST {"input": <request>} to ` + pathDataDecision)
+				err = coded.Errorf(coded.BadRequest, `POST / takes the request itself as the body, not {"input": <request>}: send the request, or POST {"input": <request>} to `+pathDataDecision)
 			} else {
 				req, err = snapshot.ParseRequest(bytes.NewReader(body))
 			}
@@ -75,7 +74,7 @@ func (s *Server) handleData(w http.ResponseWriter, r *http.Request) {
 			req, err = parseDataRequest(body)
 		}
 		if err != nil {
-			writeError(w, apiError{status: http.StatusBadRequest, Code: CodeBadRequest, Message: err.Error()})
+			writeError(w, err) // a bad request
 			return
 		}
 		doc, status, ok := s.answerDecision(w, r, r.URL.Path, req)
@@ -90,7 +89,7 @@ func (s *Server) handleData(w http.ResponseWriter, r *http.Request) {
 		default:
 			value, defined, err := documentValue(doc, sub)
 			if err != nil {
-				writeError(w, apiError{status: http.StatusInternalServerError, Code: CodeInternal, Message: "the answer could not be encoded"})
+				writeError(w, coded.Errorf(coded.Internal, "the answer could not be encoded"))
 				return
 			}
 			if !defined {
@@ -108,7 +107,7 @@ func (s *Server) handleData(w http.ResponseWriter, r *http.Request) {
 func documentPath(p string) ([]string, error) {
 	segs := strings.Split(p, "/")
 	notFound := func(why string) error {
-		return fmt.Errorf("no such document %s/%s: %s", strings.TrimPrefix(pathDataDecision, "/v1/data/"), p, why)
+		return coded.Errorf(coded.NotFound, "no such document %s/%s: %s", strings.TrimPrefix(pathDataDecision, "/v1/data/"), p, why)
 	}
 	key := segs[0]
 	if !slices.Contains(documentKeys, key) {
@@ -166,7 +165,7 @@ func documentValue(doc decision.Document, path []string) (value any, defined boo
 func dataQuery(r *http.Request) (pretty bool, err error) {
 	q, err := url.ParseQuery(r.URL.RawQuery)
 	if err != nil {
-		return false, fmt.Errorf("the query string is malformed: %w", err)
+		return false, coded.Errorf(coded.BadRequest, "the query string is malformed: %w", err)
 	}
 	for name, vals := range q {
 		switch name {
@@ -177,13 +176,13 @@ func dataQuery(r *http.Request) (pretty bool, err error) {
 					pretty = true
 				case "false":
 				default:
-					return false, fmt.Errorf("query parameter pretty=%q: use pretty=true or pretty=false", v)
+					return false, coded.Errorf(coded.BadRequest, "query parameter pretty=%q: use pretty=true or pretty=false", v)
 				}
 			}
 		case "explain", "metrics", "instrument", "provenance", "strict-builtin-errors", "partial", "input":
-			return false, fmt.Errorf("query parameter %q is not implemented by this service: remove it (only pretty is supported; the decision log keeps the input and result of every decision)", name)
+			return false, coded.Errorf(coded.BadRequest, "query parameter %q is not implemented by this service: remove it (only pretty is supported; the decision log keeps the input and result of every decision)", name)
 		default:
-			return false, fmt.Errorf("unknown query parameter %q: remove it (only pretty is supported)", name)
+			return false, coded.Errorf(coded.BadRequest, "unknown query parameter %q: remove it (only pretty is supported)", name)
 		}
 	}
 	return pretty, nil
@@ -192,12 +191,12 @@ func dataQuery(r *http.Request) (pretty bool, err error) {
 // readDataBody reads the body as OPA does: whatever its Content-Type, and gunzipped when it is
 // sent with Content-Encoding: gzip. Both the sent and the decompressed body are bounded by
 // maxBodyBytes.
-func (s *Server) readDataBody(w http.ResponseWriter, r *http.Request) ([]byte, *apiError) {
+func (s *Server) readDataBody(w http.ResponseWriter, r *http.Request) ([]byte, error) {
 	r2 := r.Clone(r.Context())
 	r2.Header.Del("Content-Type")
-	body, aerr := s.readBody(w, r2)
-	if aerr != nil {
-		return nil, aerr
+	body, err := s.readBody(w, r2)
+	if err != nil {
+		return nil, err
 	}
 	switch enc := strings.ToLower(strings.TrimSpace(r.Header.Get("Content-Encoding"))); enc {
 	case "", "identity":
@@ -205,23 +204,19 @@ func (s *Server) readDataBody(w http.ResponseWriter, r *http.Request) ([]byte, *
 	case "gzip":
 		zr, err := gzip.NewReader(bytes.NewReader(body))
 		if err != nil {
-			return nil, &apiError{status: http.StatusBadRequest, Code: CodeBadRequest,
-				Message: fmt.Sprintf("the body is sent with Content-Encoding: gzip but is not gzip: %v", err)}
+			return nil, coded.Errorf(coded.BadRequest, "the body is sent with Content-Encoding: gzip but is not gzip: %v", err)
 		}
 		limit := s.cfg.MaxBodyBytes
 		plain, err := io.ReadAll(io.LimitReader(zr, limit+1))
 		if err != nil {
-			return nil, &apiError{status: http.StatusBadRequest, Code: CodeBadRequest,
-				Message: fmt.Sprintf("the gzip body could not be decompressed: %v", err)}
+			return nil, coded.Errorf(coded.BadRequest, "the gzip body could not be decompressed: %v", err)
 		}
 		if int64(len(plain)) > limit {
-			return nil, &apiError{status: http.StatusRequestEntityTooLarge, Code: CodeRequestTooLarge,
-				Message: fmt.Sprintf("the decompressed request body is larger than the limit of %d bytes", limit)}
+			return nil, coded.Errorf(coded.RequestTooLarge, "the decompressed request body is larger than the limit of %d bytes", limit)
 		}
 		return plain, nil
 	default:
-		return nil, &apiError{status: http.StatusUnsupportedMediaType, Code: CodeUnsupportedMediaType,
-			Message: fmt.Sprintf("Content-Encoding %q is not supported: send the body as is, or gzip", enc)}
+		return nil, coded.Errorf(coded.UnsupportedMediaType, "Content-Encoding %q is not supported: send the body as is, or gzip", enc)
 	}
 }
 
@@ -245,13 +240,13 @@ func misdirectedDataBody(body []byte) bool {
 
 // misdirectedDataBodyError is the 400 of a Data API body sent to /v1/authorize or
 // /v1/capabilities, or nil when the body is not one.
-func misdirectedDataBodyError(path string, body []byte) *apiError {
+func misdirectedDataBodyError(path string, body []byte) error {
 	if !misdirectedDataBody(body) {
 		return nil
 	}
-	return &apiError{status: http.StatusBadRequest, Code: CodeBadRequest, Message: fmt.Sprintf(
+	return coded.Errorf(coded.BadRequest,
 		`%s takes the request itself, not {"input": <request>}: send the request as the body, or POST {"input": <request>} to %s (the OPA Data API)`,
-		path, pathDataDecision)}
+		path, pathDataDecision)
 }
 
 // writeDataJSON is writeJSON, indented for ?pretty=true.
@@ -265,10 +260,5 @@ func writeDataJSON(w http.ResponseWriter, status int, v any, pretty bool) {
 		writeJSON(w, status, v) // writes the encoding failure answer
 		return
 	}
-	h := w.Header()
-	h.Set("Content-Type", "application/json")
-	h.Set("Cache-Control", "no-store")
-	h.Set("X-Content-Type-Options", "nosniff")
-	w.WriteHeader(status)
-	_, _ = w.Write(append(b, '\n'))
+	writeBody(w, status, b)
 }

@@ -13,6 +13,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/authz-dev/authz/internal/coded"
 	"github.com/authz-dev/authz/internal/decision"
 	"github.com/authz-dev/authz/internal/server"
 	"github.com/authz-dev/authz/internal/snapshot"
@@ -268,12 +269,12 @@ func TestDataAPIQueryParameters(t *testing.T) {
 }
 
 func TestDataAPISubpathFailsClosed(t *testing.T) {
-	url := startHTTP(t, newServer(t, withDecider(failingDecider{err: &decision.Error{Code: decision.CodeTimeout, Err: context.DeadlineExceeded}})))
+	url := startHTTP(t, newServer(t, withDecider(failingDecider{err: &coded.Error{Code: coded.EvalTimeout, Err: context.DeadlineExceeded}})))
 	for _, path := range []string{"allow", "capabilities/duplexCommandStream"} {
 		t.Run(path, func(t *testing.T) {
 			a := post(t, url+"/v1/data/authz/decision/"+path, inputBody(fixture(t, nil)))
 			require.Equal(t, http.StatusInternalServerError, a.status)
-			assert.Equal(t, "EVAL_TIMEOUT", a.header.Get(server.HeaderError))
+			assert.Equal(t, "EVAL_TIMEOUT", a.header.Get("X-Authz-Error"))
 			assert.Equal(t, false, a.json(t)["result"])
 		})
 	}

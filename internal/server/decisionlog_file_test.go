@@ -15,7 +15,7 @@ import (
 )
 
 // fileLogServer serves a server whose required decision log is the file at path.
-func fileLogServer(t *testing.T, path string) string {
+func fileLogServer(t testing.TB, path string) string {
 	t.Helper()
 	s := newServer(t, withConfig(func(c *server.Config) {
 		c.DecisionLog.Path = path
@@ -25,7 +25,7 @@ func fileLogServer(t *testing.T, path string) string {
 }
 
 // decideOK makes one decision that must be answered 200 and returns its decision_id.
-func decideOK(t *testing.T, base string) string {
+func decideOK(t testing.TB, base string) string {
 	t.Helper()
 	a := post(t, base+"/v1/authorize", fixture(t, nil))
 	require.Equal(t, http.StatusOK, a.status, "%s", a.body)
@@ -34,7 +34,7 @@ func decideOK(t *testing.T, base string) string {
 
 // logIDs reads the decision_id of every line of a decision log file; every line must be a
 // whole JSON object ending with a newline.
-func logIDs(t *testing.T, path string) []string {
+func logIDs(t testing.TB, path string) []string {
 	t.Helper()
 	b, err := os.ReadFile(path)
 	require.NoError(t, err)

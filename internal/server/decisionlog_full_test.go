@@ -15,7 +15,7 @@ import (
 
 // smallDisk returns a directory on a 64 KiB tmpfs (unmounted when the test ends), or "" when
 // this process may not mount one (not root).
-func smallDisk(t *testing.T) string {
+func smallDisk(t testing.TB) string {
 	t.Helper()
 	dir := t.TempDir()
 	if os.Geteuid() != 0 {
@@ -110,7 +110,7 @@ func TestDecisionLogDiskFull(t *testing.T) {
 }
 
 // fillDisk writes path until the file system has about free bytes left.
-func fillDisk(t *testing.T, path string, free int64) {
+func fillDisk(t testing.TB, path string, free int64) {
 	t.Helper()
 	var st syscall.Statfs_t
 	require.NoError(t, syscall.Statfs(filepath.Dir(path), &st))
@@ -120,7 +120,7 @@ func fillDisk(t *testing.T, path string, free int64) {
 }
 
 // linesOf reads the decision_id of every line of a decision log; every line must be whole.
-func linesOf(t *testing.T, path string) []string {
+func linesOf(t testing.TB, path string) []string {
 	t.Helper()
 	b, err := os.ReadFile(path)
 	require.NoError(t, err)

@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/authz-dev/authz/internal/specexamples"
 	"github.com/authz-dev/authz/internal/specoracle"
 )
 
@@ -19,11 +20,8 @@ import (
 // the decision cache, evaluation, the answer): it never panics, answers only the documented
 // statuses, and never grants what the independent oracle refuses for the same request and facts.
 func FuzzAuthorize(f *testing.F) {
-	for _, name := range []string{"request.json"} {
-		b, err := os.ReadFile(filepath.Join("testdata", name))
-		require.NoError(f, err)
-		f.Add(b)
-	}
+	reqJSON, _ := specexamples.NewFixture().JSON()
+	f.Add(reqJSON)
 	for _, s := range []string{`{}`, `[]`, `null`, `{"operation": "getRunnerIngressEndpoint"}`,
 		`{"lease": {"metadata": {"driver": "plugin", "pluginId": "test.plugin", "driverKey": "daytona"}}}`,
 		`{"lease": {"metadata": {"sandboxProviderPlugin": "true", "pluginId": "test.plugin", "provider": "daytona"}}}`} {

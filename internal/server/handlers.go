@@ -15,42 +15,55 @@ import (
 	"github.com/google/uuid"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"github.com/authz-dev/authz/internal/coded"
 	"github.com/authz-dev/authz/internal/decision"
 	"github.com/authz-dev/authz/internal/pluginhost"
 	"github.com/authz-dev/authz/internal/snapshot"
 )
 
-// Error codes of the HTTP API (besides the decision codes of docs/contract.md section 7).
-const (
-	CodeBadRequest             = "BAD_REQUEST"
-	CodeRequestTooLarge        = "REQUEST_TOO_LARGE"
-	CodeMethodNotAllowed       = "METHOD_NOT_ALLOWED"
-	CodeNotFound               = "NOT_FOUND"
-	CodeUnsupportedMediaType   = "UNSUPPORTED_MEDIA_TYPE"
-	CodeDecisionLogUnavailable = "DECISION_LOG_UNAVAILABLE"
-	CodeInternal               = "INTERNAL_ERROR"
-)
-
-// HeaderError carries the code of a decision that could not be evaluated (EVAL_TIMEOUT, ...) or
+// headerError carries the code of a decision that could not be evaluated (EVAL_TIMEOUT, ...) or
 // DECISION_LOG_UNAVAILABLE.
-const HeaderError = "X-Authz-Error"
+const headerError = "X-Authz-Error"
 
 const (
 	pathAuthorize    = "/v1/authorize"
 	pathCapabilities = "/v1/capabilities"
 	pathDataDecision = "/v1/data/authz/decision"
 
-	marshalFailureBody = `{"code":"INTERNAL_ERROR","message":"the answer could not be encoded"}` + "\n"
+	marshalFailureBody = `{"code":"INTERNAL_ERROR","message":"the answer could not be encoded"}`
 )
 
-// apiError is every answer that is not a decision: {"code": ..., "message": ...}.
+// apiError is every answer that is not a decision: {"code": ..., "message": ...}, the wire
+// shape of a *coded.Error.
 type apiError struct {
-	status  int
 	Code    string `json:"code"`
 	Message string `json:"message"`
 	// Allow is set (to false) only on answers of decision endpoints that carry no decision
 	// document, so that a client reading "allow" from any answer reads false.
 	Allow *bool `json:"allow,omitempty"`
+}
+
+// httpStatus is the HTTP status of each code the API answers with.
+var httpStatus = map[string]int{
+	coded.BadRequest:             http.StatusBadRequest,
+	coded.Unauthorized:           http.StatusUnauthorized,
+	coded.Forbidden:              http.StatusForbidden,
+	coded.HostNotAllowed:         http.StatusForbidden,
+	coded.NotFound:               http.StatusNotFound,
+	coded.MethodNotAllowed:       http.StatusMethodNotAllowed,
+	coded.RequestTooLarge:        http.StatusRequestEntityTooLarge,
+	coded.UnsupportedMediaType:   http.StatusUnsupportedMediaType,
+	coded.Internal:               http.StatusInternalServerError,
+	coded.Overloaded:             http.StatusServiceUnavailable,
+	coded.DecisionLogUnavailable: http.StatusServiceUnavailable,
+}
+
+// statusOf is the HTTP status that answers err: its code's, and 500 for an error without one.
+func statusOf(err error) int {
+	if status, ok := httpStatus[coded.CodeOf(err)]; ok {
+		return status
+	}
+	return http.StatusInternalServerError
 }
 
 type route struct {
@@ -97,30 +110,29 @@ func (s *Server) routes() http.Handler {
 				}
 				s.log.Error("handler panicked", "path", path, "panic", p)
 				if sw.status == 0 {
-					writeError(sw, apiError{status: http.StatusInternalServerError, Code: CodeInternal, Message: "internal error; see the service log"})
+					writeError(sw, coded.Errorf(coded.Internal, "internal error; see the service log"))
 				}
 			}
 			s.metrics.requests.WithLabelValues(label, strconv.Itoa(sw.statusOr200())).Inc()
 		}()
 		// Access is checked before anything else of the request is read (its body included).
-		var denied *apiError
+		var denied error
 		if known {
 			denied = s.access.check(r, rt.scope)
 		}
 		switch {
 		case denied != nil:
-			if denied.status == http.StatusUnauthorized && s.cfg.Authentication.mode() == AuthToken {
+			if coded.CodeOf(denied) == coded.Unauthorized && s.cfg.Authentication.mode() == AuthToken {
 				sw.Header().Set("WWW-Authenticate", `Bearer realm="authz"`)
 			}
+			s.log.Debug("request refused", "path", path, "code", coded.CodeOf(denied), "remote", r.RemoteAddr)
 			if rt.scope == ScopeDecide {
-				deny := false
-				denied.Allow = &deny
+				writeDecisionError(sw, denied)
+			} else {
+				writeError(sw, denied)
 			}
-			s.log.Debug("request refused", "path", path, "code", denied.Code, "remote", r.RemoteAddr)
-			writeError(sw, *denied)
 		case !known:
-			writeError(sw, apiError{status: http.StatusNotFound, Code: CodeNotFound,
-				Message: fmt.Sprintf("no such endpoint %q: paths are matched exactly as sent, without percent-decoding; see docs/service.md for the API", path)})
+			writeError(sw, coded.Errorf(coded.NotFound, "no such endpoint %q: paths are matched exactly as sent, without percent-decoding; see docs/service.md for the API", path))
 		case r.Method == rt.method, rt.method == http.MethodGet && r.Method == http.MethodHead:
 			rt.handler(sw, r)
 		default:
@@ -129,8 +141,7 @@ func (s *Server) routes() http.Handler {
 				allow = "GET, HEAD"
 			}
 			sw.Header().Set("Allow", allow)
-			writeError(sw, apiError{status: http.StatusMethodNotAllowed, Code: CodeMethodNotAllowed,
-				Message: fmt.Sprintf("%s %s is not allowed; use %s", r.Method, r.URL.Path, rt.method)})
+			writeError(sw, coded.Errorf(coded.MethodNotAllowed, "%s %s is not allowed; use %s", r.Method, r.URL.Path, rt.method))
 		}
 	})
 }
@@ -141,13 +152,13 @@ func (s *Server) routes() http.Handler {
 func (s *Server) decisionHandler(path string) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		s.admitted(w, r, s.readBody, func(body []byte) {
-			if aerr := misdirectedDataBodyError(path, body); aerr != nil {
-				writeError(w, *aerr)
+			if err := misdirectedDataBodyError(path, body); err != nil {
+				writeError(w, err)
 				return
 			}
 			req, err := snapshot.ParseRequest(bytes.NewReader(body))
 			if err != nil {
-				writeError(w, apiError{status: http.StatusBadRequest, Code: CodeBadRequest, Message: err.Error()})
+				writeError(w, err) // a bad request
 				return
 			}
 			doc, status, ok := s.answerDecision(w, r, path, req)
@@ -168,16 +179,16 @@ func (s *Server) decisionHandler(path string) http.HandlerFunc {
 // again before it is decoded and decided, so that the bodies in memory and the decisions
 // being decoded stay bounded whatever the number of clients. A request not admitted in time
 // is answered 503 SERVICE_OVERLOADED.
-func (s *Server) admitted(w http.ResponseWriter, r *http.Request, read func(http.ResponseWriter, *http.Request) ([]byte, *apiError), serve func(body []byte)) {
+func (s *Server) admitted(w http.ResponseWriter, r *http.Request, read func(http.ResponseWriter, *http.Request) ([]byte, error), serve func(body []byte)) {
 	release := s.admit.acquire(r.Context(), s.admit.reading)
 	if release == nil {
 		s.answerOverloaded(w, r)
 		return
 	}
 	defer release()
-	body, aerr := read(w, r)
-	if aerr != nil {
-		writeError(w, *aerr)
+	body, err := read(w, r)
+	if err != nil {
+		writeError(w, err)
 		return
 	}
 	releaseDeciding := s.admit.acquire(r.Context(), s.admit.deciding)
@@ -195,14 +206,13 @@ func (s *Server) admitted(w http.ResponseWriter, r *http.Request, read func(http
 func (s *Server) answerDecision(w http.ResponseWriter, r *http.Request, path string, req *snapshot.Request) (doc decision.Document, status int, ok bool) {
 	doc, evalCode, ok := s.decide(r, path, req)
 	if !ok {
-		w.Header().Set(HeaderError, CodeDecisionLogUnavailable)
-		deny := false
-		writeError(w, apiError{status: http.StatusServiceUnavailable, Code: CodeDecisionLogUnavailable, Allow: &deny,
-			Message: "the decision could not be recorded in the decision log, which this service requires; nothing is granted until the log is writable again"})
+		w.Header().Set(headerError, coded.DecisionLogUnavailable)
+		writeDecisionError(w, coded.Errorf(coded.DecisionLogUnavailable,
+			"the decision could not be recorded in the decision log, which this service requires; nothing is granted until the log is writable again"))
 		return doc, 0, false
 	}
 	if evalCode != "" {
-		w.Header().Set(HeaderError, evalCode)
+		w.Header().Set(headerError, evalCode)
 		return doc, http.StatusInternalServerError, true
 	}
 	return doc, http.StatusOK, true
@@ -229,9 +239,9 @@ func (s *Server) decide(r *http.Request, path string, req *snapshot.Request) (do
 	if err != nil {
 		// Whatever the decider returned alongside its error, the answer is the docs/contract.md section 11
 		// "Failures" document: it never grants.
-		evalCode = decision.ErrorCode(err)
+		evalCode = coded.CodeOf(err)
 		if evalCode == "" {
-			evalCode = decision.CodeEvalError
+			evalCode = coded.EvalError
 		}
 		failed := decision.FailedDocument(req.Operation)
 		failed.DecisionID, failed.Revision = doc.DecisionID, doc.Revision
@@ -264,7 +274,7 @@ func (s *Server) decide(r *http.Request, path string, req *snapshot.Request) (do
 		if s.cfg.DecisionLog.Required {
 			s.log.Error("decision log unavailable; answering 503 instead of the decision", "decision_id", doc.DecisionID, "error", logErr)
 			// Counted as what the client was answered: a deny, never the decision it replaced.
-			s.metrics.observeDecision(req.Operation, false, CodeDecisionLogUnavailable, evalCode, latency)
+			s.metrics.observeDecision(req.Operation, false, coded.DecisionLogUnavailable, evalCode, latency)
 			return doc, evalCode, false
 		}
 		s.log.Error("decision log line lost", "decision_id", doc.DecisionID, "error", logErr)
@@ -280,24 +290,22 @@ func (s *Server) answerOverloaded(w http.ResponseWriter, r *http.Request) {
 	if r.ProtoMajor == 1 {
 		w.Header().Set("Connection", "close")
 	}
-	w.Header().Set(HeaderError, CodeOverloaded)
-	writeError(w, s.admit.overloaded())
+	w.Header().Set(headerError, coded.Overloaded)
+	writeDecisionError(w, s.admit.overloaded())
 }
 
 // readBody reads a request body of an accepted media type within the size limit. It reads
 // into one buffer of the announced length when there is one, so that a body costs its size
 // once, not the doublings of a growing buffer.
-func (s *Server) readBody(w http.ResponseWriter, r *http.Request) ([]byte, *apiError) {
+func (s *Server) readBody(w http.ResponseWriter, r *http.Request) ([]byte, error) {
 	if ct := r.Header.Get("Content-Type"); ct != "" {
 		mt, _, err := mime.ParseMediaType(ct)
 		if err != nil || (mt != "application/json" && !strings.HasSuffix(mt, "+json")) {
-			return nil, &apiError{status: http.StatusUnsupportedMediaType, Code: CodeUnsupportedMediaType,
-				Message: fmt.Sprintf("Content-Type %q is not JSON: send application/json", ct)}
+			return nil, coded.Errorf(coded.UnsupportedMediaType, "Content-Type %q is not JSON: send application/json", ct)
 		}
 	}
 	limit := s.cfg.MaxBodyBytes
-	tooLarge := &apiError{status: http.StatusRequestEntityTooLarge, Code: CodeRequestTooLarge,
-		Message: fmt.Sprintf("request body is larger than the limit of %d bytes", limit)}
+	tooLarge := coded.Errorf(coded.RequestTooLarge, "request body is larger than the limit of %d bytes", limit)
 	if r.ContentLength > limit {
 		return nil, tooLarge
 	}
@@ -313,8 +321,7 @@ func (s *Server) readBody(w http.ResponseWriter, r *http.Request) ([]byte, *apiE
 		if errors.As(err, &mbe) {
 			return nil, tooLarge
 		}
-		return nil, &apiError{status: http.StatusBadRequest, Code: CodeBadRequest,
-			Message: fmt.Sprintf("could not read the request body: %v", err)}
+		return nil, coded.Errorf(coded.BadRequest, "could not read the request body: %v", err)
 	}
 	return body, nil
 }
@@ -346,20 +353,20 @@ func readAllSized(r io.Reader, size int64) ([]byte, error) {
 // parseDataRequest reads the OPA Data API body {"input": request}.
 func parseDataRequest(body []byte) (*snapshot.Request, error) {
 	var top map[string]json.RawMessage
-	if err := json.Unmarshal(body, &top); err != nil || top == nil {
-		msg := "body must be a JSON object {\"input\": <request>}"
-		if err != nil {
-			msg += ": " + err.Error()
-		}
-		return nil, errors.New(msg)
+	const shape = `body must be a JSON object {"input": <request>}`
+	if err := json.Unmarshal(body, &top); err != nil {
+		return nil, coded.Errorf(coded.BadRequest, shape+": %v", err)
+	}
+	if top == nil {
+		return nil, coded.Errorf(coded.BadRequest, shape)
 	}
 	raw, ok := top["input"]
 	if !ok {
-		return nil, errors.New(`body has no "input": the Data API body is {"input": <request>}`)
+		return nil, coded.Errorf(coded.BadRequest, `body has no "input": the Data API body is {"input": <request>}`)
 	}
 	req, err := snapshot.ParseRequest(bytes.NewReader(raw))
 	if err != nil {
-		return nil, fmt.Errorf("input: %w", err)
+		return nil, fmt.Errorf("input: %w", err) // a bad request, as ParseRequest's errors are
 	}
 	return req, nil
 }
@@ -404,19 +411,42 @@ func (s *Server) handleReady(w http.ResponseWriter, _ *http.Request) {
 	writeJSON(w, status, a)
 }
 
-func writeError(w http.ResponseWriter, e apiError) { writeJSON(w, e.status, e) }
+// writeError answers err: its status, code and message.
+func writeError(w http.ResponseWriter, err error) {
+	writeJSON(w, statusOf(err), errorAnswer(err))
+}
+
+// writeDecisionError answers err on a decision endpoint: as writeError, with "allow": false.
+func writeDecisionError(w http.ResponseWriter, err error) {
+	a := errorAnswer(err)
+	deny := false
+	a.Allow = &deny
+	writeJSON(w, statusOf(err), a)
+}
+
+func errorAnswer(err error) apiError {
+	code := coded.CodeOf(err)
+	if code == "" {
+		code = coded.Internal
+	}
+	return apiError{Code: code, Message: err.Error()}
+}
 
 func writeJSON(w http.ResponseWriter, status int, v any) {
+	b, err := json.Marshal(v)
+	if err != nil {
+		writeBody(w, http.StatusInternalServerError, []byte(marshalFailureBody))
+		return
+	}
+	writeBody(w, status, b)
+}
+
+// writeBody answers with status and the JSON document b, and a newline.
+func writeBody(w http.ResponseWriter, status int, b []byte) {
 	h := w.Header()
 	h.Set("Content-Type", "application/json")
 	h.Set("Cache-Control", "no-store")
 	h.Set("X-Content-Type-Options", "nosniff")
-	b, err := json.Marshal(v)
-	if err != nil {
-		w.WriteHeader(http.StatusInternalServerError)
-		_, _ = io.WriteString(w, marshalFailureBody)
-		return
-	}
 	w.WriteHeader(status)
 	_, _ = w.Write(append(b, '\n'))
 }

@@ -27,7 +27,7 @@ import (
 // Decider makes decisions; *decision.Engine is one.
 type Decider interface {
 	// Decide always returns a document; a non-nil error means the decision could not be
-	// evaluated (decision.ErrorCode gives its code) and the document denies.
+	// evaluated (coded.CodeOf gives its code) and the document denies.
 	Decide(ctx context.Context, req *snapshot.Request, facts snapshot.Facts) (decision.Document, snapshot.Input, error)
 	// Revision is the active policy's revision, "" while none is loaded.
 	Revision() string

@@ -6,11 +6,13 @@ import (
 	"encoding/json"
 	"errors"
 	"io"
+	"maps"
 	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -20,9 +22,11 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
 
+	"github.com/authz-dev/authz/internal/coded"
 	"github.com/authz-dev/authz/internal/decision"
 	"github.com/authz-dev/authz/internal/server"
 	"github.com/authz-dev/authz/internal/snapshot"
+	"github.com/authz-dev/authz/internal/specexamples"
 	"github.com/authz-dev/authz/internal/testutil"
 )
 
@@ -147,10 +151,7 @@ func get(t testing.TB, url string) answer {
 // fixture returns the docs/contract.md section 3 request with changes applied to its decoded form.
 func fixture(t testing.TB, change func(req map[string]any)) string {
 	t.Helper()
-	b, err := os.ReadFile(filepath.Join("testdata", "request.json"))
-	require.NoError(t, err)
-	var req map[string]any
-	require.NoError(t, json.Unmarshal(b, &req))
+	req := specexamples.NewFixture().Request
 	if change != nil {
 		change(req)
 	}
@@ -258,7 +259,7 @@ func TestAuthorize(t *testing.T) {
 			a := post(t, url+"/v1/authorize", fixture(t, tt.change))
 			require.Equal(t, http.StatusOK, a.status, "a decision is data: a deny is 200 too; body %s", a.body)
 			assert.Equal(t, "application/json", a.header.Get("Content-Type"))
-			assert.Empty(t, a.header.Get(server.HeaderError))
+			assert.Empty(t, a.header.Get("X-Authz-Error"))
 			doc := a.json(t)
 			requireDocument(t, doc)
 			assert.Equal(t, tt.wantAllow, doc["allow"])
@@ -312,7 +313,7 @@ func TestCapabilities(t *testing.T) {
 	a := post(t, url+"/v1/capabilities", fixture(t, func(r map[string]any) { metadata(r)["backend"] = "job" }))
 	require.Equal(t, http.StatusOK, a.status)
 	m := a.json(t)
-	assert.ElementsMatch(t, []string{"capabilities", "decision_id", "revision"}, keys(m))
+	assert.ElementsMatch(t, []string{"capabilities", "decision_id", "revision"}, slices.Collect(maps.Keys(m)))
 	assert.Equal(t, testEngine(t).Revision(), m["revision"])
 	assert.NotEmpty(t, m["decision_id"])
 	caps := m["capabilities"].(map[string]any)
@@ -321,14 +322,6 @@ func TestCapabilities(t *testing.T) {
 		want[k] = k == "duplexCommandStream"
 	}
 	assert.Equal(t, want, caps)
-}
-
-func keys(m map[string]any) []string {
-	out := make([]string, 0, len(m))
-	for k := range m {
-		out = append(out, k)
-	}
-	return out
 }
 
 func requireAPIError(t testing.TB, a answer, status int, code string) {
@@ -467,7 +460,7 @@ func TestEvaluationFailure(t *testing.T) {
 	}{
 		{
 			name:     "time-out",
-			decider:  failingDecider{err: &decision.Error{Code: decision.CodeTimeout, Err: context.DeadlineExceeded}},
+			decider:  failingDecider{err: &coded.Error{Code: coded.EvalTimeout, Err: context.DeadlineExceeded}},
 			wantCode: "DUPLEX_CHANNEL_CAPABILITY_DENIED",
 			wantErr:  "EVAL_TIMEOUT",
 		},
@@ -501,7 +494,7 @@ func TestEvaluationFailure(t *testing.T) {
 				}
 				a := post(t, url+path, body)
 				require.Equal(t, http.StatusInternalServerError, a.status, "%s: %s", path, a.body)
-				assert.Equal(t, tt.wantErr, a.header.Get(server.HeaderError), path)
+				assert.Equal(t, tt.wantErr, a.header.Get("X-Authz-Error"), path)
 				m := a.json(t)
 				switch path {
 				case "/v1/capabilities":
@@ -764,7 +757,7 @@ func TestDecisionLogUnavailable(t *testing.T) {
 				if tt.required {
 					requireAPIError(t, a, http.StatusServiceUnavailable, "DECISION_LOG_UNAVAILABLE")
 					assert.Equal(t, false, a.json(t)["allow"])
-					assert.Equal(t, "DECISION_LOG_UNAVAILABLE", a.header.Get(server.HeaderError))
+					assert.Equal(t, "DECISION_LOG_UNAVAILABLE", a.header.Get("X-Authz-Error"))
 					assert.NotContains(t, string(a.body), "capabilities")
 				}
 			}
@@ -814,24 +807,7 @@ func TestExamples(t *testing.T) {
 // serveOn runs s.Serve on ln until the returned stop is called; stop waits for Serve to return.
 func serveOn(t testing.TB, s *server.Server, ln net.Listener) (stop func() error) {
 	t.Helper()
-	ctx, cancel := context.WithCancel(context.Background())
-	errc := make(chan error, 1)
-	go func() { errc <- s.Serve(ctx, ln) }()
-	var once sync.Once
-	var err error
-	stop = func() error {
-		once.Do(func() {
-			cancel()
-			select {
-			case err = <-errc:
-			case <-time.After(20 * time.Second):
-				err = errors.New("Serve did not return after cancel")
-			}
-		})
-		return err
-	}
-	t.Cleanup(func() { _ = stop() })
-	return stop
+	return testutil.RunUntilStopped(t, "Serve", 20*time.Second, func(ctx context.Context) error { return s.Serve(ctx, ln) })
 }
 
 func unixClient(path string) *http.Client {

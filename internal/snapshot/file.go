@@ -4,12 +4,13 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"fmt"
 	"io"
 	"os"
 	"strconv"
 
 	"github.com/open-policy-agent/opa/v1/ast"
+
+	"github.com/authz-dev/authz/internal/coded"
 )
 
 // File is the facts-file shape of docs/contract.md section 4. The live plugin host renders its state in the
@@ -35,7 +36,7 @@ var _ Facts = (*FileFacts)(nil)
 func LoadFacts(path string) (*FileFacts, error) {
 	b, err := os.ReadFile(path)
 	if err != nil {
-		return nil, &Error{Code: CodeBadFacts, Err: fmt.Errorf("read facts file: %w", err)}
+		return nil, coded.Errorf(coded.BadFacts, "read facts file: %w", err)
 	}
 	return ParseFacts(bytes.NewReader(b))
 }
@@ -169,7 +170,7 @@ func (f *FileFacts) ConfigValid(_ context.Context, _ string, w *Worker, _ string
 }
 
 func badFacts(format string, args ...any) error {
-	return &Error{Code: CodeBadFacts, Err: fmt.Errorf(format, args...)}
+	return coded.Errorf(coded.BadFacts, format, args...)
 }
 
 // stringsOnly keeps the string elements of a JSON array; anything else gives none.

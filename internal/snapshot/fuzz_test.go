@@ -2,28 +2,18 @@ package snapshot_test
 
 import (
 	"bytes"
-	"encoding/json"
 	"errors"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/authz-dev/authz/internal/coded"
 	"github.com/authz-dev/authz/internal/snapshot"
 	"github.com/authz-dev/authz/internal/specexamples"
 	"github.com/authz-dev/authz/internal/specoracle"
+	"github.com/authz-dev/authz/internal/testutil"
 )
-
-// decodeJSON reports whether b is exactly one JSON value, decoded with UseNumber into v.
-func decodeJSON(b []byte, v *any) bool {
-	dec := json.NewDecoder(bytes.NewReader(b))
-	dec.UseNumber()
-	if dec.Decode(v) != nil {
-		return false
-	}
-	_, err := dec.Token()
-	return err != nil && err.Error() == "EOF"
-}
 
 // FuzzParseRequest: request parsing never panics, refuses exactly what the contract calls a bad
 // request (as the independent oracle reads it), and an accepted request is well-formed and
@@ -38,19 +28,19 @@ func FuzzParseRequest(f *testing.F) {
 	facts, err := snapshot.ParseFacts(bytes.NewReader(factsJSON))
 	require.NoError(f, err)
 	var factsVal any
-	require.True(f, decodeJSON(factsJSON, &factsVal))
+	require.True(f, testutil.DecodeOneJSON(factsJSON, &factsVal))
 	f.Fuzz(func(t *testing.T, b []byte) {
 		req, err := snapshot.ParseRequest(bytes.NewReader(b))
 		var val any
-		if !decodeJSON(b, &val) {
+		if !testutil.DecodeOneJSON(b, &val) {
 			require.Error(t, err, "not one JSON value, yet accepted: %q", b)
-			assert.True(t, snapshot.IsBadRequest(err))
+			assert.Equal(t, coded.BadRequest, coded.CodeOf(err))
 			return
 		}
 		_, oerr := specoracle.Decide(val, factsVal)
 		if errors.Is(oerr, specoracle.ErrBadRequest) {
 			require.Error(t, err, "the oracle refuses %q", b)
-			assert.True(t, snapshot.IsBadRequest(err))
+			assert.Equal(t, coded.BadRequest, coded.CodeOf(err))
 			return
 		}
 		require.NoError(t, err, "the oracle accepts %q", b)
@@ -74,21 +64,21 @@ func FuzzParseFacts(f *testing.F) {
 		f.Add([]byte(s))
 	}
 	var reqVal any
-	require.True(f, decodeJSON(reqJSON, &reqVal))
+	require.True(f, testutil.DecodeOneJSON(reqJSON, &reqVal))
 	req, err := snapshot.ParseRequest(bytes.NewReader(reqJSON))
 	require.NoError(f, err)
 	f.Fuzz(func(t *testing.T, b []byte) {
 		facts, err := snapshot.ParseFacts(bytes.NewReader(b))
 		var val any
-		if !decodeJSON(b, &val) {
+		if !testutil.DecodeOneJSON(b, &val) {
 			require.Error(t, err, "not one JSON value, yet accepted: %q", b)
-			assert.True(t, snapshot.IsBadFacts(err))
+			assert.Equal(t, coded.BadFacts, coded.CodeOf(err))
 			return
 		}
 		_, oerr := specoracle.Decide(reqVal, val)
 		if errors.Is(oerr, specoracle.ErrBadFacts) {
 			require.Error(t, err, "the oracle refuses %q", b)
-			assert.True(t, snapshot.IsBadFacts(err))
+			assert.Equal(t, coded.BadFacts, coded.CodeOf(err))
 			return
 		}
 		require.NoError(t, err, "the oracle accepts %q", b)

@@ -7,6 +7,8 @@ import (
 	"strconv"
 
 	"github.com/open-policy-agent/opa/v1/ast"
+
+	"github.com/authz-dev/authz/internal/coded"
 )
 
 // Bounds of a request, so that its decision log line (which carries the request) stays readable
@@ -94,7 +96,7 @@ func optionalObject(parent map[string]any, field, name string) (map[string]any, 
 }
 
 func badRequest(format string, args ...any) error {
-	return &Error{Code: CodeBadRequest, Err: fmt.Errorf(format, args...)}
+	return coded.Errorf(coded.BadRequest, format, args...)
 }
 
 func describe(v any) string {

@@ -9,6 +9,8 @@ import (
 	"github.com/open-policy-agent/opa/v1/ast"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/authz-dev/authz/internal/coded"
 )
 
 func nested(depth int) string {
@@ -45,7 +47,7 @@ func TestRequestBounds(t *testing.T) {
 				return
 			}
 			require.Error(t, err)
-			assert.True(t, IsBadRequest(err))
+			assert.Equal(t, coded.BadRequest, coded.CodeOf(err))
 			assert.Contains(t, err.Error(), tt.wantErr)
 			assert.NotContains(t, err.Error(), "\n", "one line")
 			assert.Less(t, len(err.Error()), 1024, "the message names the limit, not the value")
@@ -77,7 +79,7 @@ func TestRequestOutOfRangeNumbers(t *testing.T) {
 func TestFactsOutOfRangeNumbers(t *testing.T) {
 	_, err := ParseFacts(strings.NewReader(`{"plugins":[{"id":"p","manifest":{"environmentDrivers":[{"weight":1e40000}]}}]}`))
 	require.Error(t, err)
-	assert.True(t, IsBadFacts(err))
+	assert.Equal(t, coded.BadFacts, coded.CodeOf(err))
 	assert.Equal(t, "facts.plugins[0].manifest.environmentDrivers[0].weight: the number 1e40000 is out of the range the policy engine accepts", err.Error())
 
 	f, err := ParseFacts(strings.NewReader(`{"plugins":[{"id":"p","n":1e400}],"builtinProviders":{"b":{"x":12345678901234567890}}}`))

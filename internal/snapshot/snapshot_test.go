@@ -10,6 +10,8 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/authz-dev/authz/internal/coded"
 )
 
 func mustRequest(t testing.TB, body string) *Request {
@@ -56,8 +58,7 @@ func TestParseRequestShape(t *testing.T) {
 			req, err := ParseRequest(strings.NewReader(tt.body))
 			if tt.wantErr != "" {
 				require.Error(t, err)
-				assert.True(t, IsBadRequest(err), "want a bad request, got %v", err)
-				assert.False(t, IsBadFacts(err))
+				assert.Equal(t, coded.BadRequest, coded.CodeOf(err), "want a bad request, got %v", err)
 				assert.Contains(t, err.Error(), tt.wantErr)
 				return
 			}
@@ -101,7 +102,7 @@ func TestParseFactsShape(t *testing.T) {
 				return
 			}
 			require.Error(t, err)
-			assert.True(t, IsBadFacts(err), "want bad facts, got %v", err)
+			assert.Equal(t, coded.BadFacts, coded.CodeOf(err), "want bad facts, got %v", err)
 			assert.Contains(t, err.Error(), tt.wantErr)
 		})
 	}
@@ -110,7 +111,7 @@ func TestParseFactsShape(t *testing.T) {
 func TestLoadFactsMissingFile(t *testing.T) {
 	_, err := LoadFacts(t.TempDir() + "/nope.json")
 	require.Error(t, err)
-	assert.True(t, IsBadFacts(err))
+	assert.Equal(t, coded.BadFacts, coded.CodeOf(err))
 }
 
 func TestFileFactsConfigValid(t *testing.T) {

@@ -18,7 +18,7 @@ import (
 	"fmt"
 )
 
-// ErrBadRequest is wrapped by the error Decide returns for a bad request (docs/contract.md section 3 and 11
+// ErrBadRequest is wrapped by the error Decide returns for a bad request (docs/contract.md sections 3 and 11
 // "Request shape").
 var ErrBadRequest = errors.New("bad request")
 
@@ -140,7 +140,7 @@ var operationSupport = map[string]map[string]bool{
 
 // Decide computes the contract's decision for a raw request and raw facts.
 //
-// When the request is bad (docs/contract.md section 3, docs/contract.md section 11 "Request shape") the error wraps ErrBadRequest; when
+// When the request is bad (docs/contract.md sections 3 and 11 "Request shape") the error wraps ErrBadRequest; when
 // the facts are malformed (docs/contract.md section 11 "Facts file") it wraps ErrBadFacts. When both are bad, the
 // request is reported (docs/contract.md section 11 "Remaining edge values"). On error the Decision is the zero value.
 func Decide(request any, facts any) (Decision, error) {
@@ -156,7 +156,7 @@ func Decide(request any, facts any) (Decision, error) {
 }
 
 // ---------------------------------------------------------------------------------------------
-// Input shape (docs/contract.md section 3, docs/contract.md section 11 "Request shape" and "Facts file").
+// Input shape (docs/contract.md sections 3 and 11 "Request shape" and "Facts file").
 
 type request struct {
 	operation   string
@@ -306,7 +306,7 @@ func equalsString(v any, s string) bool {
 }
 
 // ---------------------------------------------------------------------------------------------
-// The decision (docs/contract.md section 5, 7, 8, 11 "Order of checks").
+// The decision (docs/contract.md sections 5, 7, 8 and 11 "Order of checks").
 
 // resolveDriver is docs/contract.md section 5 step 1 (and docs/contract.md section 11 "Driver and provider").
 func resolveDriver(r request) string {
@@ -362,7 +362,7 @@ func deny(code, message string, reasons []string, caps map[string]bool) Decision
 }
 
 // ---------------------------------------------------------------------------------------------
-// Resolving the snapshot (docs/contract.md section 2 and 6).
+// Resolving the snapshot (docs/contract.md sections 2 and 6).
 
 // resolution holds everything needed to compute the snapshot and to explain a capability deny.
 type resolution struct {
@@ -498,7 +498,7 @@ func readPinned(res *resolution, f facts, pluginID string, entry map[string]any)
 }
 
 // pinnedEntry runs the identity checks plugin_not_found, plugin_not_ready, driver_entry_invalid
-// and driver_entry_missing, in that order (docs/contract.md section 6, docs/contract.md section 11 "Reason codes" and "Remaining edge
+// and driver_entry_missing, in that order (docs/contract.md sections 6 and 11 "Reason codes" and "Remaining edge
 // values"). It returns the one manifest entry with the driver key, or the failing reason.
 func pinnedEntry(f facts, pluginID, driverKey string, requireSandboxKind bool) (map[string]any, string) {
 	plugin, ok := f.plugins[pluginID]
@@ -537,7 +537,7 @@ func pinnedEntry(f facts, pluginID, driverKey string, requireSandboxKind bool) (
 }
 
 // declarationOf is the declaration of a valid manifest entry: its sandboxCapabilities plus the
-// legacy supportsReusableLeases field (docs/contract.md section 4, docs/contract.md section 11 "Facts values").
+// legacy supportsReusableLeases field (docs/contract.md sections 4 and 11 "Facts values").
 func declarationOf(entry map[string]any) map[string]any {
 	decl := map[string]any{}
 	if sc, ok := asObject(entry["sandboxCapabilities"]); ok {
@@ -607,7 +607,7 @@ func (res resolution) capability(k string) bool {
 		res.verifiedAllows(k) && res.declaredAllows(k) && res.narrowingAllows(k)
 }
 
-// snapshot returns all nine capabilities (docs/contract.md section 2, docs/contract.md section 8).
+// snapshot returns all nine capabilities (docs/contract.md sections 2 and 8).
 func (res resolution) snapshot() map[string]bool {
 	caps := make(map[string]bool, len(CapabilityKeys))
 	for _, k := range CapabilityKeys {

@@ -103,7 +103,7 @@ func allCaps(v bool) map[string]bool {
 }
 
 // assertInvariants checks what every decision must satisfy (docs/contract.md section 8).
-func assertInvariants(t *testing.T, d specoracle.Decision) {
+func assertInvariants(t testing.TB, d specoracle.Decision) {
 	t.Helper()
 	require.NotNil(t, d.Reasons)
 	require.Len(t, d.Capabilities, 9)

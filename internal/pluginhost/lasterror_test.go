@@ -1,6 +1,8 @@
 package pluginhost
 
 import (
+	"errors"
+	"fmt"
 	"os/exec"
 	"path/filepath"
 	"strings"
@@ -12,12 +14,13 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/authz-dev/authz/internal/coded"
 	"github.com/authz-dev/authz/internal/testutil"
 )
 
-// Every way a real plugin fails has its reason code, and the code carries none of the details
-// (paths, digests, pids) that the last error holds for the service log.
-func TestLastErrorReasons(t *testing.T) {
+// Every way a real plugin fails has its code, carried by the error itself, and the code carries
+// none of the details (paths, digests, pids) that the last error holds for the service log.
+func TestLastErrorCodes(t *testing.T) {
 	truePath, err := exec.LookPath("true")
 	require.NoError(t, err)
 	truePath, err = filepath.EvalSymlinks(truePath)
@@ -31,26 +34,28 @@ func TestLastErrorReasons(t *testing.T) {
 		start  time.Duration
 		kill   bool // SIGKILL the first worker and wait for the restart
 		want   string
+		// wantErr matches the last error, where the code alone does not say which failure it was.
+		wantErr string
 	}{
-		{name: "pin mismatch", want: ReasonPinMismatch, plugin: func(t *testing.T) PluginConfig {
+		{name: "pin mismatch", want: coded.PinMismatch, plugin: func(t *testing.T) PluginConfig {
 			p := driverPlugin(t, "p")
 			p.SHA256 = strings.Repeat("0", 64)
 			return p
 		}},
-		{name: "unreadable binary", want: ReasonPinUnreadable, plugin: func(t *testing.T) PluginConfig {
+		{name: "unreadable binary", want: coded.PinUnreadable, plugin: func(t *testing.T) PluginConfig {
 			p := driverPlugin(t, "p")
 			p.Path = filepath.Join(t.TempDir(), "missing")
 			return p
 		}},
-		{name: "hang at start", want: ReasonStartTimeout, start: 500 * time.Millisecond,
+		{name: "hang at start", want: coded.StartTimeout, start: 500 * time.Millisecond,
 			plugin: func(t *testing.T) PluginConfig { return driverPlugin(t, "p", "-hang-at-start") }},
-		{name: "stdout noise", want: ReasonHandshakeFailed,
+		{name: "stdout noise", want: coded.HandshakeFailed,
 			plugin: func(t *testing.T) PluginConfig { return driverPlugin(t, "p", "-stdout-noise") }},
-		{name: "not a driver", want: ReasonHandshakeFailed,
+		{name: "not a driver", want: coded.HandshakeFailed, wantErr: `plugin (ended its stdout|exited) before the go-plugin handshake`,
 			plugin: func(*testing.T) PluginConfig { return PluginConfig{ID: "p", Path: truePath, SHA256: trueSum} }},
-		{name: "invalid manifest", want: ReasonInvalidManifest,
+		{name: "invalid manifest", want: coded.InvalidManifest,
 			plugin: func(t *testing.T) PluginConfig { return driverPlugin(t, "p", "-plugin-key", "") }},
-		{name: "worker killed", want: ReasonWorkerExited, kill: true,
+		{name: "worker killed", want: coded.WorkerExited, kill: true,
 			plugin: func(t *testing.T) PluginConfig { return driverPlugin(t, "p") }},
 	}
 	for _, tt := range tests {
@@ -72,11 +77,17 @@ func TestLastErrorReasons(t *testing.T) {
 				waitFor(t, 30*time.Second, "status error", func() bool { return state(t, h, "p").Status == StatusError })
 			}
 			st := state(t, h, "p")
-			assert.Equal(t, tt.want, LastErrorReason(st.LastError), "last error: %s", st.LastError)
+			assert.Equal(t, tt.want, st.LastErrorCode, "last error: %s", st.LastError)
+			if tt.wantErr != "" {
+				assert.Regexp(t, tt.wantErr, st.LastError)
+			}
 		})
 	}
-	assert.Empty(t, LastErrorReason(""))
-	assert.Equal(t, ReasonStartFailed, LastErrorReason("dispense \"driver\": boom"))
+}
+
+func TestStartErrorCode(t *testing.T) {
+	assert.Equal(t, coded.StartFailed, startErrorCode(errors.New(`dispense "driver": boom`)), "an error without a code")
+	assert.Equal(t, coded.LimitExceeded, startErrorCode(fmt.Errorf("dispense: %w", coded.Errorf(coded.LimitExceeded, "too large"))), "a wrapped code")
 }
 
 // What a plugin writes to stderr before it fails is in the service log at the default level
@@ -96,5 +107,5 @@ func TestPluginStderrAtDefaultLevel(t *testing.T) {
 	})
 	assert.Regexp(t, `\[INFO\]\s+pluginhost\.p: acme driver: DAYTONA_API_URL is not set`, logs.String())
 	assert.NotContains(t, logs.String(), "chatter", "a line that says [DEBUG] stays at debug")
-	assert.Equal(t, ReasonHandshakeFailed, LastErrorReason(state(t, h, "p").LastError))
+	assert.Equal(t, coded.HandshakeFailed, state(t, h, "p").LastErrorCode)
 }

@@ -150,10 +150,10 @@ type PluginState struct {
 
 // WorkerState describes a live worker.
 type WorkerState struct {
-	PID              int
-	Generation       uint64
-	StartedAt        time.Time
-	SupportedMethods []string
+	PID              int       `json:"pid"`
+	Generation       uint64    `json:"generation"`
+	StartedAt        time.Time `json:"startedAt"`
+	SupportedMethods []string  `json:"supportedMethods"`
 }
 
 // New checks cfg and returns a host that has started nothing yet.

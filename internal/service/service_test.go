@@ -127,7 +127,7 @@ func TestRun(t *testing.T) {
 			require.Equal(t, http.StatusOK, status)
 			assert.Len(t, plugins["plugins"], tt.wantPlugins)
 
-			body, err := os.ReadFile(filepath.Join("..", "server", "testdata", "request.json"))
+			body, err := os.ReadFile(filepath.Join("..", "specexamples", "request.json"))
 			require.NoError(t, err)
 			resp, err := c.Post(base+"/v1/authorize", "application/json", strings.NewReader(string(body)))
 			require.NoError(t, err)

@@ -32,7 +32,7 @@ import (
 func (h *Host) supervise(ctx context.Context, m *managed) {
 	defer h.wg.Done()
 	backoff := newBackoff(h.cfg.MinBackoff, h.cfg.MaxBackoff)
-	var generation uint64
+	generation := m.lin.generation.Load() // an id's generations keep counting across reconfigurations
 	for attempt := 0; ; attempt++ {
 		if attempt > 0 {
 			m.update(func(v *pluginView) { v.restarts++ })
@@ -51,6 +51,7 @@ func (h *Host) supervise(ctx context.Context, m *managed) {
 			})
 		} else {
 			generation = w.generation
+			m.lin.generation.Store(generation)
 			h.forgetConfigChecks(m.cfg.ID, generation)
 			m.log.Info("worker ready", "generation", w.generation, "pid", w.pid, "methods", w.methods)
 			m.readyOnce.Do(func() { close(m.ready) })

@@ -6,7 +6,8 @@
 //
 // A worker is the live process of a plugin. Each successful start gets a new generation number
 // (1, 2, 3, …) and re-reads the plugin's manifest and methods; a worker that exits is gone at
-// once, so a decision never reads methods of a dead process.
+// once, so a decision never reads methods of a dead process. Reconfigure applies a new plugin
+// list to a running host; the generations of a plugin id keep counting across it.
 //
 // On Linux the host executes a sealed in-memory copy of exactly the bytes it hashed, talks to a
 // worker only over the unix socket that worker itself serves (SO_PEERCRED), publishes it only
@@ -261,41 +262,46 @@ func (h *Host) Close() error {
 	return nil
 }
 
-// WaitStarted waits until every enabled plugin has been ready at least once. When ctx ends
-// first, the error names each plugin still waiting with its status and last error.
+// WaitStarted waits until every enabled plugin has been ready at least once; after a
+// Reconfigure meanwhile, every plugin configured now. When ctx ends first, the error names each
+// plugin still waiting with its status and last error.
 func (h *Host) WaitStarted(ctx context.Context) error {
-	plugins := h.current().list
-	for _, m := range plugins {
-		if !m.enabled {
-			continue
-		}
-		select {
-		case <-m.ready:
-		case <-m.retired: // reconfigured meanwhile: its successor is not waited for
-		case <-h.closed:
-			return ErrClosed
-		case <-ctx.Done():
-			var waiting []string
-			for _, m := range plugins {
-				select {
-				case <-m.ready:
-					continue
-				default:
-				}
-				if !m.enabled {
-					continue
-				}
-				v := m.state.Load()
-				s := fmt.Sprintf("%s (status %s", m.cfg.ID, v.status)
-				if v.lastError != "" {
-					s += ": " + v.lastError
-				}
-				waiting = append(waiting, s+")")
+wait:
+	for {
+		plugins := h.current().list
+		for _, m := range plugins {
+			if !m.enabled {
+				continue
 			}
-			return fmt.Errorf("waiting for plugins to start: %w; not ready yet: %s", ctx.Err(), strings.Join(waiting, "; "))
+			select {
+			case <-m.ready:
+			case <-m.retired: // reconfigured meanwhile: wait for the plugins configured now
+				continue wait
+			case <-h.closed:
+				return ErrClosed
+			case <-ctx.Done():
+				var waiting []string
+				for _, m := range plugins {
+					select {
+					case <-m.ready:
+						continue
+					default:
+					}
+					if !m.enabled {
+						continue
+					}
+					v := m.state.Load()
+					s := fmt.Sprintf("%s (status %s", m.cfg.ID, v.status)
+					if v.lastError != "" {
+						s += ": " + v.lastError
+					}
+					waiting = append(waiting, s+")")
+				}
+				return fmt.Errorf("waiting for plugins to start: %w; not ready yet: %s", ctx.Err(), strings.Join(waiting, "; "))
+			}
 		}
+		return nil
 	}
-	return nil
 }
 
 // Plugin implements snapshot.Facts: one load of the plugin's current view gives its record and

@@ -508,3 +508,64 @@ func TestReplaceBuiltinProviders(t *testing.T) {
 	assert.Equal(t, map[string]any{"execute": false, "n": float64(1)}, b)
 	assert.Equal(t, map[string]map[string]any{"other": {"execute": false, "n": float64(1)}}, h.FactsFile().BuiltinProviders)
 }
+
+// TestWaitStartedFollowsReconfigure: WaitStarted, waiting for a plugin that never starts, waits
+// for the plugins configured now once a Reconfigure replaced it: it returns when those are
+// ready, not before.
+func TestWaitStartedFollowsReconfigure(t *testing.T) {
+	h, rec := startHost(t, testConfig(t, driverPlugin(t, "hangs", "-hang-at-start")))
+	waited := make(chan error, 1)
+	go func() {
+		ctx, cancel := context.WithTimeout(t.Context(), 60*time.Second)
+		defer cancel()
+		waited <- h.WaitStarted(ctx)
+	}()
+	select {
+	case err := <-waited:
+		t.Fatalf("WaitStarted returned %v before any plugin was ready", err)
+	case <-time.After(200 * time.Millisecond):
+	}
+	assert.Equal(t, PluginChanges{Added: []string{"a"}, Removed: []string{"hangs"}}, reconfigure(t, h, keyedDriver(t, "a", "acme.a")))
+	require.NoError(t, <-waited)
+	assert.Equal(t, StatusReady, state(t, h, "a").Status, "WaitStarted returned before the plugin configured now was ready")
+	rec.record(h)
+}
+
+// TestReconfigureReturnsWhileStillStopping: when its context ends before a replaced worker
+// has stopped, Reconfigure returns the changes with ErrStillStopping and the context's error;
+// the new list is in effect and the worker stops all the same.
+func TestReconfigureReturnsWhileStillStopping(t *testing.T) {
+	h, rec := startHost(t, testConfig(t, keyedDriver(t, "a", "acme.a")))
+	waitStarted(t, h, rec)
+	pid := state(t, h, "a").Worker.PID
+
+	ctx, cancel := context.WithCancel(t.Context())
+	cancel()
+	changes, err := h.Reconfigure(ctx, nil)
+	require.ErrorIs(t, err, ErrStillStopping)
+	require.ErrorIs(t, err, context.Canceled)
+	assert.Contains(t, err.Error(), "(a)")
+	assert.Equal(t, PluginChanges{Removed: []string{"a"}}, changes)
+	assert.Empty(t, h.Plugins())
+	waitFor(t, 30*time.Second, "the removed worker to end", func() bool { return !processExists(pid) })
+}
+
+// TestReconfigureDuringStartIsQuick: a plugin removed while its worker is still being set up
+// (pin checked, process about to start or starting) stops at once, not at the start timeout.
+func TestReconfigureDuringStartIsQuick(t *testing.T) {
+	cfg := testConfig(t, driverPlugin(t, "hangs", "-hang-at-start"))
+	cfg.StartTimeout = time.Minute
+	h, _ := startHost(t, cfg)
+	for i := range 3 {
+		start := time.Now()
+		changes := reconfigure(t, h, keyedDriver(t, "hangs", "acme.hangs", "-hang-at-start", "-config-delay", strconv.Itoa(i)+"s"))
+		assert.Equal(t, []string{"hangs"}, changes.Changed)
+		took := time.Since(start)
+		t.Logf("replaced a starting plugin in %s", took)
+		assert.Less(t, took, 10*time.Second, "Reconfigure must not wait for the start timeout")
+	}
+	start := time.Now()
+	reconfigure(t, h)
+	assert.Less(t, time.Since(start), 10*time.Second)
+	assert.Empty(t, childProcesses(t))
+}

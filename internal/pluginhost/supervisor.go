@@ -164,6 +164,9 @@ func (h *Host) startWorker(ctx context.Context, m *managed, generation uint64) (
 				return nil, err
 			}
 			pr.Store(pp)
+			if ctx.Err() != nil { // ended before abortStart could see the process: abort here
+				_ = pp.Kill(context.Background())
+			}
 			return pp, nil
 		},
 		UnixSocketConfig: &plugin.UnixSocketConfig{TempDir: h.cfg.SocketDir},

@@ -6,7 +6,8 @@
 //
 // A worker is the live process of a plugin. Each successful start gets a new generation number
 // (1, 2, 3, …) and re-reads the plugin's manifest and methods; a worker that exits is gone at
-// once, so a decision never reads methods of a dead process.
+// once, so a decision never reads methods of a dead process. Reconfigure applies a new plugin
+// list to a running host; the generations of a plugin id keep counting across it.
 //
 // On Linux the host executes a sealed in-memory copy of exactly the bytes it hashed, talks to a
 // worker only over the unix socket that worker itself serves (SO_PEERCRED), publishes it only
@@ -57,16 +58,18 @@ const maxConfigCacheEntries = 4096
 type Host struct {
 	cfg      Config
 	log      hclog.Logger
-	plugins  []*managed // in configuration order
-	byID     map[string]*managed
-	builtins map[string]map[string]any
+	set      atomic.Pointer[pluginSet] // the configured plugins; replaced whole by Reconfigure
+	builtins atomic.Pointer[map[string]map[string]any]
 
-	mu      sync.Mutex // guards started, closing
-	started bool
-	closing bool
-	cancel  context.CancelFunc
-	closed  chan struct{} // closed by Close
-	wg      sync.WaitGroup
+	mu       sync.Mutex // guards started, closing, runCtx, lineages and the supervisors' handles
+	started  bool
+	closing  bool
+	runCtx   context.Context // the supervisors' context, once started
+	cancel   context.CancelFunc
+	closed   chan struct{} // closed by Close
+	wg       sync.WaitGroup
+	lineages map[string]*lineage // by plugin id, kept after a plugin is removed
+	reconfMu sync.Mutex          // serialises Reconfigure
 
 	cacheMu sync.Mutex
 	cache   map[configKey]bool
@@ -89,6 +92,11 @@ type managed struct {
 	updateMu  sync.Mutex                 // serialises writers of state
 	ready     chan struct{}              // closed when the plugin is ready for the first time
 	readyOnce sync.Once
+
+	lin     *lineage           // shared by every configuration of this plugin id
+	cancel  context.CancelFunc // ends the supervisor; nil: never launched (guarded by Host.mu)
+	done    chan struct{}      // closed when the supervisor has ended; nil: never launched
+	retired chan struct{}      // closed when a reconfiguration took the plugin out of service
 }
 
 // pluginView is an immutable snapshot of a plugin's state. Writers publish a modified copy.
@@ -169,28 +177,16 @@ func New(cfg Config) (*Host, error) {
 	h := &Host{
 		cfg:      cfg,
 		log:      cfg.Logger,
-		byID:     make(map[string]*managed, len(cfg.Plugins)),
-		builtins: builtins,
 		closed:   make(chan struct{}),
 		cache:    map[configKey]bool{},
+		lineages: map[string]*lineage{},
 	}
+	h.builtins.Store(&builtins)
+	list := make([]*managed, 0, len(cfg.Plugins))
 	for _, p := range cfg.Plugins {
-		p.Args = slices.Clone(p.Args)
-		m := &managed{
-			cfg:     p,
-			enabled: p.IsEnabled(),
-			log:     h.log.Named(p.ID),
-			ready:   make(chan struct{}),
-		}
-		m.dlog = newDriverLog(m.log, cfg.Limits)
-		status := StatusInstalled
-		if !m.enabled {
-			status = StatusDisabled
-		}
-		m.state.Store(&pluginView{status: status, record: snapshot.NewPluginIndex(renderPlugin(p.ID, &pluginView{status: status}))})
-		h.plugins = append(h.plugins, m)
-		h.byID[p.ID] = m
+		list = append(list, h.newManaged(p, 0))
 	}
+	h.set.Store(newPluginSet(list))
 	return h, nil
 }
 
@@ -227,12 +223,11 @@ func (h *Host) Start(ctx context.Context) error {
 	closeInheritedOnExec()
 	h.reaper = newReaper()
 	ctx, h.cancel = context.WithCancel(ctx)
-	for _, m := range h.plugins {
-		if !m.enabled {
-			continue
+	h.runCtx = ctx
+	for _, m := range h.current().list {
+		if m.enabled {
+			h.launch(ctx, m)
 		}
-		h.wg.Add(1)
-		go h.supervise(ctx, m)
 	}
 	h.wg.Add(1)
 	go h.reapOrphans(ctx)
@@ -277,45 +272,52 @@ func (h *Host) Close() error {
 	return nil
 }
 
-// WaitStarted waits until every enabled plugin has been ready at least once. When ctx ends
-// first, the error names each plugin still waiting with its status and last error.
+// WaitStarted waits until every enabled plugin has been ready at least once; after a
+// Reconfigure meanwhile, every plugin configured now. When ctx ends first, the error names each
+// plugin still waiting with its status and last error.
 func (h *Host) WaitStarted(ctx context.Context) error {
-	for _, m := range h.plugins {
-		if !m.enabled {
-			continue
-		}
-		select {
-		case <-m.ready:
-		case <-h.closed:
-			return ErrClosed
-		case <-ctx.Done():
-			var waiting []string
-			for _, m := range h.plugins {
-				select {
-				case <-m.ready:
-					continue
-				default:
-				}
-				if !m.enabled {
-					continue
-				}
-				v := m.state.Load()
-				s := fmt.Sprintf("%s (status %s", m.cfg.ID, v.status)
-				if v.lastError != "" {
-					s += ": " + v.lastError
-				}
-				waiting = append(waiting, s+")")
+wait:
+	for {
+		plugins := h.current().list
+		for _, m := range plugins {
+			if !m.enabled {
+				continue
 			}
-			return fmt.Errorf("waiting for plugins to start: %w; not ready yet: %s", ctx.Err(), strings.Join(waiting, "; "))
+			select {
+			case <-m.ready:
+			case <-m.retired: // reconfigured meanwhile: wait for the plugins configured now
+				continue wait
+			case <-h.closed:
+				return ErrClosed
+			case <-ctx.Done():
+				var waiting []string
+				for _, m := range plugins {
+					select {
+					case <-m.ready:
+						continue
+					default:
+					}
+					if !m.enabled {
+						continue
+					}
+					v := m.state.Load()
+					s := fmt.Sprintf("%s (status %s", m.cfg.ID, v.status)
+					if v.lastError != "" {
+						s += ": " + v.lastError
+					}
+					waiting = append(waiting, s+")")
+				}
+				return fmt.Errorf("waiting for plugins to start: %w; not ready yet: %s", ctx.Err(), strings.Join(waiting, "; "))
+			}
 		}
+		return nil
 	}
-	return nil
 }
 
 // Ready reports whether every enabled plugin has been ready at least once (a host with no
 // enabled plugin is ready). It does not wait; WaitStarted does.
 func (h *Host) Ready() bool {
-	for _, m := range h.plugins {
+	for _, m := range h.current().list {
 		if !m.enabled {
 			continue
 		}
@@ -344,7 +346,7 @@ func (h *Host) markReady(m *managed) {
 // index by driverKey were rendered when the view was published, and a worker whose process has
 // exited is left out.
 func (h *Host) Plugin(id string) (snapshot.PluginFacts, bool) {
-	m, ok := h.byID[id]
+	m, ok := h.current().byID[id]
 	if !ok {
 		return snapshot.PluginFacts{}, false
 	}
@@ -390,7 +392,7 @@ func (h *Host) Worker(pluginID string) (*snapshot.Worker, bool) {
 
 // BuiltinProvider implements snapshot.Facts.
 func (h *Host) BuiltinProvider(key string) (map[string]any, bool) {
-	b, ok := h.builtins[key]
+	b, ok := (*h.builtins.Load())[key]
 	if !ok {
 		return nil, false
 	}
@@ -404,7 +406,7 @@ func (h *Host) BuiltinProvider(key string) (map[string]any, bool) {
 // "not valid" (false with the error). A config that is not a JSON object is not valid, without
 // asking the driver.
 func (h *Host) ConfigValid(ctx context.Context, pluginID string, w *snapshot.Worker, driverKey string, config any) (bool, error) {
-	m, ok := h.byID[pluginID]
+	m, ok := h.current().byID[pluginID]
 	if !ok {
 		return false, fmt.Errorf("%w: %q", ErrUnknownPlugin, pluginID)
 	}
@@ -470,8 +472,9 @@ func (h *Host) forgetConfigChecks(pluginID string, current uint64) {
 func (h *Host) Plugins() []PluginState {
 	h.keyMu.RLock() // no key shown twice (publishReady)
 	defer h.keyMu.RUnlock()
-	out := make([]PluginState, 0, len(h.plugins))
-	for _, m := range h.plugins {
+	plugins := h.current().list
+	out := make([]PluginState, 0, len(plugins))
+	for _, m := range plugins {
 		v := m.state.Load()
 		ps := PluginState{ID: m.cfg.ID, Key: v.key, Status: v.status, Restarts: v.restarts,
 			LastError: v.lastError, LastErrorCode: v.lastErrorCode}
@@ -489,12 +492,13 @@ func (h *Host) Plugins() []PluginState {
 func (h *Host) FactsFile() snapshot.File {
 	h.keyMu.RLock() // no key shown twice (publishReady)
 	defer h.keyMu.RUnlock()
+	plugins, builtins := h.current().list, *h.builtins.Load()
 	f := snapshot.File{
-		Plugins:          make([]map[string]any, 0, len(h.plugins)),
+		Plugins:          make([]map[string]any, 0, len(plugins)),
 		Workers:          map[string]map[string]any{},
-		BuiltinProviders: make(map[string]map[string]any, len(h.builtins)),
+		BuiltinProviders: make(map[string]map[string]any, len(builtins)),
 	}
-	for _, m := range h.plugins {
+	for _, m := range plugins {
 		v := m.state.Load()
 		f.Plugins = append(f.Plugins, v.record.Record())
 		if w := v.worker; w != nil && w.alive() {
@@ -505,7 +509,7 @@ func (h *Host) FactsFile() snapshot.File {
 			f.Workers[m.cfg.ID] = map[string]any{"supportedMethods": methods}
 		}
 	}
-	for key, b := range h.builtins {
+	for key, b := range builtins {
 		f.BuiltinProviders[key] = deepCopy(b).(map[string]any)
 	}
 	return f

@@ -32,7 +32,7 @@ func (h *Host) keyCollision(m *managed, key string) error {
 		return coded.Errorf(coded.KeyConflict, "the driver reports plugin key %s, but plugin %q is configured with key %q: "+
 			"check that the configured binary is the intended driver", quoteShort(key), m.cfg.ID, m.cfg.Key)
 	}
-	for _, o := range h.plugins {
+	for _, o := range h.current().list {
 		if o == m {
 			continue
 		}

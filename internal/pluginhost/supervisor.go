@@ -34,7 +34,7 @@ import (
 func (h *Host) supervise(ctx context.Context, m *managed) {
 	defer h.wg.Done()
 	backoff := newBackoff(h.cfg.MinBackoff, h.cfg.MaxBackoff)
-	var generation uint64
+	generation := m.lin.generation.Load() // an id's generations keep counting across reconfigurations
 	for attempt := 0; ; attempt++ {
 		if attempt > 0 {
 			m.update(func(v *pluginView) { v.restarts++ })
@@ -54,6 +54,7 @@ func (h *Host) supervise(ctx context.Context, m *managed) {
 			})
 		} else {
 			generation = w.generation
+			m.lin.generation.Store(generation)
 			h.forgetConfigChecks(m.cfg.ID, generation)
 			m.log.Info("worker ready", "generation", w.generation, "pid", w.pid, "methods", w.methods)
 			h.markReady(m)
@@ -142,7 +143,7 @@ func (h *Host) startWorker(ctx context.Context, m *managed, generation uint64) (
 	}
 	defer func() { _ = exe.Close() }()
 
-	l := h.newLaunch(m, exe)
+	l := h.newLaunch(ctx, m, exe)
 	// go-plugin's Start cannot be interrupted: the host closing kills the process at once.
 	abortStart := context.AfterFunc(ctx, l.killProcess)
 	setUp := false
@@ -199,8 +200,9 @@ type launch struct {
 }
 
 // newLaunch configures the go-plugin client that runs exe (gRPC only, AutoMTLS, no inherited
-// environment, the driver's output relayed within Limits). It starts nothing.
-func (h *Host) newLaunch(m *managed, exe *pinnedExecutable) *launch {
+// environment, the driver's output relayed within Limits). It starts nothing; a process it
+// starts after ctx has ended is killed at once.
+func (h *Host) newLaunch(ctx context.Context, m *managed, exe *pinnedExecutable) *launch {
 	lim := h.cfg.Limits
 	l := &launch{m: m, guard: &guard{}}
 	l.guard.setKill(l.killProcess)
@@ -214,6 +216,9 @@ func (h *Host) newLaunch(m *managed, exe *pinnedExecutable) *launch {
 				return nil, err
 			}
 			l.pr.Store(pp)
+			if ctx.Err() != nil { // ended before abortStart could see the process: abort here
+				_ = pp.Kill(context.Background())
+			}
 			return pp, nil
 		},
 		UnixSocketConfig: &plugin.UnixSocketConfig{TempDir: h.cfg.SocketDir},

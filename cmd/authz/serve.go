@@ -36,7 +36,7 @@ With no flags it listens on 127.0.0.1:8181 with the embedded policy and starts t
 example driver as plugin example.sandbox. The configuration file (YAML, examples/config.yaml)
 is optional; flags override it. An invalid configuration exits with status 2 and names the
 field. SIGINT/SIGTERM shut down gracefully: in-flight requests finish, then plugins stop.
-SIGHUP reopens the decision log file (log rotation).
+SIGHUP reopens the decision log file (log rotation) and reloads the policy bundle.
 
 Flags:
 `
@@ -85,6 +85,7 @@ func runServe(ctx context.Context, args []string, _ io.Reader, _, stderr io.Writ
 	fs.StringVar(&f.tokensFile, "authentication-tokens-file", "", "bearer tokens, one per line with its scopes: TOKEN decide|inspect|decide,inspect")
 	fs.StringVar(&f.clientCAFile, "tls-ca-cert-file", "", "PEM CA certificate(s) that sign client certificates (--authentication tls)")
 	fs.Var(&f.allowedHosts, "allowed-host", "host name accepted in the Host header on loopback, besides localhost, 127.0.0.1, [::1];\ncomma-separated or repeated; replaces the configured list; * accepts any")
+	pf := registerPolicyFlags(fs, true) // policy source flags: policyflags.go
 	fs.Usage = func() { fmt.Fprint(stderr, serveUsage); fs.PrintDefaults() }
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -100,6 +101,7 @@ func runServe(ctx context.Context, args []string, _ io.Reader, _, stderr io.Writ
 	if err != nil {
 		return usageError("serve: %v", err)
 	}
+	pf.apply(fs, &cfg.Policy) // the policy flags override the policy keys of the file
 	if err := cfg.Validate(); err != nil {
 		return usageError("serve: invalid configuration:\n%v", err)
 	}
@@ -124,11 +126,14 @@ func runServe(ctx context.Context, args []string, _ io.Reader, _, stderr io.Writ
 		debug.SetMemoryLimit(cfg.MemoryBound())
 	}
 
-	engine, err := decision.New(ctx, decision.Options{EvalTimeout: cfg.EvalTimeout, ConfigCheckTimeout: cfg.ConfigCheckTimeout,
-		MaxConcurrent: runtime.GOMAXPROCS(0), Cache: decision.CacheOptions{Disabled: cfg.DecisionCache == "off"}})
+	// The policy comes from the source cfg.Policy names (policyflags.go): embedded, a bundle
+	// file or directory, or remote bundles through OPA's plugin manager.
+	engine, policySrc, err := startPolicy(ctx, cfg.Policy, decision.Options{EvalTimeout: cfg.EvalTimeout, ConfigCheckTimeout: cfg.ConfigCheckTimeout,
+		MaxConcurrent: runtime.GOMAXPROCS(0), Cache: decision.CacheOptions{Disabled: cfg.DecisionCache == "off"}}, logger)
 	if err != nil {
-		return fmt.Errorf("serve: load the embedded policy: %w", err)
+		return fmt.Errorf("serve: %w", err)
 	}
+	defer policySrc.Close(context.WithoutCancel(ctx)) // runs after Serve returned
 
 	var facts server.FactsSource
 	var startPlugins func() (stop func(), err error)
@@ -148,7 +153,7 @@ func runServe(ctx context.Context, args []string, _ io.Reader, _, stderr io.Writ
 		startPlugins = func() (func(), error) { return hf.start(ctx, cfg) }
 	}
 
-	srv, err := server.New(cfg, engine, facts, server.Options{Logger: logger})
+	srv, err := server.New(cfg, engine, facts, server.Options{Logger: logger, Policy: policySrc})
 	if err != nil {
 		return usageError("serve: %v", err)
 	}
@@ -179,6 +184,7 @@ func runServe(ctx context.Context, args []string, _ io.Reader, _, stderr io.Writ
 			case <-hup:
 				logger.Info("SIGHUP: reloading")
 				_ = srv.Reload()
+				_ = policySrc.Reload(ctx) // a bundle that fails is logged and the active policy stays
 			case <-serveDone:
 				return
 			}

@@ -15,6 +15,8 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 	"go.yaml.in/yaml/v3"
+
+	"github.com/authz-dev/authz/internal/policy"
 )
 
 // SelfExecutable is the plugin path that stands for the authz executable itself
@@ -74,6 +76,11 @@ type Config struct {
 	// Limits bounds what the service holds at once: connections, requests being read, requests
 	// being decided. They bound its memory and file descriptors whatever the load.
 	Limits LimitsConfig `yaml:"limits"`
+
+	// Policy says where the policy comes from (docs/service.md, "Policy"): its keys (bundle,
+	// watch, verificationKey, verificationKeyId, signingAlg, scope, opa) sit at the top level,
+	// as the flags of `opa run` and an OPA configuration document under opa:.
+	Policy policy.Config `yaml:",inline"`
 }
 
 // AuthConfig is the access control of the API: who may ask for decisions and who may read the
@@ -513,6 +520,9 @@ func (c Config) Validate() error {
 		add("log.level", "must be one of trace, debug, info, warn, error, off; got %q", c.Log.Level)
 	}
 	c.validateLimits(add)
+	if err := c.Policy.Validate(); err != nil {
+		errs = append(errs, err)
+	}
 	return errors.Join(errs...)
 }
 

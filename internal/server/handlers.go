@@ -69,6 +69,7 @@ func (s *Server) routes() http.Handler {
 		pathDataDecision: {http.MethodPost, s.handleData, ScopeDecide},
 		"/v1/plugins":    {http.MethodGet, s.handlePlugins, ScopeInspect},
 		"/v1/facts":      {http.MethodGet, s.handleFacts, ScopeInspect},
+		pathStatus:       {http.MethodGet, s.handleStatus, ScopeInspect}, // status.go
 		"/health":        {http.MethodGet, s.handleHealth, ""},
 		"/health/ready":  {http.MethodGet, s.handleReady, ""},
 		"/metrics": {http.MethodGet, promhttp.HandlerFor(s.metrics.reg, promhttp.HandlerOpts{

@@ -41,6 +41,9 @@ type Options struct {
 	// DecisionLog, when not nil, receives the decision log instead of Config.DecisionLog.Path
 	// (tests use it; the server never closes it).
 	DecisionLog io.Writer
+	// Policy, when not nil, reports where the active policy came from (GET /v1/status and the
+	// origin label of authz_policy_revision_info); the origin is "embedded" when nil.
+	Policy PolicyStatus
 }
 
 // Server answers the HTTP API. Create it with New, serve it with Serve or Run, and Close it
@@ -56,6 +59,7 @@ type Server struct {
 	tls     *tls.Config
 	access  *access
 	admit   *admission
+	policy  PolicyStatus
 }
 
 // New checks cfg (Validate), opens the decision log and loads the TLS certificate. It starts
@@ -67,7 +71,7 @@ func New(cfg Config, d Decider, facts FactsSource, opts Options) (*Server, error
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	s := &Server{cfg: cfg, decider: d, facts: facts, log: opts.Logger}
+	s := &Server{cfg: cfg, decider: d, facts: facts, log: opts.Logger, policy: opts.Policy}
 	if s.log == nil {
 		s.log = hclog.NewNullLogger()
 	}
@@ -92,7 +96,7 @@ func New(cfg Config, d Decider, facts FactsSource, opts Options) (*Server, error
 		return nil, fmt.Errorf("decisionLog.mask: %w", err)
 	}
 	s.admit = newAdmission(cfg.Limits)
-	s.metrics = newMetrics(d, facts)
+	s.metrics = newMetrics(d, facts, s.policyOrigin)
 	s.handler = s.routes()
 	return s, nil
 }

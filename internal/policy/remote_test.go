@@ -1,6 +1,7 @@
 package policy
 
 import (
+	"github.com/authz-dev/authz/internal/policy/policytest"
 	"sort"
 	"strings"
 	"sync"
@@ -17,7 +18,7 @@ import (
 
 // remoteConfig is an OPA configuration for one bundle "authz" from srv, verified with pub when
 // pub is not empty; longPoll selects long polling, else polling every 1-2 s.
-func remoteConfig(srv *bundleServer, pub string, longPoll bool, persistDir string) Config {
+func remoteConfig(srv *policytest.BundleServer, pub string, longPoll bool, persistDir string) Config {
 	polling := map[string]any{"min_delay_seconds": 1, "max_delay_seconds": 2}
 	if longPoll {
 		polling["long_polling_timeout_seconds"] = 10
@@ -29,7 +30,7 @@ func remoteConfig(srv *bundleServer, pub string, longPoll bool, persistDir strin
 	}
 	if pub != "" {
 		opa["keys"] = map[string]any{DefaultVerificationKeyID: map[string]any{"key": pub, "algorithm": "RS256"}}
-		b["signing"] = map[string]any{}
+		b["policytest.Signing"] = map[string]any{}
 	}
 	if persistDir != "" {
 		opa["persistence_directory"] = persistDir
@@ -49,15 +50,15 @@ func startSource(tb testing.TB, cfg Config) (*decision.Engine, *Source) {
 }
 
 func TestRemoteSignedBundleActivatedAndShapesRefused(t *testing.T) {
-	a, _ := testKeys(t)
-	srv := newBundleServer(t)
-	eng, src := startSource(t, remoteConfig(srv, a.public, true, ""))
+	a, _ := policytest.Keys(t)
+	srv := policytest.NewBundleServer(t)
+	eng, src := startSource(t, remoteConfig(srv, a.Public, true, ""))
 	assert.False(t, src.Ready(), "not ready before a bundle is activated")
 	assert.Empty(t, eng.Revision())
 
 	good, shapes := signatureShapes(t)
-	srv.publish(makeBundle(t, bundleSpec{revision: "good-0", sign: good}))
-	waitFor(t, "the signed bundle to be activated", 20*time.Second, src.Ready)
+	srv.Publish(policytest.MakeBundle(t, policytest.BundleSpec{Revision: "good-0", Sign: good}))
+	policytest.WaitFor(t, "the signed bundle to be activated", 20*time.Second, src.Ready)
 	assert.Equal(t, "good-0", decideRevision(t, eng))
 	st := src.Status()
 	assert.Equal(t, OriginRemote+":authz", st.Origin)
@@ -67,11 +68,11 @@ func TestRemoteSignedBundleActivatedAndShapesRefused(t *testing.T) {
 		t.Run(sh.name, func(t *testing.T) {
 			// Each shape follows a good bundle, so its error is its own.
 			rev := "good-" + string(rune('1'+i))
-			srv.publish(makeBundle(t, bundleSpec{revision: rev, sign: good}))
-			waitFor(t, "the good bundle to be activated", 20*time.Second, func() bool { return eng.Revision() == rev })
-			sh.spec.revision = "bad"
-			srv.publish(makeBundle(t, sh.spec))
-			waitFor(t, "the bundle to be refused", 20*time.Second, func() bool {
+			srv.Publish(policytest.MakeBundle(t, policytest.BundleSpec{Revision: rev, Sign: good}))
+			policytest.WaitFor(t, "the good bundle to be activated", 20*time.Second, func() bool { return eng.Revision() == rev })
+			sh.spec.Revision = "bad"
+			srv.Publish(policytest.MakeBundle(t, sh.spec))
+			policytest.WaitFor(t, "the bundle to be refused", 20*time.Second, func() bool {
 				b := src.Status().Bundles["authz"]
 				return b != nil && b.Code != "" && strings.Contains(b.Message, sh.want)
 			})
@@ -82,7 +83,7 @@ func TestRemoteSignedBundleActivatedAndShapesRefused(t *testing.T) {
 }
 
 func TestRemoteCompileFailureAndMissingEntrypointRefused(t *testing.T) {
-	srv := newBundleServer(t)
+	srv := policytest.NewBundleServer(t)
 	eng, src := startSource(t, remoteConfig(srv, "", true, ""))
 	for i, tc := range []struct {
 		name    string
@@ -95,10 +96,10 @@ func TestRemoteCompileFailureAndMissingEntrypointRefused(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			rev := "good-" + string(rune('0'+i))
-			srv.publish(makeBundle(t, bundleSpec{revision: rev}))
-			waitFor(t, "the good bundle to be activated", 20*time.Second, func() bool { return eng.Revision() == rev })
-			srv.publish(makeBundle(t, bundleSpec{revision: "bad", modules: tc.modules}))
-			waitFor(t, "the bundle to be refused", 20*time.Second, func() bool {
+			srv.Publish(policytest.MakeBundle(t, policytest.BundleSpec{Revision: rev}))
+			policytest.WaitFor(t, "the good bundle to be activated", 20*time.Second, func() bool { return eng.Revision() == rev })
+			srv.Publish(policytest.MakeBundle(t, policytest.BundleSpec{Revision: "bad", Modules: tc.modules}))
+			policytest.WaitFor(t, "the bundle to be refused", 20*time.Second, func() bool {
 				b := src.Status().Bundles["authz"]
 				return b != nil && b.Code == tc.code && strings.Contains(b.Message, tc.want)
 			})
@@ -106,20 +107,20 @@ func TestRemoteCompileFailureAndMissingEntrypointRefused(t *testing.T) {
 		})
 	}
 	// A good bundle after a refused one clears the error.
-	srv.publish(makeBundle(t, bundleSpec{revision: "good-last"}))
-	waitFor(t, "the good bundle to be activated", 20*time.Second, func() bool { return eng.Revision() == "good-last" })
-	waitFor(t, "the error to clear", 5*time.Second, func() bool { return src.Status().Bundles["authz"].Code == "" })
+	srv.Publish(policytest.MakeBundle(t, policytest.BundleSpec{Revision: "good-last"}))
+	policytest.WaitFor(t, "the good bundle to be activated", 20*time.Second, func() bool { return eng.Revision() == "good-last" })
+	policytest.WaitFor(t, "the error to clear", 5*time.Second, func() bool { return src.Status().Bundles["authz"].Code == "" })
 }
 
 func TestRemotePersistedBundleServedAfterRestartWithoutServer(t *testing.T) {
-	a, _ := testKeys(t)
+	a, _ := policytest.Keys(t)
 	persist := t.TempDir()
-	srv := newBundleServer(t)
+	srv := policytest.NewBundleServer(t)
 	good, _ := signatureShapes(t)
-	cfg := remoteConfig(srv, a.public, false, persist)
+	cfg := remoteConfig(srv, a.Public, false, persist)
 	eng, src := startSource(t, cfg)
-	srv.publish(makeBundle(t, bundleSpec{revision: "persisted", sign: good}))
-	waitFor(t, "the bundle to be activated", 20*time.Second, func() bool { return eng.Revision() == "persisted" })
+	srv.Publish(policytest.MakeBundle(t, policytest.BundleSpec{Revision: "persisted", Sign: good}))
+	policytest.WaitFor(t, "the bundle to be activated", 20*time.Second, func() bool { return eng.Revision() == "persisted" })
 	src.Close(t.Context())
 	srv.Close() // the bundle server is gone
 
@@ -133,16 +134,16 @@ func TestRemotePersistedBundleServedAfterRestartWithoutServer(t *testing.T) {
 }
 
 func TestRemoteBundleKeepsTheDecisionCacheOn(t *testing.T) {
-	srv := newBundleServer(t)
+	srv := policytest.NewBundleServer(t)
 	eng, _ := startSource(t, remoteConfig(srv, "", true, ""))
-	srv.publish(makeBundle(t, bundleSpec{revision: "r1", modules: markerModules("M1")}))
-	waitFor(t, "activation", 20*time.Second, func() bool { return eng.Revision() == "r1" })
+	srv.Publish(policytest.MakeBundle(t, policytest.BundleSpec{Revision: "r1", Modules: policytest.MarkerModules("M1")}))
+	policytest.WaitFor(t, "activation", 20*time.Second, func() bool { return eng.Revision() == "r1" })
 	assert.Empty(t, eng.CacheStatus(), "a bundle from the plugin manager keeps the decision cache on")
 	doc, err := eng.Evaluate(t.Context(), snapshot.Input{})
 	require.NoError(t, err)
 	assert.Equal(t, "M1", doc.Code)
-	srv.publish(makeBundle(t, bundleSpec{revision: "r2", modules: markerModules("M2")}))
-	waitFor(t, "activation", 20*time.Second, func() bool { return eng.Revision() == "r2" })
+	srv.Publish(policytest.MakeBundle(t, policytest.BundleSpec{Revision: "r2", Modules: policytest.MarkerModules("M2")}))
+	policytest.WaitFor(t, "activation", 20*time.Second, func() bool { return eng.Revision() == "r2" })
 	doc, err = eng.Evaluate(t.Context(), snapshot.Input{})
 	require.NoError(t, err)
 	assert.Equal(t, "M2", doc.Code, "a cached decision of r1 must not answer for r2")
@@ -157,17 +158,17 @@ func TestMeasurePublishToDecision(t *testing.T) {
 		longPoll bool
 	}{{"long polling", true}, {"polling 1-2s", false}} {
 		t.Run(mode.name, func(t *testing.T) {
-			srv := newBundleServer(t)
+			srv := policytest.NewBundleServer(t)
 			eng, _ := startSource(t, remoteConfig(srv, "", mode.longPoll, ""))
-			srv.publish(makeBundle(t, bundleSpec{revision: "m-0"}))
-			waitFor(t, "activation", 20*time.Second, func() bool { return eng.Revision() == "m-0" })
+			srv.Publish(policytest.MakeBundle(t, policytest.BundleSpec{Revision: "m-0"}))
+			policytest.WaitFor(t, "activation", 20*time.Second, func() bool { return eng.Revision() == "m-0" })
 			var lat []time.Duration
 			for i := 1; i <= 5; i++ {
 				rev := "m-" + string(rune('0'+i))
-				body := makeBundle(t, bundleSpec{revision: rev})
+				body := policytest.MakeBundle(t, policytest.BundleSpec{Revision: rev})
 				time.Sleep(50 * time.Millisecond) // let the downloader go back to waiting
 				start := time.Now()
-				srv.publish(body)
+				srv.Publish(body)
 				for decideRevision(t, eng) != rev {
 					require.Less(t, time.Since(start), 20*time.Second, "stalled")
 					time.Sleep(time.Millisecond)
@@ -179,10 +180,10 @@ func TestMeasurePublishToDecision(t *testing.T) {
 		})
 	}
 	t.Run("latency during swaps", func(t *testing.T) {
-		srv := newBundleServer(t)
+		srv := policytest.NewBundleServer(t)
 		eng, _ := startSource(t, remoteConfig(srv, "", true, ""))
-		srv.publish(makeBundle(t, bundleSpec{revision: "s-0"}))
-		waitFor(t, "activation", 20*time.Second, func() bool { return eng.Revision() == "s-0" })
+		srv.Publish(policytest.MakeBundle(t, policytest.BundleSpec{Revision: "s-0"}))
+		policytest.WaitFor(t, "activation", 20*time.Second, func() bool { return eng.Revision() == "s-0" })
 		measure := func(swaps bool) (p50, p99 time.Duration, revs int) {
 			var mu sync.Mutex
 			var all []time.Duration
@@ -211,7 +212,7 @@ func TestMeasurePublishToDecision(t *testing.T) {
 			deadline := time.Now().Add(2 * time.Second)
 			for i := 1; time.Now().Before(deadline); i++ {
 				if swaps {
-					srv.publish(makeBundle(t, bundleSpec{revision: "s-" + time.Now().Format("150405.000000")}))
+					srv.Publish(policytest.MakeBundle(t, policytest.BundleSpec{Revision: "s-" + time.Now().Format("150405.000000")}))
 				}
 				time.Sleep(200 * time.Millisecond)
 			}

@@ -2,6 +2,7 @@ package policy
 
 import (
 	"context"
+	"github.com/authz-dev/authz/internal/policy/policytest"
 	"os"
 	"path/filepath"
 	"testing"
@@ -37,53 +38,49 @@ func decideRevision(tb testing.TB, eng *decision.Engine) string {
 
 // signatureShapes are the bundles a verifying source must refuse, each with the reason OPA
 // gives. good is how a valid bundle is signed.
-func signatureShapes(tb testing.TB) (good signing, shapes []struct {
+func signatureShapes(tb testing.TB) (good policytest.Signing, shapes []struct {
 	name string
-	spec bundleSpec
+	spec policytest.BundleSpec
 	want string
 }) {
-	a, b := testKeys(tb)
-	good = signing{key: a.private, keyID: DefaultVerificationKeyID}
+	a, b := policytest.Keys(tb)
+	good = policytest.Signing{Key: a.Private, KeyID: DefaultVerificationKeyID}
 	shapes = []struct {
 		name string
-		spec bundleSpec
+		spec policytest.BundleSpec
 		want string
 	}{
-		{"unsigned", bundleSpec{}, ".signatures.json"},
-		{"signed with another key", bundleSpec{sign: signing{key: b.private, keyID: DefaultVerificationKeyID}}, "verify"},
-		{"tampered file", bundleSpec{sign: good, tamper: map[string]string{"authz/decision.rego": "package authz\n\ndecision := {\"allow\": true}\n"}}, "digest mismatch"},
-		{"file not covered by the signature", bundleSpec{sign: good, extra: map[string]string{"authz/extra.rego": "package authz\n\nextra := true\n"}}, "authz/extra.rego"},
-		{"keyid missing", bundleSpec{sign: signing{key: a.private}}, "key ID is empty"},
-		{"keyid unknown", bundleSpec{sign: signing{key: a.private, keyID: "other"}}, "other not found"},
-		{"wrong algorithm", bundleSpec{sign: signing{key: a.private, keyID: DefaultVerificationKeyID, alg: "RS512"}}, "verify"},
-		{"wrong scope", bundleSpec{sign: signing{key: a.private, keyID: DefaultVerificationKeyID, scope: "write"}}, "scope mismatch"},
+		{"unsigned", policytest.BundleSpec{}, ".signatures.json"},
+		{"signed with another key", policytest.BundleSpec{Sign: policytest.Signing{Key: b.Private, KeyID: DefaultVerificationKeyID}}, "verify"},
+		{"tampered file", policytest.BundleSpec{Sign: good, Tamper: map[string]string{"authz/decision.rego": "package authz\n\ndecision := {\"allow\": true}\n"}}, "digest mismatch"},
+		{"file not covered by the signature", policytest.BundleSpec{Sign: good, Extra: map[string]string{"authz/extra.rego": "package authz\n\nextra := true\n"}}, "authz/extra.rego"},
+		{"keyid missing", policytest.BundleSpec{Sign: policytest.Signing{Key: a.Private}}, "key ID is empty"},
+		{"keyid unknown", policytest.BundleSpec{Sign: policytest.Signing{Key: a.Private, KeyID: "other"}}, "other not found"},
+		{"wrong algorithm", policytest.BundleSpec{Sign: policytest.Signing{Key: a.Private, KeyID: DefaultVerificationKeyID, Alg: "RS512"}}, "verify"},
+		{"wrong scope", policytest.BundleSpec{Sign: policytest.Signing{Key: a.Private, KeyID: DefaultVerificationKeyID, Scope: "write"}}, "scope mismatch"},
 	}
 	return good, shapes
 }
 
 func TestFileBundleSignatureShapesRefused(t *testing.T) {
-	// Signed bundle directories list their files under the directory's path as given to
-	// `opa sign --bundle DIR`; the shapes are checked on bundle files.
-	for _, layout := range []string{"file"} {
+	for _, layout := range []string{"file", "directory"} {
 		t.Run(layout, func(t *testing.T) {
-			a, _ := testKeys(t)
+			a, _ := policytest.Keys(t)
 			dir := t.TempDir()
-			pub := writeFile(t, dir, "key.pem", a.public)
+			pub := policytest.WriteFile(t, dir, "key.pem", a.Public)
 			path := filepath.Join(dir, "bundle.tar.gz")
 			if layout == "directory" {
 				path = filepath.Join(dir, "bundle")
 			}
 			good, shapes := signatureShapes(t)
-			publish := func(spec bundleSpec) {
-				tgz := makeBundle(t, spec)
+			publish := func(spec policytest.BundleSpec) {
 				if layout == "file" {
-					require.NoError(t, os.WriteFile(path, tgz, 0o600))
+					require.NoError(t, os.WriteFile(path, policytest.MakeBundle(t, spec), 0o600))
 					return
 				}
-				require.NoError(t, os.RemoveAll(path))
-				untar(t, tgz, path)
+				policytest.WriteBundleDir(t, path, spec)
 			}
-			publish(bundleSpec{revision: "good-0", sign: good})
+			publish(policytest.BundleSpec{Revision: "good-0", Sign: good})
 			eng := decision.NewEmpty(decision.Options{})
 			src, err := New(Config{Bundle: path, VerificationKey: pub}, eng, Options{})
 			require.NoError(t, err)
@@ -94,7 +91,7 @@ func TestFileBundleSignatureShapesRefused(t *testing.T) {
 
 			for _, sh := range shapes {
 				t.Run(sh.name, func(t *testing.T) {
-					sh.spec.revision = "bad"
+					sh.spec.Revision = "bad"
 					publish(sh.spec)
 					err := src.Reload(t.Context())
 					require.Error(t, err)
@@ -108,7 +105,7 @@ func TestFileBundleSignatureShapesRefused(t *testing.T) {
 				})
 			}
 			// A good bundle after the refused ones is activated, and clears the error.
-			publish(bundleSpec{revision: "good-1", sign: good})
+			publish(policytest.BundleSpec{Revision: "good-1", Sign: good})
 			require.NoError(t, src.Reload(t.Context()))
 			assert.Equal(t, "good-1", decideRevision(t, eng))
 			assert.Empty(t, src.Status().Bundles[path].Code)
@@ -119,7 +116,7 @@ func TestFileBundleSignatureShapesRefused(t *testing.T) {
 func TestFileBundleCompileFailureAndMissingEntrypointRefused(t *testing.T) {
 	dir := t.TempDir()
 	path := filepath.Join(dir, "bundle.tar.gz")
-	require.NoError(t, os.WriteFile(path, makeBundle(t, bundleSpec{revision: "good"}), 0o600))
+	require.NoError(t, os.WriteFile(path, policytest.MakeBundle(t, policytest.BundleSpec{Revision: "good"}), 0o600))
 	eng := decision.NewEmpty(decision.Options{})
 	src, err := New(Config{Bundle: path}, eng, Options{})
 	require.NoError(t, err)
@@ -134,7 +131,7 @@ func TestFileBundleCompileFailureAndMissingEntrypointRefused(t *testing.T) {
 		{"missing entrypoint", map[string]string{"authz/decision.rego": "package authz\n\nsomething := true\n"}, "does not define data.authz.decision"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			require.NoError(t, os.WriteFile(path, makeBundle(t, bundleSpec{revision: "bad", modules: tc.modules}), 0o600))
+			require.NoError(t, os.WriteFile(path, policytest.MakeBundle(t, policytest.BundleSpec{Revision: "bad", Modules: tc.modules}), 0o600))
 			err := src.Reload(t.Context())
 			require.Error(t, err)
 			assert.Contains(t, err.Error(), tc.want)
@@ -145,12 +142,12 @@ func TestFileBundleCompileFailureAndMissingEntrypointRefused(t *testing.T) {
 }
 
 func TestFileBundleRefusedAtStartLeavesNoPolicy(t *testing.T) {
-	a, _ := testKeys(t)
+	a, _ := policytest.Keys(t)
 	dir := t.TempDir()
 	path := filepath.Join(dir, "bundle.tar.gz")
-	require.NoError(t, os.WriteFile(path, makeBundle(t, bundleSpec{revision: "unsigned"}), 0o600))
+	require.NoError(t, os.WriteFile(path, policytest.MakeBundle(t, policytest.BundleSpec{Revision: "unsigned"}), 0o600))
 	eng := decision.NewEmpty(decision.Options{})
-	src, err := New(Config{Bundle: path, VerificationKey: writeFile(t, dir, "key.pem", a.public)}, eng, Options{})
+	src, err := New(Config{Bundle: path, VerificationKey: policytest.WriteFile(t, dir, "key.pem", a.Public)}, eng, Options{})
 	require.NoError(t, err)
 	require.Error(t, src.Start(t.Context()), "an unsigned bundle must not start the service")
 	assert.False(t, src.Ready())
@@ -159,7 +156,7 @@ func TestFileBundleRefusedAtStartLeavesNoPolicy(t *testing.T) {
 
 func TestWatchedBundleDirectoryEditTakesEffect(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), "bundle")
-	untar(t, makeBundle(t, bundleSpec{revision: "v1", modules: markerModules("M1")}), dir)
+	policytest.Untar(t, policytest.MakeBundle(t, policytest.BundleSpec{Revision: "v1", Modules: policytest.MarkerModules("M1")}), dir)
 	eng := decision.NewEmpty(decision.Options{})
 	src, err := New(Config{Bundle: dir, Watch: true}, eng, Options{WatchInterval: 20 * time.Millisecond})
 	require.NoError(t, err)
@@ -170,14 +167,14 @@ func TestWatchedBundleDirectoryEditTakesEffect(t *testing.T) {
 	require.Equal(t, "M1", doc.Code)
 
 	// A broken edit is refused and the policy stays; the fix then takes effect.
-	writeFile(t, dir, "authz/decision.rego", "package authz\n\ndecision if { broken }\n")
-	waitFor(t, "the broken edit to be refused", 10*time.Second, func() bool { return src.Status().LastError != "" })
+	policytest.WriteFile(t, dir, "authz/decision.rego", "package authz\n\ndecision if { broken }\n")
+	policytest.WaitFor(t, "the broken edit to be refused", 10*time.Second, func() bool { return src.Status().LastError != "" })
 	doc, err = eng.Evaluate(t.Context(), snapshot.Input{})
 	require.NoError(t, err)
 	require.Equal(t, "M1", doc.Code)
 
-	writeFile(t, dir, "authz/decision.rego", markerModules("M2")["authz/decision.rego"])
-	waitFor(t, "the edit to take effect", 10*time.Second, func() bool {
+	policytest.WriteFile(t, dir, "authz/decision.rego", policytest.MarkerModules("M2")["authz/decision.rego"])
+	policytest.WaitFor(t, "the edit to take effect", 10*time.Second, func() bool {
 		doc, err := eng.Evaluate(t.Context(), snapshot.Input{})
 		return err == nil && doc.Code == "M2"
 	})
@@ -198,7 +195,7 @@ func TestEmbeddedSourceKeepsTheEmbeddedRevision(t *testing.T) {
 
 func TestConfigValidate(t *testing.T) {
 	dir := t.TempDir()
-	bundlePath := writeFile(t, dir, "b.tar.gz", "x")
+	bundlePath := policytest.WriteFile(t, dir, "b.tar.gz", "x")
 	for _, tc := range []struct {
 		name string
 		cfg  Config
@@ -211,11 +208,11 @@ func TestConfigValidate(t *testing.T) {
 		{"watch without bundle", Config{Watch: true}, "watch: applies to a bundle"},
 		{"key id without key", Config{Bundle: bundlePath, VerificationKeyID: "k"}, "verificationKeyId: needs verificationKey"},
 		{"bad alg", Config{Bundle: bundlePath, VerificationKey: bundlePath, SigningAlg: "XX1"}, "signingAlg"},
-		{"keys without signing", Config{OPA: map[string]any{
+		{"keys without policytest.Signing", Config{OPA: map[string]any{
 			"services": map[string]any{"s": map[string]any{"url": "http://127.0.0.1:1"}},
 			"keys":     map[string]any{"k": map[string]any{"key": "secret", "algorithm": "HS256"}},
 			"bundles":  map[string]any{"authz": map[string]any{"service": "s", "resource": "b.tar.gz"}},
-		}}, "bundles.authz: keys are configured but this bundle has no signing block"},
+		}}, "bundles.authz: keys are configured but this bundle has no policytest.Signing block"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			err := tc.cfg.Validate()

@@ -13,6 +13,7 @@ import (
 	"github.com/open-policy-agent/opa/v1/logging"
 	"github.com/open-policy-agent/opa/v1/plugins"
 	bundleplugin "github.com/open-policy-agent/opa/v1/plugins/bundle"
+	"github.com/open-policy-agent/opa/v1/plugins/logs"
 	"github.com/open-policy-agent/opa/v1/plugins/discovery"
 	"github.com/open-policy-agent/opa/v1/storage"
 	"github.com/open-policy-agent/opa/v1/storage/inmem"
@@ -27,12 +28,15 @@ import (
 // data to the engine: the engine never reads the manager's store, so a store change takes
 // effect only through a new activation (and a new cache generation).
 type remote struct {
-	s   *Source
-	mgr *plugins.Manager
-	bp  *bundleplugin.Plugin
+	s    *Source
+	mgr  *plugins.Manager
+	bp   *bundleplugin.Plugin // nil when the policy comes from elsewhere
+	logs *logs.Plugin         // nil without decision_logs
 }
 
-func startRemote(ctx context.Context, s *Source) (*remote, error) {
+// startRemote starts OPA's plugin manager; bundles says whether the policy comes from its
+// bundle plugin (else it runs for decision logs and status only).
+func startRemote(ctx context.Context, s *Source, bundles bool) (*remote, error) {
 	raw, err := s.cfg.opaRaw()
 	if err != nil {
 		return nil, err
@@ -57,14 +61,16 @@ func startRemote(ctx context.Context, s *Source) (*remote, error) {
 		return nil, fmt.Errorf("opa: %w", err)
 	}
 	mgr.Register(discovery.Name, disco)
-	r := &remote{s: s, mgr: mgr, bp: bundleplugin.Lookup(mgr)}
-	if r.bp == nil {
-		return nil, errors.New("opa: no bundles configured")
+	r := &remote{s: s, mgr: mgr, logs: logs.Lookup(mgr)}
+	if bundles {
+		if r.bp = bundleplugin.Lookup(mgr); r.bp == nil {
+			return nil, errors.New("opa: no bundles configured")
+		}
+		// Both are registered before Start: a persisted bundle is activated inside Start.
+		actx := context.WithoutCancel(ctx)
+		mgr.RegisterCompilerTrigger(func(txn storage.Transaction) { r.onActivate(actx, txn) })
+		r.bp.RegisterBulkListener("authz", r.onStatus)
 	}
-	// Both are registered before Start: a persisted bundle is activated inside Start.
-	actx := context.WithoutCancel(ctx)
-	mgr.RegisterCompilerTrigger(func(txn storage.Transaction) { r.onActivate(actx, txn) })
-	r.bp.RegisterBulkListener("authz", r.onStatus)
 	if err := mgr.Start(ctx); err != nil {
 		mgr.Stop(context.WithoutCancel(ctx))
 		return nil, fmt.Errorf("opa: %w", err)
@@ -156,6 +162,9 @@ func (r *remote) onStatus(st map[string]*bundleplugin.Status) {
 
 // trigger downloads every bundle now (SIGHUP).
 func (r *remote) trigger(ctx context.Context) error {
+	if r.bp == nil {
+		return nil
+	}
 	return r.bp.Trigger(ctx)
 }
 

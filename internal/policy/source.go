@@ -119,25 +119,26 @@ func New(cfg Config, eng *decision.Engine, opts Options) (*Source, error) {
 // bundles are activated as they arrive (a persisted one before Start returns): the engine has no
 // policy, and Ready is false, until then.
 func (s *Source) Start(ctx context.Context) error {
+	var err error
 	switch s.cfg.Kind() {
 	case OriginFile:
-		if err := s.loadFile(ctx); err != nil {
-			return err
-		}
-		if s.cfg.Watch {
+		if err = s.loadFile(ctx); err == nil && s.cfg.Watch {
 			s.wg.Go(func() { s.watch(context.WithoutCancel(ctx)) })
 		}
-		return nil
-	case OriginRemote:
-		r, err := startRemote(ctx, s)
-		if err != nil {
-			return &Error{Code: CodeRemote, Err: err}
-		}
-		s.remote = r
-		return nil
-	default:
-		return s.loadEmbedded(ctx)
+	case OriginEmbedded:
+		err = s.loadEmbedded(ctx)
 	}
+	if err != nil || len(s.cfg.OPA) == 0 {
+		return err
+	}
+	// The opa section runs OPA's plugins: the bundles (the policy's origin), decision logs,
+	// status.
+	r, err := startRemote(ctx, s, s.cfg.Kind() == OriginRemote)
+	if err != nil {
+		return &Error{Code: CodeRemote, Err: err}
+	}
+	s.remote = r
+	return nil
 }
 
 // Ready reports whether a policy is active.

@@ -60,6 +60,9 @@ type Server struct {
 	access  *access
 	admit   *admission
 	policy  PolicyStatus
+	// opaMasks are the decision log's masks, applied to the decisions handed to OPA's
+	// decision-log plugin (nil when it is not configured).
+	opaMasks [][]string
 }
 
 // New checks cfg (Validate), opens the decision log and loads the TLS certificate. It starts
@@ -93,6 +96,9 @@ func New(cfg Config, d Decider, facts FactsSource, opts Options) (*Server, error
 		}
 	}
 	if err != nil {
+		return nil, fmt.Errorf("decisionLog.mask: %w", err)
+	}
+	if s.opaMasks, err = opaLogMasks(cfg, opts.Policy); err != nil {
 		return nil, fmt.Errorf("decisionLog.mask: %w", err)
 	}
 	s.admit = newAdmission(cfg.Limits)

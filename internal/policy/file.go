@@ -125,17 +125,18 @@ func (s *Source) watch(ctx context.Context) {
 	}
 }
 
-// fingerprint digests the names, sizes and modification times of the files at path.
+// fingerprint digests the names, sizes and modification times of the files at path; a file
+// that cannot be read is part of the digest as such.
 func fingerprint(path string) string {
 	h := sha256.New()
 	_ = filepath.WalkDir(path, func(p string, d fs.DirEntry, err error) error {
-		if err != nil {
-			fmt.Fprintf(h, "%s:error;", p)
-			return nil
+		var fi fs.FileInfo
+		if err == nil {
+			fi, err = d.Info()
 		}
-		fi, err := d.Info()
 		if err != nil {
-			return nil
+			fmt.Fprintf(h, "%s:unreadable;", p)
+			return nil //nolint:nilerr // an unreadable entry changes the digest; the walk goes on
 		}
 		fmt.Fprintf(h, "%s:%d:%d:%v;", p, fi.Size(), fi.ModTime().UnixNano(), fi.IsDir())
 		return nil

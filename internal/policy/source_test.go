@@ -96,7 +96,9 @@ func TestFileBundleSignatureShapesRefused(t *testing.T) {
 					err := src.Reload(t.Context())
 					require.Error(t, err)
 					assert.Contains(t, err.Error(), sh.want)
-					assert.Equal(t, CodeBundleLoad, (err.(*Error)).Code)
+					var pe *Error
+					require.ErrorAs(t, err, &pe)
+					assert.Equal(t, CodeBundleLoad, pe.Code)
 					assert.Equal(t, "good-0", decideRevision(t, eng), "the refused bundle must not replace the active one")
 					st := src.Status()
 					assert.Equal(t, "good-0", st.Revision)
@@ -135,7 +137,9 @@ func TestFileBundleCompileFailureAndMissingEntrypointRefused(t *testing.T) {
 			err := src.Reload(t.Context())
 			require.Error(t, err)
 			assert.Contains(t, err.Error(), tc.want)
-			assert.Equal(t, CodeBundleCheck, (err.(*Error)).Code)
+			var pe *Error
+			require.ErrorAs(t, err, &pe)
+			assert.Equal(t, CodeBundleCheck, pe.Code)
 			assert.Equal(t, "good", decideRevision(t, eng))
 		})
 	}

@@ -101,5 +101,8 @@ func toJSONValue(v any) (any, error) {
 		return nil, err
 	}
 	var out any
-	return out, json.Unmarshal(b, &out)
+	if err := json.Unmarshal(b, &out); err != nil {
+		return nil, err
+	}
+	return out, nil
 }

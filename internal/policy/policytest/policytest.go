@@ -12,6 +12,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"encoding/pem"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -158,7 +159,7 @@ func Untar(tb testing.TB, tgz []byte, dir string) {
 	tr := tar.NewReader(zr)
 	for {
 		h, err := tr.Next()
-		if err == io.EOF {
+		if errors.Is(err, io.EOF) {
 			return
 		}
 		require.NoError(tb, err)
@@ -293,14 +294,14 @@ func signDir(tb testing.TB, dir string, sign Signing) {
 	var files []bundle.FileInfo
 	for {
 		f, err := dl.NextFile()
-		if err == io.EOF {
+		if errors.Is(err, io.EOF) {
 			break
 		}
 		require.NoError(tb, err)
 		var buf bytes.Buffer
 		_, err = f.Read(&buf, bundle.DefaultSizeLimitBytes)
 		f.Close()
-		if err != nil && err != io.EOF {
+		if err != nil && !errors.Is(err, io.EOF) {
 			require.NoError(tb, err)
 		}
 		path := f.URL()

@@ -212,11 +212,11 @@ func TestConfigValidate(t *testing.T) {
 		{"watch without bundle", Config{Watch: true}, "watch: applies to a bundle"},
 		{"key id without key", Config{Bundle: bundlePath, VerificationKeyID: "k"}, "verificationKeyId: needs verificationKey"},
 		{"bad alg", Config{Bundle: bundlePath, VerificationKey: bundlePath, SigningAlg: "XX1"}, "signingAlg"},
-		{"keys without policytest.Signing", Config{OPA: map[string]any{
+		{"keys without signing", Config{OPA: map[string]any{
 			"services": map[string]any{"s": map[string]any{"url": "http://127.0.0.1:1"}},
 			"keys":     map[string]any{"k": map[string]any{"key": "secret", "algorithm": "HS256"}},
 			"bundles":  map[string]any{"authz": map[string]any{"service": "s", "resource": "b.tar.gz"}},
-		}}, "bundles.authz: keys are configured but this bundle has no policytest.Signing block"},
+		}}, "bundles.authz: keys are configured but this bundle has no signing block"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			err := tc.cfg.Validate()

@@ -89,7 +89,7 @@ type BundleSpec struct {
 	Modules  map[string]string // path → source; the embedded policy when nil
 	Data     map[string]any
 	Sign     Signing
-	// after Signing: tamper replaces a module's source, extra adds a module.
+	// after signing: Tamper replaces a module's source, Extra adds a module.
 	Tamper map[string]string
 	Extra  map[string]string
 }

@@ -30,10 +30,12 @@ const serveUsage = `Usage: authz serve [--config FILE] [flags]
 
 Runs the HTTP authorization service (docs/service.md): POST /v1/authorize,
 POST /v1/capabilities, POST /v1/data/authz/decision[/path] and POST / (OPA Data API),
-GET /v1/plugins, GET /v1/facts, GET /health, GET /health/ready, GET /metrics.
+GET /v1/plugins, GET /v1/facts, GET /v1/status, GET /health, GET /health/ready, GET /metrics.
 
 With no flags it listens on 127.0.0.1:8181 with the embedded policy and starts the built-in
-example driver as plugin example.sandbox. The configuration file (YAML, examples/config.yaml)
+example driver as plugin example.sandbox. --bundle PATH serves a policy bundle instead (as
+opa run --bundle); an opa: section in the configuration file downloads bundles with OPA's
+plugin manager. The configuration file (YAML, examples/config.yaml)
 is optional; flags override it. An invalid configuration exits with status 2 and names the
 field. SIGINT/SIGTERM shut down gracefully: in-flight requests finish, then plugins stop.
 SIGHUP reopens the decision log file (log rotation) and reloads the policy bundle.

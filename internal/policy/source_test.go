@@ -17,15 +17,7 @@ import (
 )
 
 func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(m,
-		// OPA's HTTP clients keep idle keep-alive connections for a while after a test.
-		goleak.IgnoreTopFunction("internal/poll.runtime_pollWait"),
-		goleak.IgnoreTopFunction("net/http.(*persistConn).writeLoop"),
-		goleak.IgnoreAnyFunction("net/http.(*persistConn).readLoop"),
-		// OPA starts process-wide helpers once.
-		goleak.IgnoreAnyFunction("github.com/open-policy-agent/opa/v1/topdown/cache.(*interQueryCache).cleanStaleValues"),
-		goleak.IgnoreAnyFunction("go.opencensus.io/stats/view.(*worker).start"),
-	)
+	goleak.VerifyTestMain(m)
 }
 
 // decideRevision evaluates one decision and returns the revision that made it.

@@ -156,6 +156,9 @@ func (c Config) opaConfig() (*opaconfig.Config, error) {
 			return nil, fmt.Errorf("bundles: %w", err)
 		}
 	}
+	if _, set := c.OPA["bundles"]; set && len(bundles) == 0 {
+		return nil, errors.New("bundles: name at least one bundle (bundles.NAME.service, bundles.NAME.resource), or remove the key")
+	}
 	if len(oc.Bundle) > 0 && string(oc.Bundle) != "null" {
 		return nil, errors.New("bundle: the single-bundle key is deprecated in OPA: write bundles.NAME instead")
 	}

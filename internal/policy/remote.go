@@ -123,6 +123,8 @@ func (r *remote) onActivate(ctx context.Context, txn storage.Transaction) {
 		s.checks[n] = ""
 		if err != nil {
 			s.checks[n] = err.Error()
+		} else {
+			s.served[n] = revs[n]
 		}
 	}
 	if err != nil {

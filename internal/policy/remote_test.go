@@ -10,11 +10,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/hashicorp/go-hclog"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/authz-dev/authz/internal/decision"
 	"github.com/authz-dev/authz/internal/snapshot"
+	"github.com/authz-dev/authz/internal/testutil"
 )
 
 // remoteConfig is an OPA configuration for one bundle "authz" from srv, verified with pub when
@@ -110,6 +112,7 @@ func TestRemoteCompileFailureAndMissingEntrypointRefused(t *testing.T) {
 				return b != nil && b.Code == tc.code && strings.Contains(b.Message, tc.want)
 			})
 			assert.Equal(t, rev, decideRevision(t, eng))
+			assert.Equal(t, rev, src.Status().Bundles["authz"].ActiveRevision, "the status shows the revision served, not the refused one")
 		})
 	}
 	// A good bundle after a refused one clears the error.
@@ -241,4 +244,29 @@ func TestMeasurePublishToDecision(t *testing.T) {
 		t.Logf("decision latency (evaluation, cache off), 4 workers: without swaps p50 %v p99 %v; with 5 swaps p50 %v p99 %v (%d revisions decided)", b50, b99, s50, s99, revs)
 		assert.Greater(t, revs, 2, "decisions were made on several revisions during the swaps")
 	})
+}
+
+// TestDecisionLogsBesideEmbeddedPolicy runs OPA's decision-log plugin (console) for the
+// embedded policy: the opa section then has no bundles, and the policy stays the embedded one.
+func TestDecisionLogsBesideEmbeddedPolicy(t *testing.T) {
+	out := &testutil.SyncBuffer{}
+	logger := hclog.New(&hclog.LoggerOptions{Output: out, Level: hclog.Info})
+	eng := decision.NewEmpty(decision.Options{})
+	src, err := New(Config{OPA: map[string]any{"decision_logs": map[string]any{"console": true}}}, eng, Options{Logger: logger})
+	require.NoError(t, err)
+	require.NoError(t, src.Start(t.Context()))
+	defer src.Close(t.Context())
+	assert.Equal(t, OriginEmbedded, src.Status().Origin)
+	require.True(t, src.DecisionLogs())
+	require.NoError(t, src.LogDecision(t.Context(), Decision{ID: "decision-123", Path: "authz/decision", Timestamp: time.Now(),
+		Input: map[string]any{"operation": "openDuplexChannel"}, Result: map[string]any{"allow": false}, Revision: eng.Revision()}))
+	policytest.WaitFor(t, "the console decision log", 10*time.Second, func() bool { return strings.Contains(out.String(), "decision-123") })
+	assert.Contains(t, out.String(), eng.Revision())
+
+	// Without decision_logs, nothing is handed over.
+	plain, err := New(Config{}, decision.NewEmpty(decision.Options{}), Options{})
+	require.NoError(t, err)
+	require.NoError(t, plain.Start(t.Context()))
+	assert.False(t, plain.DecisionLogs())
+	assert.NoError(t, plain.LogDecision(t.Context(), Decision{ID: "x"}))
 }

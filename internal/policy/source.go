@@ -82,6 +82,7 @@ type Source struct {
 	mu      sync.Mutex // serializes activations and guards the fields below
 	status  Status
 	checks  map[string]string // per bundle: authz's own check failure, "" when none
+	served  map[string]string // per remote bundle: the revision the engine serves
 	watched string            // fingerprint of the watched bundle
 
 	remote *remote
@@ -109,7 +110,7 @@ func New(cfg Config, eng *decision.Engine, opts Options) (*Source, error) {
 		return nil, &Error{Code: CodeBundleLoad, Err: err}
 	}
 	s := &Source{cfg: cfg, eng: eng, opts: opts, log: opts.Logger.Named("policy"), vc: vc,
-		checks: map[string]string{}, stop: make(chan struct{})}
+		checks: map[string]string{}, served: map[string]string{}, stop: make(chan struct{})}
 	s.status.Bundles = map[string]*bundleplugin.Status{}
 	return s, nil
 }
@@ -185,6 +186,11 @@ func (s *Source) Status() Status {
 		cp.Metrics = nil // per-download timers, not state
 		if msg := s.checks[n]; msg != "" {
 			cp.Code, cp.Message, cp.Errors = CodeBundleCheck, msg, nil
+		}
+		if rev, ok := s.served[n]; ok {
+			// OPA's active revision is the one in its store; a bundle that failed authz's
+			// check is there but not served.
+			cp.ActiveRevision = rev
 		}
 		st.Bundles[n] = &cp
 	}

@@ -204,6 +204,11 @@ func TestConfigValidate(t *testing.T) {
 		{"watch without bundle", Config{Watch: true}, "watch: applies to a bundle"},
 		{"key id without key", Config{Bundle: bundlePath, VerificationKeyID: "k"}, "verificationKeyId: needs verificationKey"},
 		{"bad alg", Config{Bundle: bundlePath, VerificationKey: bundlePath, SigningAlg: "XX1"}, "signingAlg"},
+		{"no bundle named", Config{OPA: map[string]any{"bundles": map[string]any{}}}, "bundles: name at least one bundle"},
+		{"decision logs only", Config{OPA: map[string]any{
+			"services":      map[string]any{"s": map[string]any{"url": "http://127.0.0.1:1"}},
+			"decision_logs": map[string]any{"service": "s"},
+		}}, ""},
 		{"keys without signing", Config{OPA: map[string]any{
 			"services": map[string]any{"s": map[string]any{"url": "http://127.0.0.1:1"}},
 			"keys":     map[string]any{"k": map[string]any{"key": "secret", "algorithm": "HS256"}},

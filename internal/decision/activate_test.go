@@ -7,6 +7,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/open-policy-agent/opa/v1/ast"
 	"github.com/stretchr/testify/assert"
@@ -111,4 +112,52 @@ func TestCompileModulesCopiesData(t *testing.T) {
 	doc, err := eng.Evaluate(t.Context(), snapshot.Input{"operation": "x"})
 	require.NoError(t, err)
 	assert.Equal(t, "before", doc.Code, "a policy's data is its own copy")
+}
+
+// TestDecisionInFlightFinishesOnItsRevision starts a slow decision, activates another policy
+// while it runs, and sees it finish on the revision it started with; the next decision uses
+// the new one.
+func TestDecisionInFlightFinishesOnItsRevision(t *testing.T) {
+	caps := make([]string, len(CapabilityKeys))
+	for i, k := range CapabilityKeys {
+		caps[i] = strconv.Quote(k) + ": false"
+	}
+	slow := fmt.Sprintf(`package authz
+
+n := count([x | some x in numbers.range(1, 100000); x %% 7 == 0])
+
+decision := {"allow": false, "code": "SLOW", "message": sprintf("%%d", [n]), "reasons": [], "capabilities": {%s}} if n > 0
+`, strings.Join(caps, ", "))
+	m, err := ast.ParseModule("slow.rego", slow)
+	require.NoError(t, err)
+	pSlow, err := CompileModules(map[string]*ast.Module{"slow.rego": m}, nil, "slow")
+	require.NoError(t, err)
+	pFast := markerPolicy(t, "fast", "FAST", nil)
+
+	eng := NewEmpty(Options{})
+	require.NoError(t, eng.Activate(t.Context(), pSlow))
+	type result struct {
+		doc Document
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		doc, err := eng.Evaluate(t.Context(), snapshot.Input{"operation": "x"})
+		done <- result{doc, err}
+	}()
+	time.Sleep(5 * time.Millisecond) // the evaluation has begun
+	require.NoError(t, eng.Activate(t.Context(), pFast))
+	select {
+	case <-done:
+		t.Fatal("the slow decision ended before the swap; the test proves nothing (make it slower)")
+	default:
+	}
+	r := <-done
+	require.NoError(t, r.err)
+	assert.Equal(t, "slow", r.doc.Revision)
+	assert.Equal(t, "SLOW", r.doc.Code)
+	doc, err := eng.Evaluate(t.Context(), snapshot.Input{"operation": "x"})
+	require.NoError(t, err)
+	assert.Equal(t, "fast", doc.Revision)
+	assert.Equal(t, "FAST", doc.Code)
 }

@@ -12,13 +12,14 @@ import (
 
 	"github.com/authz-dev/authz/internal/coded"
 	"github.com/authz-dev/authz/internal/decision"
+	"github.com/authz-dev/authz/internal/policy"
 	"github.com/authz-dev/authz/internal/snapshot"
 )
 
-const decideUsage = `Usage: authz decide --facts FILE [--request FILE] [--print-input] [--explain]
+const decideUsage = `Usage: authz decide --facts FILE [--request FILE] [--bundle PATH] [--print-input] [--explain]
 
 Decides one request (docs/contract.md section 3) against a facts file (section 4) with the embedded
-policy and prints the decision document as JSON. The request is read from stdin unless
+policy, or the bundle of --bundle (verified with --verification-key when given), and prints the decision document as JSON. The request is read from stdin unless
 --request is given. Exit status: 0 when a decision was made (grant or deny), 2 for a bad
 request, bad facts or bad flags, 1 when the decision could not be evaluated (the printed
 document is then a deny with reason evaluation_failed).
@@ -34,6 +35,8 @@ func runDecide(ctx context.Context, args []string, stdin io.Reader, stdout, stde
 	printInput := fs.Bool("print-input", false, "print the assembled input document instead of deciding")
 	explain := fs.Bool("explain", false, "also write a readable account of the decision to stderr")
 	timeout := fs.Duration("timeout", 5*time.Second, "bound on the evaluation")
+	var pcfg policy.Config
+	policyFlags(fs, &pcfg, false) // --bundle and its verification flags
 	fs.Usage = func() { fmt.Fprint(stderr, decideUsage); fs.PrintDefaults() }
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -61,10 +64,12 @@ func runDecide(ctx context.Context, args []string, stdin io.Reader, stdout, stde
 	if *printInput {
 		return writeJSON(stdout, snapshot.Build(ctx, req, facts, snapshot.Options{}))
 	}
-	eng, err := decision.New(ctx, decision.Options{EvalTimeout: *timeout})
+	// The embedded policy, or the bundle of --bundle.
+	eng, src, err := policy.Start(ctx, pcfg, decision.Options{EvalTimeout: *timeout}, policy.Options{})
 	if err != nil {
-		return fmt.Errorf("decide: load the embedded policy: %w", err)
+		return usageError("decide: %v", err)
 	}
+	defer src.Close(ctx)
 	doc, input, evalErr := eng.Decide(ctx, req, facts)
 	if err := writeJSON(stdout, doc); err != nil {
 		return err

@@ -15,13 +15,17 @@ const serveUsage = `Usage: authz serve [--config FILE] [flags]
 
 Runs the HTTP authorization service (docs/service.md): POST /v1/authorize,
 POST /v1/capabilities, POST /v1/data/authz/decision[/path] and POST / (OPA Data API),
-GET /v1/plugins, GET /v1/facts, GET /health, GET /health/ready, GET /metrics.
+GET /v1/plugins, GET /v1/facts, GET /v1/status, GET /health, GET /health/ready, GET /metrics.
 
 With no flags it listens on 127.0.0.1:8181 with the embedded policy and starts the built-in
-example driver as plugin example.sandbox. The configuration file (YAML, examples/config.yaml)
-is optional; flags override it. An invalid configuration exits with status 2 and names the
-field. SIGINT/SIGTERM shut down gracefully: in-flight requests finish, then plugins stop.
-SIGHUP reopens the decision log file (log rotation).
+example driver as plugin example.sandbox. --bundle PATH serves a policy bundle instead (as
+opa run --bundle); an opa: section in the configuration file downloads bundles with OPA's
+plugin manager. The configuration file (YAML, examples/config.yaml) is optional; flags
+override it. An invalid configuration exits with status 2 and names the field.
+SIGINT/SIGTERM shut down gracefully: in-flight requests finish, then plugins stop. SIGHUP
+reopens the decision log file (log rotation), reloads the policy bundle, and reads the
+configuration file again to apply its plugins (added, removed and re-pinned plugins take
+effect; the others keep running).
 
 Flags:
 `
@@ -50,6 +54,7 @@ func serveFlags(cfg *service.Config, configFile *string, stderr io.Writer) *flag
 	fs.StringVar(&s.Authentication.TokensFile, "authentication-tokens-file", s.Authentication.TokensFile, "bearer tokens, one per line with its scopes: TOKEN decide|inspect|decide,inspect")
 	fs.StringVar(&s.Authentication.ClientCAFile, "tls-ca-cert-file", s.Authentication.ClientCAFile, "PEM CA certificate(s) that sign client certificates (--authentication tls)")
 	fs.Var(&listFlag{list: &s.Authentication.AllowedHosts}, "allowed-host", "host name accepted in the Host header on loopback, besides localhost, 127.0.0.1, [::1];\ncomma-separated or repeated; replaces the configured list; * accepts any")
+	policyFlags(fs, &cfg.Policy, true)
 	fs.Usage = func() { fmt.Fprint(stderr, serveUsage); fs.PrintDefaults() }
 	return fs
 }
@@ -59,7 +64,12 @@ func runServe(ctx context.Context, args []string, _ io.Reader, _, stderr io.Writ
 	if !serve {
 		return err
 	}
-	err = service.Run(ctx, cfg, service.Options{LogOutput: stderr})
+	// On SIGHUP the service reads the configuration again, the same way: file, then flags.
+	reread := func() (service.Config, error) {
+		c, _, err := serveConfig(args, io.Discard)
+		return c, err
+	}
+	err = service.Run(ctx, cfg, service.Options{LogOutput: stderr, Reread: reread})
 	var ce *service.ConfigError
 	switch {
 	case errors.As(err, &ce):

@@ -55,3 +55,11 @@ const (
 	BrokerRefused   = "BROKER_REFUSED"   // the driver flooded the go-plugin broker the host does not offer
 	StartFailed     = "START_FAILED"     // any other failure to start or set up a worker
 )
+
+// Codes of a policy source's failures (GET /v1/status, the service log, the start). A bundle
+// that fails never replaces the active policy.
+const (
+	PolicyBundleLoad  = "POLICY_BUNDLE_LOAD"  // a bundle could not be read, or its signature did not verify
+	PolicyBundleCheck = "POLICY_BUNDLE_CHECK" // a bundle did not compile or does not define the entrypoint
+	PolicyRemote      = "POLICY_REMOTE"       // OPA's plugin manager could not be set up
+)

@@ -83,6 +83,7 @@ func (s *Server) routes() http.Handler {
 		pathDataDecision: {http.MethodPost, s.handleData, ScopeDecide},
 		"/v1/plugins":    {http.MethodGet, s.handlePlugins, ScopeInspect},
 		"/v1/facts":      {http.MethodGet, s.handleFacts, ScopeInspect},
+		pathStatus:       {http.MethodGet, s.handleStatus, ScopeInspect}, // status.go
 		"/health":        {http.MethodGet, s.handleHealth, ""},
 		"/health/ready":  {http.MethodGet, s.handleReady, ""},
 		"/metrics": {http.MethodGet, promhttp.HandlerFor(s.metrics.reg, promhttp.HandlerOpts{
@@ -258,7 +259,7 @@ func (s *Server) decide(r *http.Request, path string, req *snapshot.Request) (do
 	s.log.Debug("decision", "decision_id", doc.DecisionID, "path", path, "operation", req.Operation,
 		"allow", doc.Allow, "code", doc.Code, "reasons", doc.Reasons, "latency", latency)
 
-	logErr := s.dlog.write(logEntry{
+	entry := logEntry{
 		DecisionID: doc.DecisionID,
 		Time:       start.UTC().Format(time.RFC3339Nano),
 		Path:       path,
@@ -268,7 +269,9 @@ func (s *Server) decide(r *http.Request, path string, req *snapshot.Request) (do
 		Revision:   doc.Revision,
 		LatencyNS:  latency.Nanoseconds(),
 		Error:      evalCode,
-	})
+	}
+	logErr := s.dlog.write(entry)
+	s.logToOPA(r, start, entry) // status.go: OPA's decision-log plugin, when configured
 	if logErr != nil {
 		s.metrics.logFailures.Inc()
 		if s.cfg.DecisionLog.Required {

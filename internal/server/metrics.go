@@ -21,7 +21,7 @@ type metrics struct {
 	requests     *prometheus.CounterVec
 }
 
-func newMetrics(d Decider, facts FactsSource) *metrics {
+func newMetrics(d Decider, facts FactsSource, origin func() string) *metrics {
 	m := &metrics{
 		reg: prometheus.NewRegistry(),
 		decisions: prometheus.NewCounterVec(prometheus.CounterOpts{
@@ -48,7 +48,7 @@ func newMetrics(d Decider, facts FactsSource) *metrics {
 	}
 	m.reg.MustRegister(
 		m.decisions, m.evalFailures, m.latency, m.logFailures, m.requests,
-		&stateCollector{decider: d, facts: facts},
+		&stateCollector{decider: d, facts: facts, origin: origin},
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 	)
@@ -71,7 +71,7 @@ var (
 	pluginGenerationDesc = prometheus.NewDesc("authz_plugin_worker_generation",
 		"Generation of the plugin's running worker (grows with every restart).", []string{"id"}, nil)
 	revisionDesc = prometheus.NewDesc("authz_policy_revision_info",
-		"The active policy revision (always 1; the revision is the label). Absent while no policy is loaded.", []string{"revision"}, nil)
+		"The active policy revision and where it came from (always 1; the revision and origin are the labels). Absent while no policy is loaded.", []string{"revision", "origin"}, nil)
 	readyDesc = prometheus.NewDesc("authz_ready",
 		"1 when GET /health/ready answers 200.", nil, nil)
 	cacheHitsDesc = prometheus.NewDesc("authz_decision_cache_hits_total",
@@ -92,6 +92,7 @@ type cacheStater interface {
 type stateCollector struct {
 	decider Decider
 	facts   FactsSource
+	origin  func() string
 }
 
 func (c *stateCollector) Describe(ch chan<- *prometheus.Desc) {
@@ -117,7 +118,7 @@ func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 	rev := c.decider.Revision()
 	if rev != "" {
-		ch <- prometheus.MustNewConstMetric(revisionDesc, prometheus.GaugeValue, 1, rev)
+		ch <- prometheus.MustNewConstMetric(revisionDesc, prometheus.GaugeValue, 1, rev, c.origin())
 	}
 	ready := 0.0
 	if rev != "" && c.facts.Ready() {

@@ -42,6 +42,9 @@ type Options struct {
 	// DecisionLog, when not nil, receives the decision log instead of Config.DecisionLog.Path
 	// (tests use it; the server never closes it).
 	DecisionLog io.Writer
+	// Policy, when not nil, reports where the active policy came from (GET /v1/status and the
+	// origin label of authz_policy_revision_info); the origin is "embedded" when nil.
+	Policy PolicyStatus
 }
 
 // Server answers the HTTP API. Create it with New, serve it with Serve or Run, and Close it
@@ -57,6 +60,10 @@ type Server struct {
 	tls     *tls.Config
 	access  *access
 	admit   *admission
+	policy  PolicyStatus
+	// opaMasks are the decision log's masks, applied to the decisions handed to OPA's
+	// decision-log plugin (nil when it is not configured).
+	opaMasks [][]string
 }
 
 // New checks cfg (Validate), opens the decision log and loads the TLS certificate. It starts
@@ -68,7 +75,7 @@ func New(cfg Config, d Decider, facts FactsSource, opts Options) (*Server, error
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	s := &Server{cfg: cfg, decider: d, facts: facts, log: opts.Logger}
+	s := &Server{cfg: cfg, decider: d, facts: facts, log: opts.Logger, policy: opts.Policy}
 	if s.log == nil {
 		s.log = hclog.NewNullLogger()
 	}
@@ -92,8 +99,11 @@ func New(cfg Config, d Decider, facts FactsSource, opts Options) (*Server, error
 	if err != nil {
 		return nil, fmt.Errorf("decisionLog.mask: %w", err)
 	}
+	if s.opaMasks, err = opaLogMasks(cfg, opts.Policy); err != nil {
+		return nil, fmt.Errorf("decisionLog.mask: %w", err)
+	}
 	s.admit = newAdmission(cfg.Limits)
-	s.metrics = newMetrics(d, facts)
+	s.metrics = newMetrics(d, facts, s.policyOrigin)
 	s.handler = s.routes()
 	return s, nil
 }

@@ -635,7 +635,7 @@ func TestMetrics(t *testing.T) {
 		`authz_decision_duration_seconds_count{operation="openDuplexChannel"} 2`,
 		`authz_plugin_up{id="test.plugin",key="acme.daytona",status="ready"} 1`,
 		`authz_plugin_restarts_total{id="test.plugin"} 0`,
-		`authz_policy_revision_info{revision="` + testEngine(t).Revision() + `"} 1`,
+		`authz_policy_revision_info{origin="embedded",revision="` + testEngine(t).Revision() + `"} 1`,
 		`authz_ready 1`,
 		`authz_http_requests_total{route="/v1/authorize",status="400"} 1`,
 		`go_goroutines`,

@@ -15,6 +15,7 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/authz-dev/authz/internal/pluginhost"
+	"github.com/authz-dev/authz/internal/policy"
 	"github.com/authz-dev/authz/internal/server"
 )
 
@@ -37,6 +38,11 @@ type Config struct {
 	Host pluginhost.Config `yaml:",inline"`
 	// Decision is the decision engine: evalTimeout and decisionCache.
 	Decision DecisionConfig `yaml:",inline"`
+	// Policy says where the policy comes from: the embedded policy (the default), a bundle file
+	// or directory (bundle, watch, verificationKey, verificationKeyId, signingAlg, scope, as
+	// the flags of `opa run`), or an OPA configuration document under opa: (remote bundles,
+	// decision logs, status), handed to OPA's plugin manager.
+	Policy policy.Config `yaml:",inline"`
 	// Facts, when set, is a static facts file used instead of live plugins: Host is then not
 	// started.
 	Facts string `yaml:"facts"`
@@ -139,7 +145,7 @@ func (c Config) Resolve() (Config, error) {
 // spells it (e.g. "plugins[0].sha256: must be 64 hex characters"). Plugin paths must have
 // been resolved (Resolve).
 func (c Config) Validate() error {
-	errs := []error{c.Server.Validate(), c.Host.Validate()}
+	errs := []error{c.Server.Validate(), c.Host.Validate(), c.Policy.Validate()}
 	add := func(field, format string, args ...any) {
 		errs = append(errs, fmt.Errorf("%s: %s", field, fmt.Sprintf(format, args...)))
 	}

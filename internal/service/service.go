@@ -1,6 +1,6 @@
 // Package service composes authz's HTTP service, `authz serve`: it reads the one configuration
 // file (Config), and Run wires it together: the plugin host (or a static facts file), the
-// decision engine with the embedded policy, the HTTP server and its listener, SIGHUP reloads
+// decision engine with its policy (embedded, a bundle, or remote bundles), the HTTP server and its listener, SIGHUP reloads
 // and the graceful shutdown. cmd/authz keeps only the flags, the help and the exit codes.
 package service
 
@@ -21,6 +21,7 @@ import (
 
 	"github.com/authz-dev/authz/internal/decision"
 	"github.com/authz-dev/authz/internal/pluginhost"
+	"github.com/authz-dev/authz/internal/policy"
 	"github.com/authz-dev/authz/internal/server"
 )
 
@@ -29,6 +30,9 @@ type Options struct {
 	// LogOutput receives the service log (and, with decisionLog.path "-", nothing else:
 	// that goes to the process's stderr). os.Stderr when nil.
 	LogOutput io.Writer
+	// Reread, when not nil, reads the configuration again (the file and the flags) on SIGHUP;
+	// its plugins and builtinProviders are then applied to the running plugin host.
+	Reread func() (Config, error)
 	// Listener, when not nil, is served instead of listening on the configured address (an
 	// inherited socket, or a test's). Run closes it.
 	Listener net.Listener
@@ -77,19 +81,22 @@ func Run(ctx context.Context, cfg Config, opts Options) (err error) {
 	defer signal.Stop(hup)
 	limitMemory(cfg.Server)
 
-	engine, err := decision.New(ctx, decision.Options{
+	// The policy comes from the source cfg.Policy names: the embedded policy, a bundle file
+	// or directory, or remote bundles through OPA's plugin manager.
+	engine, policySrc, err := policy.Start(ctx, cfg.Policy, decision.Options{
 		EvalTimeout:   cfg.Decision.EvalTimeout,
 		MaxConcurrent: runtime.GOMAXPROCS(0),
 		Cache:         decision.CacheOptions{Disabled: cfg.Decision.Cache == "off"},
-	})
+	}, policy.Options{Logger: logger})
 	if err != nil {
-		return fmt.Errorf("load the embedded policy: %w", err)
+		return err
 	}
+	defer policySrc.Close(context.WithoutCancel(ctx)) // runs after Serve returned
 	facts, host, err := newFacts(cfg, logger)
 	if err != nil {
 		return err
 	}
-	srv, err := server.New(cfg.Server, engine, facts, server.Options{Logger: logger})
+	srv, err := server.New(cfg.Server, engine, facts, server.Options{Logger: logger, Policy: policySrc})
 	if err != nil {
 		return &ConfigError{Err: err}
 	}
@@ -114,7 +121,13 @@ func Run(ctx context.Context, cfg Config, opts Options) (err error) {
 		defer stopPlugins(host, logger)
 		defer warnIfNotStarted(ctx, host, cfg.Host.StartTimeout, logger).Stop()
 	}
-	defer reloadOn(hup, srv, logger)()
+	defer reloadOn(hup, logger, func() {
+		_ = srv.Reload()
+		_ = policySrc.Reload(ctx) // a bundle that fails is logged and the active policy stays
+		if host != nil && opts.Reread != nil {
+			reconfigurePlugins(ctx, host, opts.Reread, logger)
+		}
+	})()
 	return srv.Serve(ctx, ln)
 }
 
@@ -173,8 +186,40 @@ func stopPlugins(host *pluginhost.Host, logger hclog.Logger) {
 	logger.Info("plugins stopped")
 }
 
-// reloadOn reloads srv on every signal from hup until the returned stop is called.
-func reloadOn(hup <-chan os.Signal, srv *server.Server, logger hclog.Logger) (stop func()) {
+// reconfigurePlugins reads the configuration again and applies its plugins and
+// builtinProviders to the running host: added, removed and re-pinned plugins take effect, the
+// others keep their workers. A configuration that does not validate changes nothing; the log
+// says why. The other settings take effect at the next start.
+func reconfigurePlugins(ctx context.Context, host *pluginhost.Host, reread func() (Config, error), logger hclog.Logger) {
+	cfg, err := reread()
+	if err == nil {
+		cfg, err = cfg.Resolve()
+	}
+	if err == nil {
+		err = cfg.Validate()
+	}
+	if err != nil {
+		logger.Error("SIGHUP: the configuration was not applied; the plugins stay as they are", "error", err)
+		return
+	}
+	if cfg.Facts != "" {
+		logger.Warn("SIGHUP: the configuration now names a static facts file; that takes effect at the next start")
+		return
+	}
+	changes, err := host.Reconfigure(ctx, cfg.Host.Plugins)
+	if err != nil && !errors.Is(err, pluginhost.ErrStillStopping) {
+		logger.Error("SIGHUP: plugins not reconfigured; they stay as they are", "error", err)
+		return
+	}
+	logger.Info("SIGHUP: plugins reconfigured", "added", changes.Added, "removed", changes.Removed,
+		"changed", changes.Changed, "unchanged", len(changes.Unchanged))
+	if err := host.ReplaceBuiltinProviders(cfg.Host.BuiltinProviders); err != nil {
+		logger.Error("SIGHUP: builtinProviders not replaced; the previous ones stay", "error", err)
+	}
+}
+
+// reloadOn calls reload on every signal from hup until the returned stop is called.
+func reloadOn(hup <-chan os.Signal, logger hclog.Logger, reload func()) (stop func()) {
 	done := make(chan struct{})
 	stopped := make(chan struct{})
 	go func() {
@@ -183,7 +228,7 @@ func reloadOn(hup <-chan os.Signal, srv *server.Server, logger hclog.Logger) (st
 			select {
 			case <-hup:
 				logger.Info("SIGHUP: reloading")
-				_ = srv.Reload()
+				reload()
 			case <-done:
 				return
 			}

@@ -1,0 +1,175 @@
+package main
+
+import (
+	"encoding/json"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/authz-dev/authz/internal/policy/policytest"
+)
+
+// getJSON GETs url and decodes its JSON body.
+func getJSON(t *testing.T, c *http.Client, url string) (int, map[string]any) {
+	t.Helper()
+	resp, err := c.Get(url)
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	var m map[string]any
+	require.NoError(t, json.NewDecoder(resp.Body).Decode(&m))
+	return resp.StatusCode, m
+}
+
+// remoteServeConfig is a configuration file whose opa section downloads bundle "authz" from
+// url with long polling, verified with the public key pub.
+func remoteServeConfig(t *testing.T, dir, url, pub string) string {
+	t.Helper()
+	cfg := map[string]any{
+		"opa": map[string]any{
+			"services": map[string]any{"bundles": map[string]any{"url": url}},
+			"keys":     map[string]any{"default": map[string]any{"key": pub, "algorithm": "RS256"}},
+			"bundles": map[string]any{"authz": map[string]any{
+				"service": "bundles", "resource": "/bundles/authz.tar.gz", "signing": map[string]any{},
+				"polling": map[string]any{"long_polling_timeout_seconds": 10, "min_delay_seconds": 1, "max_delay_seconds": 2},
+			}},
+		},
+	}
+	b, err := json.Marshal(cfg) // JSON is YAML
+	require.NoError(t, err)
+	return writeFile(t, dir, "config.yaml", string(b))
+}
+
+// TestReplicasFollowOneBundleServer runs two `authz serve` processes against one loopback
+// bundle server: neither is ready before a bundle is active; both move to each new signed
+// revision; both refuse a tampered bundle and keep deciding on the revision they had.
+func TestReplicasFollowOneBundleServer(t *testing.T) {
+	a, _ := policytest.Keys(t)
+	good := policytest.Signing{Key: a.Private, KeyID: "default"}
+	srv := policytest.NewBundleServer(t)
+	dir := t.TempDir()
+	facts := writeFile(t, dir, "facts.json", specFacts)
+	cfg := remoteServeConfig(t, dir, srv.URL, a.Public)
+	c := &http.Client{Timeout: 15 * time.Second}
+	defer c.CloseIdleConnections()
+
+	replicas := []*serveProcess{
+		startServeProcess(t, "", "--config", cfg, "--facts", facts, "--addr", "127.0.0.1:0"),
+		startServeProcess(t, "", "--config", cfg, "--facts", facts, "--addr", "127.0.0.1:0"),
+	}
+	for _, p := range replicas {
+		status, ready := getJSON(t, c, "http://"+p.addr+"/health/ready")
+		assert.Equal(t, http.StatusServiceUnavailable, status, "ready before any bundle: %v", ready)
+	}
+	revisionOf := func(p *serveProcess) string {
+		status, doc := postJSON(t, c, "http://"+p.addr+"/v1/authorize", specRequest)
+		if status != http.StatusOK {
+			return ""
+		}
+		return doc["revision"].(string)
+	}
+	for _, rev := range []string{"v1", "v2"} {
+		srv.Publish(policytest.MakeBundle(t, policytest.BundleSpec{Revision: rev, Sign: good}))
+		for i, p := range replicas {
+			require.Eventually(t, func() bool { return revisionOf(p) == rev }, 30*time.Second, 20*time.Millisecond,
+				"replica %d did not move to %s; stderr:\n%s", i, rev, p.stderr)
+			status, _ := getJSON(t, c, "http://"+p.addr+"/health/ready")
+			assert.Equal(t, http.StatusOK, status)
+		}
+	}
+	srv.Publish(policytest.MakeBundle(t, policytest.BundleSpec{Revision: "tampered", Sign: good,
+		Tamper: map[string]string{"authz/decision.rego": "package authz\n\ndecision := {\"allow\": true}\n"}}))
+	for i, p := range replicas {
+		require.Eventually(t, func() bool {
+			_, st := getJSON(t, c, "http://"+p.addr+"/v1/status")
+			b, _ := st["bundles"].(map[string]any)["authz"].(map[string]any)
+			return b != nil && b["code"] == "bundle_error"
+		}, 30*time.Second, 20*time.Millisecond, "replica %d did not refuse the tampered bundle; stderr:\n%s", i, p.stderr)
+		assert.Equal(t, "v2", revisionOf(p), "replica %d left its revision", i)
+		_, st := getJSON(t, c, "http://"+p.addr+"/v1/status")
+		assert.Equal(t, "v2", st["revision"])
+		assert.Equal(t, "remote:authz", st["origin"])
+		assert.Contains(t, p.stderr.String(), "bundle refused; the active policy stays")
+	}
+	for _, p := range replicas {
+		p.signal(t, syscall.SIGTERM)
+		assert.NoError(t, p.waitExit(t, 30*time.Second))
+	}
+}
+
+// TestServeReloadsBundleFileOnSIGHUP replaces the bundle file and sends SIGHUP: the new
+// revision decides; a broken file then leaves the revision as it was.
+func TestServeReloadsBundleFileOnSIGHUP(t *testing.T) {
+	dir := t.TempDir()
+	facts := writeFile(t, dir, "facts.json", specFacts)
+	path := filepath.Join(dir, "bundle.tar.gz")
+	require.NoError(t, os.WriteFile(path, policytest.MakeBundle(t, policytest.BundleSpec{Revision: "file-1"}), 0o600))
+	p := startServeProcess(t, "", "--bundle", path, "--facts", facts, "--addr", "127.0.0.1:0")
+	c := &http.Client{Timeout: 15 * time.Second}
+	defer c.CloseIdleConnections()
+	revision := func() string {
+		status, doc := postJSON(t, c, "http://"+p.addr+"/v1/authorize", specRequest)
+		require.Equal(t, http.StatusOK, status, "%v", doc)
+		return doc["revision"].(string)
+	}
+	require.Equal(t, "file-1", revision())
+
+	require.NoError(t, os.WriteFile(path, policytest.MakeBundle(t, policytest.BundleSpec{Revision: "file-2"}), 0o600))
+	p.signal(t, syscall.SIGHUP)
+	require.Eventually(t, func() bool { return revision() == "file-2" }, 20*time.Second, 20*time.Millisecond, "stderr:\n%s", p.stderr)
+
+	require.NoError(t, os.WriteFile(path, []byte("not a bundle"), 0o600))
+	p.signal(t, syscall.SIGHUP)
+	require.Eventually(t, func() bool { return strings.Contains(p.stderr.String(), "bundle refused") }, 20*time.Second, 20*time.Millisecond)
+	assert.Equal(t, "file-2", revision())
+	_, st := getJSON(t, c, "http://"+p.addr+"/v1/status")
+	assert.Equal(t, "file:"+path, st["origin"])
+
+	p.signal(t, syscall.SIGTERM)
+	assert.NoError(t, p.waitExit(t, 30*time.Second))
+}
+
+// TestDecideWithBundle decides with a draft bundle, verified when a key is given.
+func TestDecideWithBundle(t *testing.T) {
+	a, b := policytest.Keys(t)
+	dir := t.TempDir()
+	facts := writeFile(t, dir, "facts.json", specFacts)
+	pub := writeFile(t, dir, "key.pem", a.Public)
+	signed := writeFile(t, dir, "signed.tar.gz", string(policytest.MakeBundle(t, policytest.BundleSpec{Revision: "draft-1",
+		Sign: policytest.Signing{Key: a.Private, KeyID: "default"}})))
+	otherKey := writeFile(t, dir, "other.tar.gz", string(policytest.MakeBundle(t, policytest.BundleSpec{Revision: "draft-2",
+		Sign: policytest.Signing{Key: b.Private, KeyID: "default"}})))
+	for _, tc := range []struct {
+		name     string
+		args     []string
+		revision string // "" when refused
+	}{
+		{"unverified bundle", []string{"--bundle", signed}, "draft-1"},
+		{"verified bundle", []string{"--bundle", signed, "--verification-key", pub}, "draft-1"},
+		{"signed with another key", []string{"--bundle", otherKey, "--verification-key", pub}, ""},
+		{"scope without key", []string{"--bundle", signed, "--scope", "x"}, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var out, errb strings.Builder
+			err := run(t.Context(), append([]string{"decide", "--facts", facts}, tc.args...), strings.NewReader(specRequest), &out, &errb)
+			if tc.revision == "" {
+				var ee *exitError
+				require.ErrorAs(t, err, &ee)
+				assert.Equal(t, 2, ee.code)
+				assert.Empty(t, out.String())
+				return
+			}
+			require.NoError(t, err, "stderr: %s", errb.String())
+			var doc map[string]any
+			require.NoError(t, json.Unmarshal([]byte(out.String()), &doc))
+			assert.Equal(t, tc.revision, doc["revision"])
+			assert.Equal(t, true, doc["allow"])
+		})
+	}
+}

@@ -1,0 +1,165 @@
+package decision
+
+import (
+	"fmt"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/open-policy-agent/opa/v1/ast"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/authz-dev/authz/internal/snapshot"
+
+	"github.com/authz-dev/authz/internal/coded"
+)
+
+// markerPolicy compiles a policy whose decision's code is data.marker (or marker when data is
+// nil), under revision.
+func markerPolicy(tb testing.TB, revision, marker string, data map[string]any) *Policy {
+	tb.Helper()
+	caps := make([]string, len(CapabilityKeys))
+	for i, k := range CapabilityKeys {
+		caps[i] = strconv.Quote(k) + ": false"
+	}
+	code := strconv.Quote(marker)
+	if data != nil {
+		code = "data.marker"
+	}
+	src := fmt.Sprintf("package authz\n\ndecision := {\"allow\": false, \"code\": %s, \"message\": \"m\", \"reasons\": [input.operation], \"capabilities\": {%s}}\n", code, strings.Join(caps, ", "))
+	m, err := ast.ParseModule("authz.rego", src)
+	require.NoError(tb, err)
+	p, err := CompileModules(map[string]*ast.Module{"authz.rego": m}, data, revision)
+	require.NoError(tb, err)
+	return p
+}
+
+func TestActivateRefusesWhatCannotServe(t *testing.T) {
+	for _, tc := range []struct {
+		name, src, want string
+		data            map[string]any
+	}{
+		{"compile failure", "package authz\n\ndecision if { nope }\n", "unsafe", nil},
+		{"missing entrypoint", "package authz\n\nother := 1\n", "does not define data.authz.decision", nil},
+		{"data and rule on one path", "package authz\n\ndecision := 1\n", "conflict", map[string]any{"authz": map[string]any{"decision": 1}}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			m, err := ast.ParseModule("x.rego", tc.src)
+			require.NoError(t, err)
+			_, err = CompileModules(map[string]*ast.Module{"x.rego": m}, tc.data, "r")
+			require.Error(t, err)
+			assert.Equal(t, coded.PolicyCompile, coded.CodeOf(err))
+			assert.Contains(t, err.Error(), tc.want)
+		})
+	}
+}
+
+// TestActivateSwapsAtomically decides continuously while two policies are activated in turn:
+// every decision is made wholly by one revision (its code is its revision's marker), so no
+// decision sees the modules or data of one activation and the revision of another, cached or
+// not.
+func TestActivateSwapsAtomically(t *testing.T) {
+	for _, cache := range []bool{true, false} {
+		t.Run(fmt.Sprintf("cache=%v", cache), func(t *testing.T) {
+			eng := NewEmpty(Options{Cache: CacheOptions{Disabled: !cache}})
+			pa := markerPolicy(t, "A", "", map[string]any{"marker": "A"})
+			pb := markerPolicy(t, "B", "", map[string]any{"marker": "B"})
+			require.Empty(t, pa.CacheStatus(), "a compiled bundle keeps the cache on")
+			require.NoError(t, eng.Activate(t.Context(), pa))
+			var stop atomic.Bool
+			var wg sync.WaitGroup
+			var decided, mismatched atomic.Int64
+			seen := sync.Map{}
+			for w := range 4 {
+				wg.Go(func() {
+					in := snapshot.Input{"operation": "op" + strconv.Itoa(w%2)}
+					for !stop.Load() {
+						doc, err := eng.Evaluate(t.Context(), in)
+						if err != nil || doc.Code != doc.Revision {
+							mismatched.Add(1)
+						}
+						seen.Store(doc.Revision, true)
+						decided.Add(1)
+					}
+				})
+			}
+			for i := range 200 {
+				p := pa
+				if i%2 == 0 {
+					p = pb
+				}
+				require.NoError(t, eng.Activate(t.Context(), p))
+			}
+			stop.Store(true)
+			wg.Wait()
+			assert.Zero(t, mismatched.Load(), "every decision is made wholly by one revision")
+			assert.Positive(t, decided.Load())
+			_, sawA := seen.Load("A")
+			_, sawB := seen.Load("B")
+			assert.True(t, sawA && sawB, "decisions were made on both revisions")
+		})
+	}
+}
+
+func TestCompileModulesCopiesData(t *testing.T) {
+	data := map[string]any{"marker": "before"}
+	p := markerPolicy(t, "r", "", data)
+	data["marker"] = "after" // the caller's map changes after the compile
+	eng := NewEmpty(Options{})
+	require.NoError(t, eng.Activate(t.Context(), p))
+	doc, err := eng.Evaluate(t.Context(), snapshot.Input{"operation": "x"})
+	require.NoError(t, err)
+	assert.Equal(t, "before", doc.Code, "a policy's data is its own copy")
+}
+
+// TestDecisionInFlightFinishesOnItsRevision starts a slow decision, activates another policy
+// while it runs, and sees it finish on the revision it started with; the next decision uses
+// the new one.
+func TestDecisionInFlightFinishesOnItsRevision(t *testing.T) {
+	caps := make([]string, len(CapabilityKeys))
+	for i, k := range CapabilityKeys {
+		caps[i] = strconv.Quote(k) + ": false"
+	}
+	slow := fmt.Sprintf(`package authz
+
+n := count([x | some x in numbers.range(1, 100000); x %% 7 == 0])
+
+decision := {"allow": false, "code": "SLOW", "message": sprintf("%%d", [n]), "reasons": [], "capabilities": {%s}} if n > 0
+`, strings.Join(caps, ", "))
+	m, err := ast.ParseModule("slow.rego", slow)
+	require.NoError(t, err)
+	pSlow, err := CompileModules(map[string]*ast.Module{"slow.rego": m}, nil, "slow")
+	require.NoError(t, err)
+	pFast := markerPolicy(t, "fast", "FAST", nil)
+
+	eng := NewEmpty(Options{})
+	require.NoError(t, eng.Activate(t.Context(), pSlow))
+	type result struct {
+		doc Document
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		doc, err := eng.Evaluate(t.Context(), snapshot.Input{"operation": "x"})
+		done <- result{doc, err}
+	}()
+	time.Sleep(5 * time.Millisecond) // the evaluation has begun
+	require.NoError(t, eng.Activate(t.Context(), pFast))
+	select {
+	case <-done:
+		t.Fatal("the slow decision ended before the swap; the test proves nothing (make it slower)")
+	default:
+	}
+	r := <-done
+	require.NoError(t, r.err)
+	assert.Equal(t, "slow", r.doc.Revision)
+	assert.Equal(t, "SLOW", r.doc.Code)
+	doc, err := eng.Evaluate(t.Context(), snapshot.Input{"operation": "x"})
+	require.NoError(t, err)
+	assert.Equal(t, "fast", doc.Revision)
+	assert.Equal(t, "FAST", doc.Code)
+}

@@ -1,0 +1,201 @@
+// Package policy is the one place the policy of authz comes from: the bundle embedded in the
+// binary, a bundle file or directory (as `opa run --bundle` reads it), or remote bundles
+// downloaded by OPA's plugin manager from an OPA configuration document. A Source compiles each
+// new bundle off the hot path, checks it, and activates it in a decision.Engine; a bundle that
+// fails to download, verify, compile or check never replaces the active one.
+package policy
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"slices"
+	"strings"
+
+	"github.com/open-policy-agent/opa/v1/bundle"
+	opaconfig "github.com/open-policy-agent/opa/v1/config"
+	"github.com/open-policy-agent/opa/v1/keys"
+)
+
+// Defaults of the verification flags, those of `opa run`.
+const (
+	DefaultVerificationKeyID = "default"
+	DefaultSigningAlg        = "RS256"
+)
+
+// Config says where the policy comes from. The zero value is the embedded policy. Its YAML keys
+// sit at the top level of the `authz serve` configuration file, beside the flags of the same
+// meaning (--bundle, --watch, --verification-key, --verification-key-id, --signing-alg,
+// --scope), and `opa:` is a standard OPA configuration document.
+type Config struct {
+	// Bundle is a bundle file (.tar.gz, as `opa build` writes it) or a bundle directory.
+	Bundle string `yaml:"bundle"`
+	// Watch re-reads Bundle when it changes (for policy authors, like `opa run --watch`).
+	Watch bool `yaml:"watch"`
+	// VerificationKey is a file holding the public key (PEM) or HMAC secret that signed Bundle.
+	// When set, Bundle must carry a valid .signatures.json covering every file.
+	VerificationKey string `yaml:"verificationKey"`
+	// VerificationKeyID names VerificationKey; the signature's "kid" must be this name.
+	VerificationKeyID string `yaml:"verificationKeyId"`
+	// SigningAlg is the algorithm of VerificationKey (RS256 when empty).
+	SigningAlg string `yaml:"signingAlg"`
+	// Scope is the scope the signature must carry.
+	Scope string `yaml:"scope"`
+	// OPA is an OPA configuration document (services, bundles, keys, decision_logs, status,
+	// persistence_directory, labels, …) handed as it is to OPA's plugin manager.
+	OPA map[string]any `yaml:"opa"`
+}
+
+// Origin kinds, the first word of Status.Origin.
+const (
+	OriginEmbedded = "embedded"
+	OriginFile     = "file"
+	OriginRemote   = "remote"
+)
+
+// Kind is the origin kind the configuration selects.
+func (c Config) Kind() string {
+	switch {
+	case c.Bundle != "":
+		return OriginFile
+	case len(c.OPA) > 0 && c.remoteBundles():
+		return OriginRemote
+	}
+	return OriginEmbedded
+}
+
+func (c Config) remoteBundles() bool {
+	_, a := c.OPA["bundles"]
+	_, b := c.OPA["bundle"]
+	return a || b
+}
+
+// Validate checks the configuration. Every problem is reported, one per line, naming the key the
+// way the file spells it, and saying what to do.
+func (c Config) Validate() error {
+	var errs []error
+	add := func(field, format string, args ...any) {
+		errs = append(errs, fmt.Errorf("%s: %s", field, fmt.Sprintf(format, args...)))
+	}
+	if c.Bundle != "" && c.remoteBundles() {
+		add("bundle", "the policy comes from one source at a time: remove bundle (--bundle) to use the bundles of the opa section, or remove opa.bundles to use %s", c.Bundle)
+	}
+	if c.Bundle != "" {
+		if _, err := os.Stat(c.Bundle); err != nil {
+			add("bundle", "%v: give a bundle file (.tar.gz from `opa build`) or a bundle directory", err)
+		}
+	}
+	if c.Bundle == "" {
+		for _, f := range []struct {
+			name string
+			set  bool
+		}{
+			{"watch", c.Watch}, {"verificationKey", c.VerificationKey != ""}, {"verificationKeyId", c.VerificationKeyID != ""},
+			{"signingAlg", c.SigningAlg != ""}, {"scope", c.Scope != ""},
+		} {
+			if f.set {
+				add(f.name, "applies to a bundle file or directory only: set bundle (--bundle PATH) too, or use keys and bundles.*.signing in the opa section for remote bundles")
+			}
+		}
+	}
+	if c.VerificationKey != "" {
+		if _, err := os.Stat(c.VerificationKey); err != nil {
+			add("verificationKey", "%v: give the file of the public key (PEM) or HMAC secret that signed the bundle", err)
+		}
+	} else {
+		for _, f := range []struct {
+			name string
+			set  bool
+		}{{"verificationKeyId", c.VerificationKeyID != ""}, {"signingAlg", c.SigningAlg != ""}, {"scope", c.Scope != ""}} {
+			if f.set && c.Bundle != "" {
+				add(f.name, "needs verificationKey (--verification-key FILE): without a key no signature is verified")
+			}
+		}
+	}
+	if c.SigningAlg != "" && !keys.IsSupportedAlgorithm(c.SigningAlg) {
+		add("signingAlg", "%q is not an algorithm OPA verifies: use RS256, RS384, RS512, PS256, PS384, PS512, ES256, ES384, ES512, HS256, HS384 or HS512", c.SigningAlg)
+	}
+	if len(c.OPA) > 0 {
+		if _, err := c.opaConfig(); err != nil {
+			add("opa", "%v", err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// opaRaw is the opa section as the JSON document OPA's plugin manager reads.
+func (c Config) opaRaw() ([]byte, error) {
+	b, err := json.Marshal(c.OPA)
+	if err != nil {
+		return nil, fmt.Errorf("not a JSON-shaped document: %w", err)
+	}
+	return b, nil
+}
+
+// opaConfig parses the opa section with OPA's own parser and checks what authz relies on: when
+// keys are configured, every bundle has a signing block, so that an unsigned bundle is refused
+// (OPA would accept one).
+func (c Config) opaConfig() (*opaconfig.Config, error) {
+	raw, err := c.opaRaw()
+	if err != nil {
+		return nil, err
+	}
+	oc, err := opaconfig.ParseConfig(raw, "authz")
+	if err != nil {
+		return nil, err
+	}
+	if len(oc.Discovery) > 0 && string(oc.Discovery) != "null" {
+		return nil, errors.New("discovery is not supported: configure services and bundles directly")
+	}
+	var bundles map[string]struct {
+		Signing json.RawMessage `json:"signing"`
+	}
+	if len(oc.Bundles) > 0 {
+		if err := json.Unmarshal(oc.Bundles, &bundles); err != nil {
+			return nil, fmt.Errorf("bundles: %w", err)
+		}
+	}
+	if _, set := c.OPA["bundles"]; set && len(bundles) == 0 {
+		return nil, errors.New("bundles: name at least one bundle (bundles.NAME.service, bundles.NAME.resource), or remove the key")
+	}
+	if len(oc.Bundle) > 0 && string(oc.Bundle) != "null" {
+		return nil, errors.New("bundle: the single-bundle key is deprecated in OPA: write bundles.NAME instead")
+	}
+	hasKeys := len(oc.Keys) > 0 && string(oc.Keys) != "null" && string(oc.Keys) != "{}"
+	names := make([]string, 0, len(bundles))
+	for n := range bundles {
+		names = append(names, n)
+	}
+	slices.Sort(names)
+	for _, n := range names {
+		s := strings.TrimSpace(string(bundles[n].Signing))
+		if hasKeys && (s == "" || s == "null") {
+			return nil, fmt.Errorf("bundles.%s: keys are configured but this bundle has no signing block, so OPA would accept it unsigned: add `signing: {}` (the signature's kid picks the key) or `signing: {keyid: NAME}`", n)
+		}
+	}
+	return oc, nil
+}
+
+// verification is the verification configuration of a bundle file, as `opa run` builds it from
+// its flags, except that the key is listed under its id without being forced: the signature's
+// "kid" picks the key, so a signature without a kid, or with a kid not configured, is refused.
+func (c Config) verification() (*bundle.VerificationConfig, error) {
+	if c.VerificationKey == "" {
+		return nil, nil
+	}
+	key, err := os.ReadFile(c.VerificationKey)
+	if err != nil {
+		return nil, fmt.Errorf("verificationKey: %w", err)
+	}
+	alg := c.SigningAlg
+	if alg == "" {
+		alg = DefaultSigningAlg
+	}
+	id := c.VerificationKeyID
+	if id == "" {
+		id = DefaultVerificationKeyID
+	}
+	kc := &keys.Config{Key: string(key), Algorithm: alg, Scope: c.Scope}
+	return bundle.NewVerificationConfig(map[string]*keys.Config{id: kc}, "", c.Scope, nil), nil
+}

@@ -1,0 +1,298 @@
+package policy
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"maps"
+	"slices"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+	"github.com/open-policy-agent/opa/v1/ast"
+	"github.com/open-policy-agent/opa/v1/bundle"
+	bundleplugin "github.com/open-policy-agent/opa/v1/plugins/bundle"
+
+	"github.com/authz-dev/authz/internal/coded"
+	"github.com/authz-dev/authz/internal/decision"
+	"github.com/authz-dev/authz/policies"
+)
+
+// Options are the parts of a Source that are not configuration.
+type Options struct {
+	// Logger is the service log; a null logger when nil.
+	Logger hclog.Logger
+	// WatchInterval is how often a watched bundle is looked at for changes; 500ms when zero.
+	WatchInterval time.Duration
+	// ID names this instance to bundle, status and decision-log servers (OPA's labels.id);
+	// a random id when empty.
+	ID string
+}
+
+// Status is the state of the policy: GET /v1/status. Bundles holds, per bundle, OPA's bundle
+// status (the shape of OPA's status API); an error of authz's own check of a bundle (entrypoint
+// missing) shows there too, with code POLICY_BUNDLE_CHECK.
+type Status struct {
+	// Revision is the active policy's revision: the manifest revision of its bundle (the
+	// revisions of several bundles joined as NAME=REVISION,...), or for the embedded policy
+	// and bundles without one a digest of their content ("sha256:…"). "" while none is active.
+	Revision string `json:"revision"`
+	// Origin says where the active policy came from: "embedded", "file:PATH" or
+	// "remote:NAME[,NAME…]".
+	Origin string `json:"origin"`
+	// ActivatedAt is when the active policy was activated (zero while none is).
+	ActivatedAt time.Time `json:"activated_at"`
+	// Bundles is the status of each configured bundle, by name.
+	Bundles map[string]*bundleplugin.Status `json:"bundles"`
+	// LastError is the last failure to activate a policy (any bundle), "" when there was none
+	// since the last activation.
+	LastError string `json:"last_error,omitempty"`
+}
+
+// Source is the policy of one engine: it activates the first policy, then each new bundle, and
+// reports what is active. Create it with New, Start it, Close it after the service stopped.
+type Source struct {
+	cfg  Config
+	eng  *decision.Engine
+	opts Options
+	log  hclog.Logger
+	vc   *bundle.VerificationConfig
+
+	mu      sync.Mutex // serializes activations and guards the fields below
+	status  Status
+	checks  map[string]string // per bundle: authz's own check failure, "" when none
+	served  map[string]string // per remote bundle: the revision the engine serves
+	watched string            // fingerprint of the watched bundle
+
+	remote *remote
+	stop   chan struct{}
+	wg     sync.WaitGroup
+}
+
+// New checks cfg and returns a Source that will activate policy in eng (an engine made with
+// decision.NewEmpty). It starts nothing.
+func New(cfg Config, eng *decision.Engine, opts Options) (*Source, error) {
+	if eng == nil {
+		return nil, errors.New("policy: an engine is required")
+	}
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if opts.Logger == nil {
+		opts.Logger = hclog.NewNullLogger()
+	}
+	if opts.WatchInterval <= 0 {
+		opts.WatchInterval = 500 * time.Millisecond
+	}
+	vc, err := cfg.verification()
+	if err != nil {
+		return nil, &coded.Error{Code: coded.PolicyBundleLoad, Err: err}
+	}
+	s := &Source{cfg: cfg, eng: eng, opts: opts, log: opts.Logger.Named("policy"), vc: vc,
+		checks: map[string]string{}, served: map[string]string{}, stop: make(chan struct{})}
+	s.status.Bundles = map[string]*bundleplugin.Status{}
+	return s, nil
+}
+
+// Start makes an engine with engineOpts and a Source of cfg for it, and activates the first
+// policy (see Source.Start): the embedded policy, a bundle file or directory, or remote bundles
+// (then the engine has no policy, and the service is not ready, until the first bundle is
+// activated). Close the source after the service stops.
+func Start(ctx context.Context, cfg Config, engineOpts decision.Options, opts Options) (*decision.Engine, *Source, error) {
+	eng := decision.NewEmpty(engineOpts)
+	src, err := New(cfg, eng, opts)
+	if err != nil {
+		return nil, nil, err
+	}
+	if err := src.Start(ctx); err != nil {
+		src.Close(context.WithoutCancel(ctx))
+		return nil, nil, fmt.Errorf("policy: %w", err)
+	}
+	return eng, src, nil
+}
+
+// Start activates the first policy. The embedded policy and a bundle file are activated before
+// Start returns, and an error means there is no policy (the service must not start). Remote
+// bundles are activated as they arrive (a persisted one before Start returns): the engine has no
+// policy, and Ready is false, until then.
+func (s *Source) Start(ctx context.Context) error {
+	var err error
+	switch s.cfg.Kind() {
+	case OriginFile:
+		if err = s.loadFile(ctx); err == nil && s.cfg.Watch {
+			s.wg.Go(func() { s.watch(context.WithoutCancel(ctx)) })
+		}
+	case OriginEmbedded:
+		err = s.loadEmbedded(ctx)
+	}
+	if err != nil || len(s.cfg.OPA) == 0 {
+		return err
+	}
+	// The opa section runs OPA's plugins: the bundles (the policy's origin), decision logs,
+	// status.
+	r, err := startRemote(ctx, s, s.cfg.Kind() == OriginRemote)
+	if err != nil {
+		return &coded.Error{Code: coded.PolicyRemote, Err: err}
+	}
+	s.remote = r
+	return nil
+}
+
+// Ready reports whether a policy is active.
+func (s *Source) Ready() bool { return s.eng.Revision() != "" }
+
+// Reload looks for a new policy now: a bundle file is read again, remote bundles are downloaded
+// again. A bundle that fails keeps the active policy; the error says why. `authz serve` calls it
+// on SIGHUP.
+func (s *Source) Reload(ctx context.Context) error {
+	switch s.cfg.Kind() {
+	case OriginFile:
+		return s.loadFile(ctx)
+	case OriginRemote:
+		if s.remote == nil {
+			return nil
+		}
+		return s.remote.trigger(ctx)
+	}
+	return nil
+}
+
+// Close stops watching and downloading. The active policy stays active in the engine.
+func (s *Source) Close(ctx context.Context) {
+	select {
+	case <-s.stop:
+		return
+	default:
+		close(s.stop)
+	}
+	if s.remote != nil {
+		s.remote.stop(ctx)
+	}
+	s.wg.Wait()
+}
+
+// Status returns a copy of the policy's state.
+func (s *Source) Status() Status {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	st := s.status
+	st.Bundles = make(map[string]*bundleplugin.Status, len(s.status.Bundles))
+	for n, b := range s.status.Bundles {
+		cp := *b
+		cp.Metrics = nil // per-download timers, not state
+		if msg := s.checks[n]; msg != "" {
+			cp.Code, cp.Message, cp.Errors = coded.PolicyBundleCheck, msg, nil
+		}
+		if rev, ok := s.served[n]; ok {
+			// OPA's active revision is the one in its store; a bundle that failed authz's
+			// check is there but not served.
+			cp.ActiveRevision = rev
+		}
+		st.Bundles[n] = &cp
+	}
+	return st
+}
+
+// Origin is where the active policy came from (Status().Origin).
+func (s *Source) Origin() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.status.Origin
+}
+
+// activate makes p the engine's policy; s.mu is held.
+func (s *Source) activateLocked(ctx context.Context, p *decision.Policy, origin string) error {
+	if err := s.eng.Activate(ctx, p); err != nil {
+		return err
+	}
+	s.status.Revision, s.status.Origin, s.status.ActivatedAt, s.status.LastError = p.Revision(), origin, time.Now().UTC(), ""
+	s.log.Info("policy activated", "revision", p.Revision(), "origin", origin, "cache", cacheNote(p))
+	return nil
+}
+
+func cacheNote(p *decision.Policy) string {
+	if why := p.CacheStatus(); why != "" {
+		return "off: " + why
+	}
+	return "on"
+}
+
+// loadEmbedded activates the policy built into the binary under the revision `authz version`
+// prints.
+func (s *Source) loadEmbedded(ctx context.Context) error {
+	mods, err := policies.Modules()
+	if err != nil {
+		return &coded.Error{Code: coded.PolicyBundleLoad, Err: fmt.Errorf("read the embedded policy: %w", err)}
+	}
+	parsed := make(map[string]*ast.Module, len(mods))
+	for name, src := range mods {
+		m, err := ast.ParseModuleWithOpts(name, src, ast.ParserOptions{ProcessAnnotation: true})
+		if err != nil {
+			return &coded.Error{Code: coded.PolicyBundleCheck, Err: err}
+		}
+		parsed[name] = m
+	}
+	p, err := decision.CompileModules(parsed, nil, decision.ModulesRevision(mods))
+	if err != nil {
+		return &coded.Error{Code: coded.PolicyBundleCheck, Err: err}
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.activateLocked(ctx, p, OriginEmbedded)
+}
+
+// bundleRevision is a bundle's manifest revision, or a digest of its modules and data when it
+// has none.
+func bundleRevision(b *bundle.Bundle) string {
+	if b.Manifest.Revision != "" {
+		return b.Manifest.Revision
+	}
+	mods := make(map[string]string, len(b.Modules))
+	for _, m := range b.Modules {
+		mods[m.Path] = string(m.Raw)
+	}
+	return contentRevision(mods, b.Data)
+}
+
+// contentRevision digests modules and data, independent of map order.
+func contentRevision(mods map[string]string, data map[string]any) string {
+	h := sha256.New()
+	names := slices.Sorted(maps.Keys(mods))
+	for _, n := range names {
+		fmt.Fprintf(h, "%d:%s%d:%s", len(n), n, len(mods[n]), mods[n])
+	}
+	b, _ := json.Marshal(data) // map keys are sorted by encoding/json
+	h.Write(b)
+	return "sha256:" + hex.EncodeToString(h.Sum(nil))[:16]
+}
+
+// joinRevisions is the revision of several bundles: NAME=REVISION, sorted by name; the revision
+// alone for one bundle.
+func joinRevisions(revs map[string]string) string {
+	if len(revs) == 1 {
+		for _, r := range revs {
+			return r
+		}
+	}
+	names := slices.Sorted(maps.Keys(revs))
+	parts := make([]string, len(names))
+	for i, n := range names {
+		parts[i] = n + "=" + revs[n]
+	}
+	return strings.Join(parts, ",")
+}
+
+func sortedNames[V any](m map[string]V) []string {
+	out := make([]string, 0, len(m))
+	for n := range m {
+		out = append(out, n)
+	}
+	sort.Strings(out)
+	return out
+}

@@ -1,0 +1,117 @@
+package server_test
+
+import (
+	"compress/gzip"
+	"encoding/json"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/authz-dev/authz/internal/decision"
+	"github.com/authz-dev/authz/internal/policy"
+	"github.com/authz-dev/authz/internal/policy/policytest"
+	"github.com/authz-dev/authz/internal/server"
+	"github.com/authz-dev/authz/internal/testutil"
+)
+
+// logCollector is a loopback decision-log service: it keeps the events OPA uploads.
+type logCollector struct {
+	mu     sync.Mutex
+	events []map[string]any
+}
+
+func (c *logCollector) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	var rd io.Reader = r.Body
+	if r.Header.Get("Content-Encoding") == "gzip" {
+		zr, err := gzip.NewReader(r.Body)
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusBadRequest)
+			return
+		}
+		rd = zr
+	}
+	var evs []map[string]any
+	if err := json.NewDecoder(rd).Decode(&evs); err != nil {
+		http.Error(w, err.Error(), http.StatusBadRequest)
+		return
+	}
+	c.mu.Lock()
+	c.events = append(c.events, evs...)
+	c.mu.Unlock()
+}
+
+func (c *logCollector) find(id string) map[string]any {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, e := range c.events {
+		if e["decision_id"] == id {
+			return e
+		}
+	}
+	return nil
+}
+
+// TestOPADecisionLogsBesideTheLocalLog configures decision_logs in the opa section: each
+// decision goes to the local JSON-lines log and, through OPA's decision-log plugin, to a
+// loopback collector (uploaded in batches) and the console, masked by the bundle's
+// system.log.mask policy on top of the local masks, with the bundle's revision.
+func TestOPADecisionLogsBesideTheLocalLog(t *testing.T) {
+	bundles := policytest.NewBundleServer(t)
+	coll := &logCollector{}
+	logs := httptest.NewServer(coll)
+	t.Cleanup(logs.Close)
+
+	mods := policytest.EmbeddedModules(t)
+	mods["system/log.rego"] = "package system.log\n\nmask contains \"/input/lease/id\"\n"
+	bundles.Publish(policytest.MakeBundle(t, policytest.BundleSpec{Revision: "logged-1", Modules: mods}))
+
+	out := &testutil.SyncBuffer{}
+	logger := hclog.New(&hclog.LoggerOptions{Output: out, Level: hclog.Info})
+	pcfg := policy.Config{OPA: map[string]any{
+		"services": map[string]any{
+			"bundles": map[string]any{"url": bundles.URL},
+			"logs":    map[string]any{"url": logs.URL},
+		},
+		"bundles": map[string]any{"authz": map[string]any{"service": "bundles", "resource": "/b.tar.gz",
+			"polling": map[string]any{"min_delay_seconds": 1, "max_delay_seconds": 2}}},
+		"decision_logs": map[string]any{"service": "logs", "console": true,
+			"reporting": map[string]any{"min_delay_seconds": 1, "max_delay_seconds": 1}},
+	}}
+	eng := decision.NewEmpty(decision.Options{})
+	src, err := policy.New(pcfg, eng, policy.Options{Logger: logger})
+	require.NoError(t, err)
+	require.NoError(t, src.Start(t.Context()))
+	defer src.Close(t.Context())
+	policytest.WaitFor(t, "the bundle to be activated", 20*time.Second, src.Ready)
+
+	local := &testutil.SyncBuffer{}
+	s, err := server.New(testConfig(), eng, staticFacts(t, "facts.json"), server.Options{Policy: src, DecisionLog: local})
+	require.NoError(t, err)
+	t.Cleanup(func() { assert.NoError(t, s.Close()) })
+	url := startHTTP(t, s)
+
+	a := post(t, url+"/v1/authorize", fixture(t, nil))
+	require.Equal(t, http.StatusOK, a.status, "%s", a.body)
+	doc := a.json(t)
+	id := doc["decision_id"].(string)
+	assert.Equal(t, "logged-1", doc["revision"])
+
+	var ev map[string]any
+	policytest.WaitFor(t, "the decision to be uploaded", 20*time.Second, func() bool { ev = coll.find(id); return ev != nil })
+	assert.Equal(t, "authz/decision", ev["path"])
+	assert.Equal(t, map[string]any{"authz": map[string]any{"revision": "logged-1"}}, ev["bundles"])
+	assert.Equal(t, doc["allow"], ev["result"].(map[string]any)["allow"])
+	in := ev["input"].(map[string]any)
+	_, hasID := in["lease"].(map[string]any)["id"]
+	assert.False(t, hasID, "system.log.mask removed /input/lease/id")
+	assert.Equal(t, server.MaskedValue, in["environment"].(map[string]any)["config"], "the local masks apply too")
+	assert.Contains(t, out.String(), id, "console: true prints the event in the service log")
+	assert.Contains(t, local.String(), id, "the local decision log has the decision too")
+}

@@ -1,0 +1,108 @@
+package server
+
+import (
+	"context"
+	"encoding/json"
+	"net/http"
+	"time"
+
+	bundleplugin "github.com/open-policy-agent/opa/v1/plugins/bundle"
+
+	"github.com/authz-dev/authz/internal/policy"
+)
+
+// decisionPath is the path of every decision below data, whatever endpoint asked for it.
+const decisionPath = "authz/decision"
+
+// pathStatus is the policy status endpoint.
+const pathStatus = "/v1/status"
+
+// PolicyStatus reports the state of the policy (*policy.Source is one).
+type PolicyStatus interface {
+	Status() policy.Status
+}
+
+var _ PolicyStatus = (*policy.Source)(nil)
+
+// handleStatus answers GET /v1/status: the active revision, where it came from, when it was
+// activated, and per bundle OPA's bundle status (with the last error).
+func (s *Server) handleStatus(w http.ResponseWriter, _ *http.Request) {
+	writeJSON(w, http.StatusOK, s.policyStatus())
+}
+
+func (s *Server) policyStatus() policy.Status {
+	if s.policy != nil {
+		return s.policy.Status()
+	}
+	// A server made without a policy source serves whatever its decider has loaded.
+	return policy.Status{Revision: s.decider.Revision(), Origin: policy.OriginEmbedded, Bundles: map[string]*bundleplugin.Status{}}
+}
+
+// policyOrigin is the origin label of authz_policy_revision_info.
+func (s *Server) policyOrigin() string {
+	if s.policy != nil {
+		if o := s.policy.Status().Origin; o != "" {
+			return o
+		}
+	}
+	return policy.OriginEmbedded
+}
+
+// OPADecisionLogger hands decisions to OPA's decision-log plugin (*policy.Source is one).
+type OPADecisionLogger interface {
+	DecisionLogs() bool
+	LogDecision(ctx context.Context, d policy.Decision) error
+}
+
+var _ OPADecisionLogger = (*policy.Source)(nil)
+
+// opaLogMasks parses the decision log's masks for the OPA decision log, when p logs decisions
+// through OPA: the masks of the local log apply there too, before OPA's system.log.mask.
+func opaLogMasks(cfg Config, p PolicyStatus) ([][]string, error) {
+	if _, ok := p.(OPADecisionLogger); !ok {
+		return nil, nil
+	}
+	var out [][]string
+	for _, m := range cfg.DecisionLog.Mask {
+		segs, err := parseMask(m)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, segs)
+	}
+	return out, nil
+}
+
+// logToOPA hands a decision, masked like the local log, to OPA's decision-log plugin when the
+// opa section configures decision_logs. OPA buffers and uploads it in the background; a failure
+// is logged and never changes the answer (the local log is the one a decision can require).
+func (s *Server) logToOPA(r *http.Request, start time.Time, e logEntry) {
+	l, ok := s.policy.(OPADecisionLogger)
+	if !ok || !l.DecisionLogs() {
+		return
+	}
+	if len(s.opaMasks) > 0 {
+		e = maskEntry(e, s.opaMasks)
+	}
+	result, err := toJSONValue(e.Result)
+	if err == nil {
+		err = l.LogDecision(r.Context(), policy.Decision{ID: e.DecisionID, Path: decisionPath,
+			Timestamp: start.UTC(), Input: e.Input, Result: result, Revision: e.Revision, RemoteAddr: r.RemoteAddr, Error: e.Error})
+	}
+	if err != nil {
+		s.log.Error("OPA decision log: the decision could not be handed over", "decision_id", e.DecisionID, "error", err)
+	}
+}
+
+// toJSONValue is v as JSON-shaped Go values (maps, slices, strings, numbers, booleans).
+func toJSONValue(v any) (any, error) {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return nil, err
+	}
+	var out any
+	if err := json.Unmarshal(b, &out); err != nil {
+		return nil, err
+	}
+	return out, nil
+}

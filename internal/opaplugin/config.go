@@ -2,13 +2,14 @@ package opaplugin
 
 import (
 	"bytes"
-	"encoding/json"
-	"errors"
+		"errors"
 	"fmt"
 	"maps"
 	"reflect"
 	"slices"
 	"strings"
+
+	"go.yaml.in/yaml/v3"
 
 	"github.com/authz-dev/authz/internal/server"
 )
@@ -56,10 +57,11 @@ var fieldNames = func() []string {
 // ParseConfig reads the plugins.authz section (the JSON OPA hands a plugin, or YAML) over the
 // defaults and checks it. Every error names its field below plugins.authz.
 func ParseConfig(raw []byte, startHost HostStarter) (*Config, error) {
-	present := map[string]json.RawMessage{}
-	if trimmed := bytes.TrimSpace(raw); len(trimmed) > 0 && !bytes.Equal(trimmed, []byte("null")) {
-		if err := json.Unmarshal(trimmed, &present); err != nil {
-			return nil, fmt.Errorf("%s: must be an object with the fields %s: %w", section, strings.Join(fieldNames, ", "), err)
+	var present map[string]any
+	if len(bytes.TrimSpace(raw)) > 0 {
+		if err := yaml.Unmarshal(raw, &present); err != nil {
+			return nil, fmt.Errorf("%s: must be an object with the fields %s (%s)", section, strings.Join(fieldNames, ", "),
+				strings.Join(strings.Fields(err.Error()), " "))
 		}
 	}
 	var errs []error

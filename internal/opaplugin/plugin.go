@@ -82,7 +82,7 @@ type Plugin struct {
 	mu   sync.Mutex // serializes Start, Stop and Reconfigure; guards cfg and run
 	cfg  *Config
 	run  *serving
-	loop *loader
+	loop *policyLoader
 
 	log atomic.Pointer[hclog.Logger] // the gate's log, for the loader
 
@@ -104,8 +104,8 @@ type serving struct {
 	log       hclog.Logger
 }
 
-// loader prepares the active policy whenever it changes, one preparation at a time.
-type loader struct {
+// policyLoader prepares the active policy whenever it changes, one preparation at a time.
+type policyLoader struct {
 	cancel context.CancelFunc
 	done   chan struct{}
 }
@@ -121,7 +121,7 @@ func (p *Plugin) Start(_ context.Context) error {
 		return err
 	}
 	lctx, cancel := context.WithCancel(context.Background())
-	p.loop = &loader{cancel: cancel, done: make(chan struct{})}
+	p.loop = &policyLoader{cancel: cancel, done: make(chan struct{})}
 	go p.runLoader(lctx, p.loop.done)
 	p.requestReload()
 	return nil

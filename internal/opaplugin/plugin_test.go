@@ -1,0 +1,245 @@
+package opaplugin
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"io"
+	"maps"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+	"github.com/open-policy-agent/opa/v1/bundle"
+	"github.com/open-policy-agent/opa/v1/loader"
+	"github.com/open-policy-agent/opa/v1/plugins"
+	"github.com/open-policy-agent/opa/v1/storage/inmem"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"go.uber.org/goleak"
+
+	"github.com/authz-dev/authz/internal/decision"
+	"github.com/authz-dev/authz/internal/server"
+	"github.com/authz-dev/authz/internal/specexamples"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// writeFacts writes a facts document to a fresh file and returns its path.
+func writeFacts(t testing.TB, facts []byte) string {
+	t.Helper()
+	p := filepath.Join(t.TempDir(), "facts.json")
+	require.NoError(t, os.WriteFile(p, facts, 0o600))
+	return p
+}
+
+func specFactsFile(t testing.TB) string {
+	t.Helper()
+	_, facts := specexamples.NewFixture().JSON()
+	return writeFacts(t, facts)
+}
+
+func TestParseConfig(t *testing.T) {
+	facts := specFactsFile(t)
+	noHost := HostStarter(nil)
+	someHost := HostStarter(func(context.Context, server.Config, hclog.Logger) (server.FactsSource, func(), error) {
+		panic("not started by ParseConfig")
+	})
+	tests := []struct {
+		name    string
+		raw     string
+		host    HostStarter
+		wantErr []string // each a line of the error; none: valid
+		check   func(t *testing.T, c *Config)
+	}{
+		{name: "facts, defaults", raw: `{"facts": "` + facts + `"}`, host: noHost, check: func(t *testing.T, c *Config) {
+			assert.Equal(t, DefaultAddr, c.Addr)
+			assert.Equal(t, server.DefaultEvalTimeout, c.EvalTimeout)
+			assert.NotNil(t, c.staticFacts)
+			assert.Equal(t, []string{"/input/environment/config"}, c.DecisionLog.Mask)
+		}},
+		{name: "YAML knobs", raw: "addr: 127.0.0.1:0\nfacts: " + facts + "\nevalTimeout: 3s\ndecisionCache: 'off'\n", host: noHost, check: func(t *testing.T, c *Config) {
+			assert.Equal(t, "127.0.0.1:0", c.Addr)
+			assert.Equal(t, 3*time.Second, c.EvalTimeout)
+			assert.Equal(t, "off", c.DecisionCache)
+		}},
+		{name: "empty section: the example driver, through the host", raw: `{}`, host: someHost, check: func(t *testing.T, c *Config) {
+			require.Len(t, c.Plugins, 1)
+			assert.Equal(t, server.ExamplePluginID, c.Plugins[0].ID)
+			assert.Nil(t, c.staticFacts)
+		}},
+		{name: "bad addr", raw: `{"addr": "localhost", "facts": "` + facts + `"}`, host: noHost,
+			wantErr: []string{`plugins.authz.addr: "localhost": want host:port`}},
+		{name: "unknown field", raw: `{"adress": "127.0.0.1:1", "facts": "` + facts + `"}`, host: noHost,
+			wantErr: []string{"plugins.authz.adress: unknown field; the fields are addr, authentication, builtinProviders,"}},
+		{name: "unknown nested field", raw: `{"http": {"readTimout": "1s"}, "facts": "` + facts + `"}`, host: noHost,
+			wantErr: []string{"plugins.authz.http (line 1): field readTimout not found"}},
+		{name: "both plugins and facts", raw: `{"plugins": [], "facts": "` + facts + `"}`, host: someHost,
+			wantErr: []string{"plugins.authz.plugins: must not be set together with plugins.authz.facts"}},
+		{name: "both builtinProviders and facts", raw: `{"builtinProviders": {"fake": {"execute": true}}, "facts": "` + facts + `"}`, host: someHost,
+			wantErr: []string{"plugins.authz.builtinProviders: must not be set together with plugins.authz.facts"}},
+		{name: "plugins without a host", raw: `{"plugins": []}`, host: noHost,
+			wantErr: []string{"plugins.authz.facts: required: this build runs no driver plugins"}},
+		{name: "bad pin, named below plugins.authz", raw: `{"plugins": [{"id": "x", "path": "/opt/x", "sha256": "abc"}]}`, host: someHost,
+			wantErr: []string{"plugins.authz.plugins[0].sha256: must be 64 hex characters"}},
+		{name: "every problem reported", raw: `{"evalTimeout": "0s", "maxBodyBytes": 0, "facts": "` + facts + `"}`, host: noHost,
+			wantErr: []string{"plugins.authz.maxBodyBytes: must be positive", "plugins.authz.evalTimeout: must be a positive duration"}},
+		{name: "missing facts file", raw: `{"facts": "` + facts + `.none"}`, host: noHost,
+			wantErr: []string{"plugins.authz.facts: " + facts + ".none"}},
+		{name: "not an object", raw: `[1]`, host: someHost, wantErr: []string{"plugins.authz: must be an object"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			cfg, err := Factory{StartHost: tt.host}.Validate(nil, []byte(tt.raw))
+			if len(tt.wantErr) == 0 {
+				require.NoError(t, err)
+				tt.check(t, cfg.(*Config))
+				return
+			}
+			require.Error(t, err)
+			for _, want := range tt.wantErr {
+				assert.Contains(t, err.Error(), want)
+			}
+			for line := range strings.SplitSeq(err.Error(), "\n") {
+				assert.True(t, strings.HasPrefix(line, "plugins.authz"), "every line names its field: %q", line)
+			}
+		})
+	}
+}
+
+// policyBundle is the policies/ directory as a bundle with the given revision.
+func policyBundle(t testing.TB, revision string) *bundle.Bundle {
+	t.Helper()
+	b, err := loader.NewFileLoader().AsBundle(filepath.Join("..", "..", "policies"))
+	require.NoError(t, err)
+	require.NotEmpty(t, b.Modules)
+	roots := []string{"authz"}
+	b.Manifest.Roots = &roots
+	b.Manifest.Revision = revision
+	return b
+}
+
+// newManager returns an initialized OPA plugin manager with b activated (none when nil),
+// stopped when the test ends.
+func newManager(t testing.TB, b *bundle.Bundle, opts ...func(*plugins.Manager)) *plugins.Manager {
+	t.Helper()
+	if b != nil {
+		opts = append(opts, plugins.InitBundles(map[string]*bundle.Bundle{"authz": b}))
+	}
+	m, err := plugins.New([]byte(`{}`), "test", inmem.New(), opts...)
+	require.NoError(t, err)
+	require.NoError(t, m.Init(t.Context()))
+	t.Cleanup(func() { m.Stop(context.Background()) })
+	return m
+}
+
+// startPlugin makes and starts the plugin for raw; Stop runs when the test ends.
+func startPlugin(t testing.TB, m *plugins.Manager, raw string, log io.Writer) *Plugin {
+	t.Helper()
+	f := Factory{LogOutput: log}
+	cfg, err := f.Validate(m, []byte(raw))
+	require.NoError(t, err)
+	p := f.New(m, cfg).(*Plugin)
+	m.Register(Name, p)
+	require.NoError(t, p.Start(t.Context()))
+	t.Cleanup(func() { p.Stop(context.Background()) })
+	return p
+}
+
+func waitState(t testing.TB, m *plugins.Manager, want plugins.State) *plugins.Status {
+	t.Helper()
+	var st *plugins.Status
+	require.Eventually(t, func() bool {
+		st = m.PluginStatus()[Name]
+		return st != nil && st.State == want
+	}, 10*time.Second, 10*time.Millisecond, "plugin state %v, want %v", st, want)
+	return st
+}
+
+func post(t testing.TB, url string, body []byte) (int, http.Header, map[string]any) {
+	t.Helper()
+	c := &http.Client{Timeout: 10 * time.Second}
+	resp, err := c.Post(url, "application/json", bytes.NewReader(body))
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	var doc map[string]any
+	require.NoError(t, json.NewDecoder(resp.Body).Decode(&doc))
+	return resp.StatusCode, resp.Header, doc
+}
+
+// serveHandler is the service of `authz serve --facts factsPath` with the embedded policy.
+func serveHandler(t testing.TB, eng *decision.Engine, factsPath string) *httptest.Server {
+	t.Helper()
+	cfg := server.DefaultConfig()
+	cfg.Facts = factsPath
+	facts, err := server.LoadStaticFacts(factsPath)
+	require.NoError(t, err)
+	srv, err := server.New(cfg, eng, facts, server.Options{})
+	require.NoError(t, err)
+	ts := httptest.NewServer(srv.Handler())
+	t.Cleanup(ts.Close)
+	return ts
+}
+
+// sameDecision asserts two answers are the same decision: equal but for the decision id.
+func sameDecision(t testing.TB, want, got map[string]any) {
+	t.Helper()
+	require.NotEmpty(t, want["decision_id"])
+	require.NotEmpty(t, got["decision_id"])
+	want, got = maps.Clone(want), maps.Clone(got)
+	delete(want, "decision_id")
+	delete(got, "decision_id")
+	assert.Equal(t, want, got)
+}
+
+// TestDecidesLikeServe answers every contract example through the plugin (OPA's manager
+// holding the policies/ bundle, whose revision is the embedded policy's) and through the
+// service of `authz serve` (the embedded policy) with the same facts: the answers are the same
+// but for the decision id, on the decision and on the Data API endpoints. The plugin is
+// reconfigured from one example's facts to the next.
+func TestDecidesLikeServe(t *testing.T) {
+	embedded, err := decision.New(t.Context(), decision.Options{})
+	require.NoError(t, err)
+	m := newManager(t, policyBundle(t, embedded.Revision()))
+	_, baseFacts := specexamples.NewFixture().JSON()
+	p := startPlugin(t, m, `{"addr": "127.0.0.1:0", "facts": "`+writeFacts(t, baseFacts)+`"}`, io.Discard)
+	waitState(t, m, plugins.StateOK)
+	for _, ex := range specexamples.Rows() {
+		t.Run(ex.Name, func(t *testing.T) {
+			reqJSON, factsJSON := ex.Fixture().JSON()
+			factsPath := writeFacts(t, factsJSON)
+			cfg, err := Factory{}.Validate(m, []byte(`{"addr": "127.0.0.1:0", "facts": "`+factsPath+`"}`))
+			require.NoError(t, err)
+			p.Reconfigure(t.Context(), cfg)
+			waitState(t, m, plugins.StateOK)
+			gateURL := "http://" + p.Addr().String()
+			serveURL := serveHandler(t, embedded, factsPath).URL
+
+			for _, path := range []string{"/v1/authorize", "/v1/capabilities"} {
+				wantStatus, _, want := post(t, serveURL+path, reqJSON)
+				gotStatus, _, got := post(t, gateURL+path, reqJSON)
+				assert.Equal(t, wantStatus, gotStatus, path)
+				sameDecision(t, want, got)
+			}
+			assert.Equal(t, ex.Allow, mustPost(t, gateURL+"/v1/authorize", reqJSON)["allow"])
+			assert.Equal(t, embedded.Revision(), mustPost(t, gateURL+"/v1/authorize", reqJSON)["revision"])
+
+			data := []byte(`{"input": ` + string(reqJSON) + `}`)
+			_, _, want := post(t, serveURL+"/v1/data/authz/decision", data)
+			_, _, got := post(t, gateURL+"/v1/data/authz/decision", data)
+			sameDecision(t, want["result"].(map[string]any), got["result"].(map[string]any))
+		})
+	}
+}
+
+func mustPost(t testing.TB, url string, body []byte) map[string]any {
+	t.Helper()
+	status, _, doc := post(t, url, body)
+	require.Equal(t, http.StatusOK, status, "%v", doc)
+	return doc
+}

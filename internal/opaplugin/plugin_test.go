@@ -6,6 +6,8 @@ import (
 	"encoding/json"
 	"io"
 	"maps"
+	"slices"
+	"sync"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -17,7 +19,10 @@ import (
 	"github.com/hashicorp/go-hclog"
 	"github.com/open-policy-agent/opa/v1/bundle"
 	"github.com/open-policy-agent/opa/v1/loader"
+	"github.com/open-policy-agent/opa/v1/logging"
 	"github.com/open-policy-agent/opa/v1/plugins"
+	"github.com/open-policy-agent/opa/v1/plugins/logs"
+	"github.com/open-policy-agent/opa/v1/storage"
 	"github.com/open-policy-agent/opa/v1/storage/inmem"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -242,4 +247,155 @@ func mustPost(t testing.TB, url string, body []byte) map[string]any {
 	status, _, doc := post(t, url, body)
 	require.Equal(t, http.StatusOK, status, "%v", doc)
 	return doc
+}
+
+// setPolicy replaces the policies in OPA's store by the modules of b (none when nil), as
+// OPA's policy API does: the commit recompiles and fires the compiler triggers.
+func setPolicy(t testing.TB, m *plugins.Manager, b *bundle.Bundle) {
+	t.Helper()
+	ctx := t.Context()
+	require.NoError(t, storage.Txn(ctx, m.Store, storage.WriteParams, func(txn storage.Transaction) error {
+		ids, err := m.Store.ListPolicies(ctx, txn)
+		if err != nil {
+			return err
+		}
+		for _, id := range ids {
+			if err := m.Store.DeletePolicy(ctx, txn, id); err != nil {
+				return err
+			}
+		}
+		if b == nil {
+			return nil
+		}
+		for _, mf := range b.Modules {
+			if err := m.Store.UpsertPolicy(ctx, txn, mf.Path, mf.Raw); err != nil {
+				return err
+			}
+		}
+		return nil
+	}))
+}
+
+// TestPolicyLifeCycle: with no policy, the plugin is not ready and every decision denies with
+// EVAL_NO_POLICY; a policy put into OPA is prepared on its commit (the compiler trigger) and
+// decides, with a revision derived from its modules; when it is removed, the deny comes back.
+func TestPolicyLifeCycle(t *testing.T) {
+	m := newManager(t, nil)
+	p := startPlugin(t, m, `{"addr": "127.0.0.1:0", "facts": "`+specFactsFile(t)+`"}`, io.Discard)
+	gateURL := "http://" + p.Addr().String()
+	reqJSON, _ := specexamples.NewFixture().JSON()
+
+	assertNoPolicy := func(t *testing.T) {
+		st := waitState(t, m, plugins.StateNotReady)
+		assert.Contains(t, st.Message, "no active policy defines data.authz.decision")
+		status, header, doc := post(t, gateURL+"/v1/authorize", reqJSON)
+		assert.Equal(t, http.StatusInternalServerError, status)
+		assert.Equal(t, decision.CodeNoPolicy, header.Get(server.HeaderError))
+		assert.Equal(t, false, doc["allow"])
+		assert.Equal(t, "DUPLEX_CHANNEL_CAPABILITY_DENIED", doc["code"])
+		assert.Equal(t, []any{decision.ReasonEvaluationFailed}, doc["reasons"])
+		resp, err := http.Get(gateURL + "/health/ready")
+		require.NoError(t, err)
+		resp.Body.Close()
+		assert.Equal(t, http.StatusServiceUnavailable, resp.StatusCode, "not ready without a policy")
+	}
+	t.Run("no policy", assertNoPolicy)
+
+	t.Run("policy put", func(t *testing.T) {
+		setPolicy(t, m, policyBundle(t, ""))
+		waitState(t, m, plugins.StateOK)
+		doc := mustPost(t, gateURL+"/v1/authorize", reqJSON)
+		assert.Equal(t, true, doc["allow"])
+		assert.Regexp(t, `^sha256:[0-9a-f]{16}$`, doc["revision"])
+	})
+
+	t.Run("policy removed", func(t *testing.T) {
+		setPolicy(t, m, nil)
+		assertNoPolicy(t)
+	})
+}
+
+// consoleRecorder is an OPA logger that keeps the fields of every "Decision Log" entry.
+type consoleRecorder struct {
+	mu     *sync.Mutex
+	fields map[string]any
+	events *[]map[string]any
+}
+
+func newConsoleRecorder() consoleRecorder {
+	return consoleRecorder{mu: &sync.Mutex{}, events: &[]map[string]any{}}
+}
+
+func (r consoleRecorder) Debug(string, ...any) {}
+func (r consoleRecorder) Error(string, ...any) {}
+func (r consoleRecorder) Warn(string, ...any)  {}
+func (r consoleRecorder) Info(msg string, _ ...any) {
+	if msg == "Decision Log" {
+		r.mu.Lock()
+		*r.events = append(*r.events, r.fields)
+		r.mu.Unlock()
+	}
+}
+func (r consoleRecorder) WithFields(f map[string]any) logging.Logger {
+	r.fields = maps.Clone(f)
+	return r
+}
+func (r consoleRecorder) GetLevel() logging.Level { return logging.Debug }
+func (r consoleRecorder) SetLevel(logging.Level)  {}
+
+func (r consoleRecorder) Events() []map[string]any {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return slices.Clone(*r.events)
+}
+
+// asPlain turns v into plain JSON values.
+func asPlain(t testing.TB, v any) map[string]any {
+	t.Helper()
+	b, err := json.Marshal(v)
+	require.NoError(t, err)
+	var out map[string]any
+	require.NoError(t, json.Unmarshal(b, &out))
+	return out
+}
+
+// TestDecisionsInOPADecisionLog: with OPA's decision_logs configured (console here), every
+// gate decision is an OPA decision log event with its decision id, path, revision, bundles,
+// input and result, and the input is masked as the gate's own decision log masks it.
+func TestDecisionsInOPADecisionLog(t *testing.T) {
+	console := newConsoleRecorder()
+	m := newManager(t, policyBundle(t, "rev-7"), plugins.ConsoleLogger(console))
+	lcfg, err := logs.NewConfigBuilder().WithBytes([]byte(`{"console": true}`)).Parse()
+	require.NoError(t, err)
+	lp := logs.New(lcfg, m)
+	m.Register(logs.Name, lp)
+	require.NoError(t, lp.Start(t.Context())) // the manager stops it
+
+	p := startPlugin(t, m, `{"addr": "127.0.0.1:0", "facts": "`+specFactsFile(t)+`"}`, io.Discard)
+	waitState(t, m, plugins.StateOK)
+	reqJSON, _ := specexamples.NewFixture().JSON()
+	doc := mustPost(t, "http://"+p.Addr().String()+"/v1/authorize", reqJSON)
+	require.Equal(t, true, doc["allow"])
+	assert.Equal(t, "rev-7", doc["revision"])
+
+	events := console.Events()
+	require.Len(t, events, 1)
+	ev := asPlain(t, events[0])
+	assert.Equal(t, doc["decision_id"], ev["decision_id"])
+	assert.Equal(t, DecisionLogPath, ev["path"])
+	assert.Equal(t, "rev-7", ev["revision"])
+	assert.Equal(t, map[string]any{"authz": map[string]any{"revision": "rev-7"}}, ev["bundles"])
+	assert.Equal(t, doc, ev["result"], "the event's result is the answer")
+	input := ev["input"].(map[string]any)
+	assert.Equal(t, "openDuplexChannel", input["operation"])
+	assert.Equal(t, server.MaskedValue, input["environment"].(map[string]any)["config"], "masked by default, as the gate's own log")
+	assert.NotContains(t, string(must(json.Marshal(input))), `"daytona"`, "no copy of the masked provider")
+	assert.Equal(t, server.MaskedValue, input["resolved"].(map[string]any)["providerKey"])
+}
+
+func must[T any](v T, err error) T {
+	if err != nil {
+		panic(err)
+	}
+	return v
 }

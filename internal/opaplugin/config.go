@@ -2,7 +2,7 @@ package opaplugin
 
 import (
 	"bytes"
-		"errors"
+	"errors"
 	"fmt"
 	"maps"
 	"reflect"

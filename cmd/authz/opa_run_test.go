@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"io"
 	"maps"
 	"net"
@@ -21,6 +22,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/authz-dev/authz/internal/decision"
+	"github.com/authz-dev/authz/internal/server"
 	"github.com/authz-dev/authz/internal/specexamples"
 	"github.com/authz-dev/authz/internal/testutil"
 )
@@ -77,35 +79,11 @@ func TestRunInsideOPADecidesLikeServe(t *testing.T) {
 		"\ndecision_logs:\n  console: true\n")
 	opaAddr := freeLoopbackAddr(t)
 
-	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, bin, "run", "--server", "--addr", opaAddr, "--config-file", cfgPath, "--bundle", bundlePath)
-	cmd.Stdout = io.Discard
-	stderrPipe, err := cmd.StderrPipe()
-	require.NoError(t, err)
-	require.NoError(t, cmd.Start())
-	exited := make(chan error, 1)
-	stderr := &testutil.SyncBuffer{}
-	go func() {
-		_, _ = io.Copy(stderr, stderrPipe)
-		exited <- cmd.Wait()
-	}()
-	defer func() {
-		_ = cmd.Process.Kill()
-		t.Logf("authz run ended: %v", <-exited)
-	}()
-
-	gate := "http://" + waitListening(t, stderr)
+	ar := startRun(t, bin, "--server", "--addr", opaAddr, "--config-file", cfgPath, "--bundle", bundlePath)
+	gate := "http://" + waitListening(t, ar.stderr)
 	opa := "http://" + opaAddr
 	c := &http.Client{Timeout: 10 * time.Second}
-	require.Eventually(t, func() bool {
-		resp, err := c.Get(opa + "/health?plugins")
-		if err != nil {
-			return false
-		}
-		resp.Body.Close()
-		return resp.StatusCode == http.StatusOK
-	}, 60*time.Second, 50*time.Millisecond, "OPA never healthy with its plugins; stderr:\n%s", stderr)
+	ar.waitHealthy(t, c, opa)
 
 	serveErr, _ := startServe(t, "--facts", factsPath, "--addr", "127.0.0.1:0")
 	serve := "http://" + waitListening(t, serveErr)
@@ -148,20 +126,122 @@ func TestRunInsideOPADecidesLikeServe(t *testing.T) {
 	require.GreaterOrEqual(t, compared, 3, "rows on the fixture's facts")
 	c.CloseIdleConnections()
 
-	require.NoError(t, cmd.Process.Signal(syscall.SIGTERM))
-	select {
-	case err := <-exited:
-		exited <- err // for the deferred wait
-		require.NoError(t, err, "exit status after SIGTERM; stderr:\n%s", stderr)
-	case <-time.After(30 * time.Second):
-		t.Fatalf("authz run did not stop within 30s of SIGTERM; stderr:\n%s", stderr)
-	}
-	log := stderr.String()
+	ar.terminate(t)
+	log := ar.stderr.String()
 	for _, id := range ids {
 		assert.Contains(t, log, `"decision_id":"`+id+`"`, "OPA's decision log records the gate's decision")
 	}
 	assert.Contains(t, log, `"path":"authz/decision"`)
 	assertLogOrder(t, log, "shutting down", "HTTP server stopped", "stopped")
+}
+
+// runProcess is an `authz run` process.
+type runProcess struct {
+	cmd    *exec.Cmd
+	stderr *testutil.SyncBuffer
+	exited chan error
+}
+
+// startRun starts `authz run args...`; it is killed when the test ends, if still running.
+func startRun(t *testing.T, bin string, args ...string) *runProcess {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	cmd := exec.CommandContext(ctx, bin, append([]string{"run"}, args...)...)
+	cmd.Stdout = io.Discard
+	stderrPipe, err := cmd.StderrPipe()
+	require.NoError(t, err)
+	require.NoError(t, cmd.Start())
+	r := &runProcess{cmd: cmd, stderr: &testutil.SyncBuffer{}, exited: make(chan error, 1)}
+	go func() {
+		_, _ = io.Copy(r.stderr, stderrPipe)
+		r.exited <- cmd.Wait()
+	}()
+	t.Cleanup(func() {
+		_ = cmd.Process.Kill()
+		err := <-r.exited
+		r.exited <- err
+		cancel()
+	})
+	return r
+}
+
+// waitHealthy waits until OPA's health check, plugins included, answers 200 on opa.
+func (r *runProcess) waitHealthy(t *testing.T, c *http.Client, opa string) {
+	t.Helper()
+	require.Eventually(t, func() bool {
+		resp, err := c.Get(opa + "/health?plugins")
+		if err != nil {
+			return false
+		}
+		resp.Body.Close()
+		return resp.StatusCode == http.StatusOK
+	}, 60*time.Second, 50*time.Millisecond, "OPA never healthy with its plugins; stderr:\n%s", r.stderr)
+}
+
+// terminate sends SIGTERM and requires a clean exit within 30s.
+func (r *runProcess) terminate(t *testing.T) {
+	t.Helper()
+	require.NoError(t, r.cmd.Process.Signal(syscall.SIGTERM))
+	select {
+	case err := <-r.exited:
+		r.exited <- err // for the cleanup
+		require.NoError(t, err, "exit status after SIGTERM; stderr:\n%s", r.stderr)
+	case <-time.After(30 * time.Second):
+		t.Fatalf("authz run did not stop within 30s of SIGTERM; stderr:\n%s", r.stderr)
+	}
+}
+
+// TestRunInsideOPAWithExampleDriver: with an empty plugins.authz section, `authz run` starts
+// the built-in example driver as a real plugin process, as `authz serve` does on its defaults,
+// with the policy as a bundle directory: examples/grant.json is granted and examples/deny.json
+// denied; OPA's health counts the gate only once the driver has started; SIGTERM stops the
+// gate, then the driver.
+func TestRunInsideOPAWithExampleDriver(t *testing.T) {
+	bin := authzBinary(t)
+	cfgPath := writeFile(t, t.TempDir(), "opa.yaml", "plugins:\n  authz:\n    addr: 127.0.0.1:0\n")
+	opaAddr := freeLoopbackAddr(t)
+	ar := startRun(t, bin, "--server", "--addr", opaAddr, "--config-file", cfgPath, "--bundle", filepath.Join("..", "..", "policies"))
+	gate := "http://" + waitListening(t, ar.stderr)
+	c := &http.Client{Timeout: 10 * time.Second}
+	ar.waitHealthy(t, c, "http://"+opaAddr)
+
+	for _, tt := range []struct {
+		name      string
+		file      string
+		wantAllow bool
+	}{
+		{name: "grant", file: "grant.json", wantAllow: true},
+		{name: "deny", file: "deny.json", wantAllow: false},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			b, err := os.ReadFile(filepath.Join("..", "..", "examples", tt.file))
+			require.NoError(t, err)
+			status, doc := postJSON(t, c, gate+"/v1/authorize", string(b))
+			require.Equal(t, http.StatusOK, status)
+			assert.Equal(t, tt.wantAllow, doc["allow"], "%v", doc)
+			assert.Regexp(t, `^sha256:[0-9a-f]{16}$`, doc["revision"], "a bundle without a revision: a digest of its modules")
+		})
+	}
+
+	resp, err := c.Get(gate + "/v1/plugins")
+	require.NoError(t, err)
+	var plugins struct {
+		Plugins []server.PluginInfo `json:"plugins"`
+	}
+	require.NoError(t, json.NewDecoder(resp.Body).Decode(&plugins))
+	resp.Body.Close()
+	require.Len(t, plugins.Plugins, 1)
+	p := plugins.Plugins[0]
+	assert.Equal(t, "example.sandbox", p.ID)
+	assert.Equal(t, "ready", p.Status)
+	require.NotNil(t, p.Worker)
+	pluginPID := p.Worker.PID
+	require.Positive(t, pluginPID)
+	c.CloseIdleConnections()
+
+	ar.terminate(t)
+	assert.Error(t, syscall.Kill(pluginPID, 0), "the driver process is gone after shutdown")
+	assertLogOrder(t, ar.stderr.String(), "shutting down", "HTTP server stopped", "stopping plugins", "plugins stopped")
 }
 
 // TestRunRefusesBadPluginConfig: a plugins.authz section OPA's runtime cannot start fails

@@ -79,7 +79,7 @@ func (g *gate) load(ctx context.Context, m *plugins.Manager) (msg string, err er
 		return "", err
 	}
 	eng := decision.NewEmpty(opts)
-	if err := eng.Prepare(ctx, revision, rego.Compiler(compiler), rego.Store(m.Store), rego.Transaction(txn)); err != nil {
+	if err := eng.Prepare(ctx, revision, rego.Compiler(compiler), rego.Store(m.Store), rego.Transaction(txn), rego.Runtime(m.Info)); err != nil {
 		return "", err
 	}
 	g.active.Store(&activePolicy{engine: eng, bundles: bundles})

@@ -13,6 +13,7 @@ import (
 	"net"
 	"os"
 	"runtime"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -216,7 +217,7 @@ func (p *Plugin) startServing(cfg *Config) error {
 		_ = srv.Close()
 		stopFacts()
 		cancel()
-		return fmt.Errorf("%s.%w", section, err)
+		return fmt.Errorf("%s.addr: %s", section, strings.TrimPrefix(err.Error(), "addr: "))
 	}
 	run := &serving{cancel: cancel, served: make(chan struct{}), srv: srv, stopFacts: stopFacts, addr: ln.Addr(), log: log}
 	go func() {

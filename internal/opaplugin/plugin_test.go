@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"io"
 	"maps"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -398,4 +399,30 @@ func must[T any](v T, err error) T {
 		panic(err)
 	}
 	return v
+}
+
+// TestStartAndStop: an address in use fails the start with the field named; Stop ends the
+// gate's server (its address refuses connections) and reports the plugin not ready.
+func TestStartAndStop(t *testing.T) {
+	m := newManager(t, policyBundle(t, "rev-1"))
+	facts := specFactsFile(t)
+	p := startPlugin(t, m, `{"addr": "127.0.0.1:0", "facts": "`+facts+`"}`, io.Discard)
+	waitState(t, m, plugins.StateOK)
+	addr := p.Addr().String()
+
+	f := Factory{LogOutput: io.Discard}
+	cfg, err := f.Validate(m, []byte(`{"addr": "`+addr+`", "facts": "`+facts+`"}`))
+	require.NoError(t, err)
+	busy := f.New(newManager(t, nil), cfg).(*Plugin)
+	err = busy.Start(t.Context())
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "plugins.authz.addr: listen on "+addr)
+	busy.Stop(t.Context())
+
+	p.Stop(t.Context())
+	st := waitState(t, m, plugins.StateNotReady)
+	assert.Equal(t, "stopped", st.Message)
+	assert.Nil(t, p.Addr())
+	_, err = net.DialTimeout("tcp", addr, time.Second)
+	assert.Error(t, err, "nothing listens on the gate's address after Stop")
 }

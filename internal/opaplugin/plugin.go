@@ -114,9 +114,12 @@ type policyLoader struct {
 // Start loads the facts (or starts the driver plugins), prepares the active policy and listens
 // on addr. An address that cannot be listened on, or plugins that cannot be started, fail the
 // start (and OPA with it).
-func (p *Plugin) Start(_ context.Context) error {
+func (p *Plugin) Start(ctx context.Context) error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	// The policy OPA has already activated is prepared before the first request; later
+	// activations are the loader's.
+	p.applyLoad(p.gate.load(ctx, p.m))
 	if err := p.startServing(p.cfg); err != nil {
 		p.setFailure(err.Error())
 		return err
@@ -269,28 +272,30 @@ func (p *Plugin) runLoader(ctx context.Context, done chan struct{}) {
 		case <-ctx.Done():
 			return
 		case <-p.reload:
-			msg, err := p.gate.load(ctx, p.m)
-			if err != nil {
-				p.logger().Error("the active policy could not be prepared; the gate keeps deciding with the one it had", "error", err)
-			}
-			p.stMu.Lock()
-			p.policyMsg = msg
-			if err != nil {
-				p.policyMsg = err.Error()
-			}
-			p.stMu.Unlock()
-			p.report()
+			p.applyLoad(p.gate.load(ctx, p.m))
 		case <-tick.C:
 			p.report()
 		}
 	}
 }
 
+// applyLoad records the outcome of a policy preparation in the state reported to OPA.
+func (p *Plugin) applyLoad(msg string, err error) {
+	if err != nil {
+		p.logger().Error("the active policy could not be prepared; the gate keeps deciding with the one it had", "error", err)
+		msg = err.Error()
+	}
+	p.stMu.Lock()
+	p.policyMsg = msg
+	p.stMu.Unlock()
+	p.report()
+}
+
 func (p *Plugin) logger() hclog.Logger {
 	if l := p.log.Load(); l != nil {
 		return *l
 	}
-	return hclog.NewNullLogger()
+	return hclog.New(&hclog.LoggerOptions{Name: "authz", Output: p.logOut})
 }
 
 func (p *Plugin) setFailure(msg string) {

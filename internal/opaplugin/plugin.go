@@ -62,7 +62,8 @@ func (f Factory) New(m *plugins.Manager, config any) plugins.Plugin {
 	if out == nil {
 		out = os.Stderr
 	}
-	p := &Plugin{m: m, startHost: f.StartHost, logOut: out, cfg: config.(*Config), reload: make(chan struct{}, 1)}
+	p := &Plugin{m: m, startHost: f.StartHost, logOut: out, cfg: config.(*Config), reload: make(chan struct{}, 1),
+		policyMsg: "the active policy has not been prepared yet"}
 	p.gate = newGate(m)
 	p.gate.settings.Store(gateSettings(p.cfg))
 	// Every policy OPA activates (a bundle, a file under --watch, a policy PUT through its API)

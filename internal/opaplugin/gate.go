@@ -196,5 +196,8 @@ func asJSONValue(v any) (any, error) {
 	dec := json.NewDecoder(bytes.NewReader(b))
 	dec.UseNumber()
 	var out any
-	return out, dec.Decode(&out)
+	if err := dec.Decode(&out); err != nil {
+		return nil, err
+	}
+	return out, nil
 }

@@ -245,16 +245,21 @@ func TestRunInsideOPAWithExampleDriver(t *testing.T) {
 }
 
 // TestRunRefusesBadPluginConfig: a plugins.authz section OPA's runtime cannot start fails
-// `authz run` before it serves, naming the field.
+// `authz run` (exit status 1) before it serves, naming the field.
 func TestRunRefusesBadPluginConfig(t *testing.T) {
 	bin := authzBinary(t)
 	dir := t.TempDir()
 	facts := writeFile(t, dir, "facts.json", specFacts)
+	busy, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	defer busy.Close()
 	tests := []struct {
 		name string
 		cfg  string
 		want string
 	}{
+		{name: "address in use", cfg: "plugins:\n  authz:\n    addr: " + busy.Addr().String() + "\n    facts: " + facts + "\n",
+			want: "authz: run: plugins.authz.addr: listen on " + busy.Addr().String()},
 		{name: "bad addr", cfg: "plugins:\n  authz:\n    addr: nowhere\n    facts: " + facts + "\n", want: "plugins.authz.addr"},
 		{name: "unknown field", cfg: "plugins:\n  authz:\n    fatcs: " + facts + "\n", want: "plugins.authz.fatcs: unknown field"},
 		{name: "both plugins and facts", cfg: "plugins:\n  authz:\n    plugins: []\n    facts: " + facts + "\n",

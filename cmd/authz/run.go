@@ -13,6 +13,7 @@ duplex command stream (the decision contract: docs/contract.md).
 Usage:
   authz serve  [flags]                 run the HTTP authorization service (docs/service.md)
   authz decide --facts FILE [flags]    decide one request (read from stdin or --request)
+  authz run    [opa run flags]         OPA's run command with the gate built in (docs/service.md)
   authz version                        print the version and the embedded policy's revision
   authz help [COMMAND]                 print this help, or the flags of a command
 
@@ -63,6 +64,7 @@ type command func(ctx context.Context, args []string, stdin io.Reader, stdout, s
 var commands = map[string]command{
 	"serve":          runServe,
 	"decide":         runDecide,
+	"run":            runOPA,
 	"version":        runVersion,
 	"--version":      runVersion,
 	"help":           runHelp,

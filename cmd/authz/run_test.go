@@ -72,11 +72,11 @@ func TestVersionPrintsThePolicyRevision(t *testing.T) {
 // answers -h, and a name the table does not hold is a usage error (exit 2).
 func TestCommands(t *testing.T) {
 	listed := regexp.MustCompile(`(?m)^  authz (\w+)`).FindAllStringSubmatch(usage, -1)
-	require.Len(t, listed, 4, "serve, decide, version, help")
+	require.Len(t, listed, 5, "serve, decide, run, version, help")
 	for _, m := range listed {
 		assert.Contains(t, commands, m[1], "the usage lists %q", m[1])
 	}
-	for _, name := range []string{"serve", "decide", "version", "--version", "help", "-h", "-help", "--help", "example-driver"} {
+	for _, name := range []string{"serve", "decide", "run", "version", "--version", "help", "-h", "-help", "--help", "example-driver"} {
 		assert.Contains(t, commands, name)
 	}
 	assert.Len(t, commands, 9, "a new command is added to this test and, unless hidden, to the usage")

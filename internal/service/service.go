@@ -158,6 +158,21 @@ func newFacts(cfg Config, logger hclog.Logger) (facts server.FactsSource, host *
 	return host, host, nil
 }
 
+// StartPlugins creates the plugin host of cfg (resolved and validated) and starts its plugins,
+// for a gate composed elsewhere (`authz run`'s OPA plugin); stop ends them.
+func StartPlugins(ctx context.Context, cfg Config, logger hclog.Logger) (facts server.FactsSource, stop func(), err error) {
+	cfg.Facts = ""
+	_, host, err := newFacts(cfg, logger)
+	if err != nil {
+		return nil, nil, err
+	}
+	if err := host.Start(ctx); err != nil {
+		_ = host.Close()
+		return nil, nil, fmt.Errorf("start plugins: %w", err)
+	}
+	return host, func() { stopPlugins(host, logger) }, nil
+}
+
 // warnIfNotStarted logs, once the start time-out has passed, which plugins have not been ready
 // yet (readiness waits for them), unless every one has.
 func warnIfNotStarted(ctx context.Context, host *pluginhost.Host, startTimeout time.Duration, logger hclog.Logger) *time.Timer {

@@ -1,0 +1,292 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"io"
+	"maps"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/open-policy-agent/opa/v1/bundle"
+	"github.com/open-policy-agent/opa/v1/loader"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/authz-dev/authz/internal/decision"
+	"github.com/authz-dev/authz/internal/pluginhost"
+	"github.com/authz-dev/authz/internal/specexamples"
+	"github.com/authz-dev/authz/internal/testutil"
+)
+
+// writePolicyBundle writes policies/ as a bundle file (.tar.gz, as `opa build` makes it) with
+// the given manifest revision, and returns its path.
+func writePolicyBundle(t testing.TB, dir, revision string) string {
+	t.Helper()
+	b, err := loader.NewFileLoader().AsBundle(filepath.Join("..", "..", "policies"))
+	require.NoError(t, err)
+	require.NotEmpty(t, b.Modules)
+	roots := []string{"authz"}
+	b.Manifest.Roots = &roots
+	b.Manifest.Revision = revision
+	var buf bytes.Buffer
+	require.NoError(t, bundle.NewWriter(&buf).Write(*b))
+	p := filepath.Join(dir, "authz.tar.gz")
+	require.NoError(t, os.WriteFile(p, buf.Bytes(), 0o600))
+	return p
+}
+
+// freeLoopbackAddr returns a loopback address with a port nobody listened on a moment ago.
+func freeLoopbackAddr(t testing.TB) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	addr := ln.Addr().String()
+	require.NoError(t, ln.Close())
+	return addr
+}
+
+// withoutID is a decision answer without its decision id.
+func withoutID(doc map[string]any) map[string]any {
+	out := maps.Clone(doc)
+	delete(out, "decision_id")
+	return out
+}
+
+// TestRunInsideOPADecidesLikeServe runs `authz run` (OPA's run command with the gate as
+// plugins.authz) as a process, with the policy as a bundle file and the facts of the contract,
+// beside `authz serve` with the same facts: on the contract examples that keep those facts,
+// the gate answers what authz serve answers (the bundle carries the embedded policy's
+// revision, so all but the decision id is equal); OPA's own Data API answers
+// data.authz.decision on OPA's port for the same input; OPA's health check counts the gate's
+// plugin; OPA's decision log records the gate's decisions; SIGTERM stops it all.
+func TestRunInsideOPADecidesLikeServe(t *testing.T) {
+	bin := authzBinary(t)
+	embedded, err := decision.New(t.Context(), decision.Options{})
+	require.NoError(t, err)
+	dir := t.TempDir()
+	factsPath := writeFile(t, dir, "facts.json", specFacts)
+	bundlePath := writePolicyBundle(t, dir, embedded.Revision())
+	cfgPath := writeFile(t, dir, "opa.yaml", "plugins:\n  authz:\n    addr: 127.0.0.1:0\n    facts: "+factsPath+
+		"\ndecision_logs:\n  console: true\n")
+	opaAddr := freeLoopbackAddr(t)
+
+	ar := startRun(t, bin, "--server", "--addr", opaAddr, "--config-file", cfgPath, "--bundle", bundlePath)
+	gate := "http://" + waitListening(t, ar.stderr)
+	opa := "http://" + opaAddr
+	c := &http.Client{Timeout: 10 * time.Second}
+	ar.waitHealthy(t, c, opa)
+
+	serveErr, _ := startServe(t, "--facts", factsPath, "--addr", "127.0.0.1:0")
+	serve := "http://" + waitListening(t, serveErr)
+
+	var ids []string
+	compared := 0
+	for _, ex := range specexamples.Rows() {
+		reqJSON, factsJSON := ex.Fixture().JSON()
+		if string(factsJSON) != specFacts {
+			continue // the process has one facts file; internal/opaplugin compares every row
+		}
+		compared++
+		t.Run(ex.Name, func(t *testing.T) {
+			for _, path := range []string{"/v1/authorize", "/v1/capabilities"} {
+				wantStatus, want := postJSON(t, c, serve+path, string(reqJSON))
+				gotStatus, got := postJSON(t, c, gate+path, string(reqJSON))
+				assert.Equal(t, wantStatus, gotStatus, path)
+				require.NotEmpty(t, got["decision_id"])
+				assert.Equal(t, withoutID(want), withoutID(got), path)
+			}
+			status, doc := postJSON(t, c, gate+"/v1/authorize", string(reqJSON))
+			require.Equal(t, http.StatusOK, status)
+			assert.Equal(t, ex.Allow, doc["allow"])
+			assert.Equal(t, ex.Code, doc["code"])
+			assert.Equal(t, embedded.Revision(), doc["revision"])
+			ids = append(ids, doc["decision_id"].(string))
+
+			// OPA's own Data API, on OPA's port, decides the input the gate assembles.
+			code, input, errOut := runCLI(t, string(reqJSON), "decide", "--facts", factsPath, "--print-input")
+			require.Equal(t, 0, code, errOut)
+			status, opaAnswer := postJSON(t, c, opa+"/v1/data/authz/decision", `{"input": `+input+`}`)
+			require.Equal(t, http.StatusOK, status, "%v", opaAnswer)
+			result, ok := opaAnswer["result"].(map[string]any)
+			require.True(t, ok, "OPA's answer: %v", opaAnswer)
+			for _, k := range []string{"allow", "code", "message", "reasons", "capabilities"} {
+				assert.Equal(t, doc[k], result[k], k)
+			}
+		})
+	}
+	require.GreaterOrEqual(t, compared, 3, "rows on the fixture's facts")
+	c.CloseIdleConnections()
+
+	ar.terminate(t)
+	log := ar.stderr.String()
+	for _, id := range ids {
+		assert.Contains(t, log, `"decision_id":"`+id+`"`, "OPA's decision log records the gate's decision")
+	}
+	assert.Contains(t, log, `"path":"authz/decision"`)
+	assertLogOrder(t, log, "shutting down", "HTTP server stopped", "stopped")
+}
+
+// runProcess is an `authz run` process.
+type runProcess struct {
+	cmd    *exec.Cmd
+	stderr *testutil.SyncBuffer
+	exited chan error
+}
+
+// startRun starts `authz run args...`; it is killed when the test ends, if still running.
+func startRun(t *testing.T, bin string, args ...string) *runProcess {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	cmd := exec.CommandContext(ctx, bin, append([]string{"run"}, args...)...)
+	cmd.Stdout = io.Discard
+	stderrPipe, err := cmd.StderrPipe()
+	require.NoError(t, err)
+	require.NoError(t, cmd.Start())
+	r := &runProcess{cmd: cmd, stderr: &testutil.SyncBuffer{}, exited: make(chan error, 1)}
+	go func() {
+		_, _ = io.Copy(r.stderr, stderrPipe)
+		r.exited <- cmd.Wait()
+	}()
+	t.Cleanup(func() {
+		_ = cmd.Process.Kill()
+		err := <-r.exited
+		r.exited <- err
+		cancel()
+	})
+	return r
+}
+
+// waitHealthy waits until OPA's health check, plugins included, answers 200 on opa.
+func (r *runProcess) waitHealthy(t *testing.T, c *http.Client, opa string) {
+	t.Helper()
+	require.Eventually(t, func() bool {
+		resp, err := c.Get(opa + "/health?plugins")
+		if err != nil {
+			return false
+		}
+		resp.Body.Close()
+		return resp.StatusCode == http.StatusOK
+	}, 60*time.Second, 50*time.Millisecond, "OPA never healthy with its plugins; stderr:\n%s", r.stderr)
+}
+
+// terminate sends SIGTERM and requires a clean exit within 30s.
+func (r *runProcess) terminate(t *testing.T) {
+	t.Helper()
+	require.NoError(t, r.cmd.Process.Signal(syscall.SIGTERM))
+	select {
+	case err := <-r.exited:
+		r.exited <- err // for the cleanup
+		require.NoError(t, err, "exit status after SIGTERM; stderr:\n%s", r.stderr)
+	case <-time.After(30 * time.Second):
+		t.Fatalf("authz run did not stop within 30s of SIGTERM; stderr:\n%s", r.stderr)
+	}
+}
+
+// TestRunInsideOPAWithExampleDriver: with an empty plugins.authz section, `authz run` starts
+// the built-in example driver as a real plugin process, as `authz serve` does on its defaults,
+// with the policy as a bundle directory: examples/grant.json is granted and examples/deny.json
+// denied; OPA's health counts the gate only once the driver has started; SIGTERM stops the
+// gate, then the driver.
+func TestRunInsideOPAWithExampleDriver(t *testing.T) {
+	bin := authzBinary(t)
+	cfgPath := writeFile(t, t.TempDir(), "opa.yaml", "plugins:\n  authz:\n    addr: 127.0.0.1:0\n")
+	opaAddr := freeLoopbackAddr(t)
+	ar := startRun(t, bin, "--server", "--addr", opaAddr, "--config-file", cfgPath, "--bundle", filepath.Join("..", "..", "policies"))
+	gate := "http://" + waitListening(t, ar.stderr)
+	c := &http.Client{Timeout: 10 * time.Second}
+	ar.waitHealthy(t, c, "http://"+opaAddr)
+
+	for _, tt := range []struct {
+		name      string
+		file      string
+		wantAllow bool
+	}{
+		{name: "grant", file: "grant.json", wantAllow: true},
+		{name: "deny", file: "deny.json", wantAllow: false},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			b, err := os.ReadFile(filepath.Join("..", "..", "examples", tt.file))
+			require.NoError(t, err)
+			status, doc := postJSON(t, c, gate+"/v1/authorize", string(b))
+			require.Equal(t, http.StatusOK, status)
+			assert.Equal(t, tt.wantAllow, doc["allow"], "%v", doc)
+			assert.Regexp(t, `^sha256:[0-9a-f]{16}$`, doc["revision"], "a bundle without a revision: a digest of its modules")
+		})
+	}
+
+	resp, err := c.Get(gate + "/v1/plugins")
+	require.NoError(t, err)
+	var plugins struct {
+		Plugins []pluginhost.PluginState `json:"plugins"`
+	}
+	require.NoError(t, json.NewDecoder(resp.Body).Decode(&plugins))
+	resp.Body.Close()
+	require.Len(t, plugins.Plugins, 1)
+	p := plugins.Plugins[0]
+	assert.Equal(t, "example.sandbox", p.ID)
+	assert.Equal(t, "ready", p.Status)
+	require.NotNil(t, p.Worker)
+	pluginPID := p.Worker.PID
+	require.Positive(t, pluginPID)
+	c.CloseIdleConnections()
+
+	ar.terminate(t)
+	assert.Error(t, syscall.Kill(pluginPID, 0), "the driver process is gone after shutdown")
+	assertLogOrder(t, ar.stderr.String(), "shutting down", "HTTP server stopped", "stopping plugins", "plugins stopped")
+}
+
+// TestRunRefusesBadPluginConfig: a plugins.authz section OPA's runtime cannot start fails
+// `authz run` (exit status 1) before it serves, naming the field.
+func TestRunRefusesBadPluginConfig(t *testing.T) {
+	bin := authzBinary(t)
+	dir := t.TempDir()
+	facts := writeFile(t, dir, "facts.json", specFacts)
+	busy, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	defer busy.Close()
+	tests := []struct {
+		name string
+		cfg  string
+		want string
+	}{
+		{name: "address in use", cfg: "plugins:\n  authz:\n    addr: " + busy.Addr().String() + "\n    facts: " + facts + "\n",
+			want: "authz: run: plugins.authz.addr: listen on " + busy.Addr().String()},
+		{name: "bad addr", cfg: "plugins:\n  authz:\n    addr: nowhere\n    facts: " + facts + "\n", want: "plugins.authz.addr"},
+		{name: "unknown field", cfg: "plugins:\n  authz:\n    fatcs: " + facts + "\n", want: "plugins.authz.fatcs: unknown field"},
+		{name: "both plugins and facts", cfg: "plugins:\n  authz:\n    plugins: []\n    facts: " + facts + "\n",
+			want: "plugins.authz.plugins: must not be set together with plugins.authz.facts"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+			defer cancel()
+			cmd := exec.CommandContext(ctx, bin, "run", "--server", "--addr", "127.0.0.1:0",
+				"--config-file", writeFile(t, t.TempDir(), "opa.yaml", tt.cfg))
+			out, err := cmd.CombinedOutput()
+			var ee *exec.ExitError
+			require.ErrorAs(t, err, &ee, "output:\n%s", out)
+			assert.Equal(t, 1, ee.ExitCode())
+			assert.Contains(t, string(out), tt.want)
+			assert.NotContains(t, string(out), "Initializing server", "nothing served")
+		})
+	}
+}
+
+// TestRunHelpIsOPAs: `authz run -h` is OPA's help of its run command.
+func TestRunHelpIsOPAs(t *testing.T) {
+	code, out, _ := runCLI(t, "", "run", "-h")
+	require.Equal(t, 0, code)
+	assert.Contains(t, out, "Start an instance of OPA")
+	for _, flag := range []string{"--bundle", "--config-file", "--server", "--verification-key", "--watch"} {
+		assert.True(t, strings.Contains(out, flag), "flag %s in:\n%s", flag, out)
+	}
+}

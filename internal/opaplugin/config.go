@@ -1,0 +1,142 @@
+package opaplugin
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"maps"
+	"reflect"
+	"slices"
+	"strings"
+
+	"go.yaml.in/yaml/v3"
+
+	"github.com/authz-dev/authz/internal/policy"
+	"github.com/authz-dev/authz/internal/server"
+	"github.com/authz-dev/authz/internal/service"
+)
+
+// DefaultAddr is where the gate's endpoints listen when plugins.authz names no addr: beside
+// OPA's own default (localhost:8181), on loopback.
+const DefaultAddr = "127.0.0.1:8182"
+
+// Config is the plugins.authz section of an OPA configuration. It has the fields of the
+// `authz serve` configuration file (docs/service.md, "Configuration"), read the same way and
+// with the same defaults, except addr, whose default is DefaultAddr:
+//
+//	plugins:
+//	  authz:
+//	    addr: 127.0.0.1:8182          # the gate's endpoints (OPA's own stay on --addr)
+//	    plugins: [...]                # the driver plugins, as in authz serve; or:
+//	    facts: /etc/authz/facts.json  # a static facts file instead of plugins
+//	    evalTimeout: 5s               # and the other knobs of authz serve
+//
+// The policy is not configured here: it is OPA's (bundles, --bundle, files on the command
+// line), and the gate decides with whatever OPA has activated.
+type Config struct {
+	service.Config
+
+	// staticFacts is the facts file, loaded by Validate, when Facts is set.
+	staticFacts *server.StaticFacts
+	// mask masks the decisions OPA's decision log records, as decisionLog.mask does the
+	// gate's own (by default /input/environment/config, which commonly carries credentials).
+	mask server.Masker
+}
+
+// fieldNames are the fields of plugins.authz, as the YAML and JSON spell them.
+// The policy keys of authz serve (bundle, opa, ...) are not among them: the policy is OPA's.
+var fieldNames = func() []string {
+	var names []string
+	var collect func(t reflect.Type)
+	collect = func(t reflect.Type) {
+		for i := range t.NumField() {
+			f := t.Field(i)
+			name, opts, _ := strings.Cut(f.Tag.Get("yaml"), ",")
+			switch {
+			case f.Type == reflect.TypeFor[policy.Config]():
+			case name == "" && opts == "inline":
+				collect(f.Type)
+			case name != "" && name != "-":
+				names = append(names, name)
+			}
+		}
+	}
+	collect(reflect.TypeFor[service.Config]())
+	slices.Sort(names)
+	return names
+}()
+
+// ParseConfig reads the plugins.authz section (the JSON OPA hands a plugin, or YAML) over the
+// defaults and checks it. Every error names its field below plugins.authz.
+func ParseConfig(raw []byte, startHost HostStarter) (*Config, error) {
+	var present map[string]any
+	if len(bytes.TrimSpace(raw)) > 0 {
+		if err := yaml.Unmarshal(raw, &present); err != nil {
+			return nil, fmt.Errorf("%s: must be an object with the fields %s (%s)", section, strings.Join(fieldNames, ", "),
+				strings.Join(strings.Fields(err.Error()), " "))
+		}
+	}
+	var errs []error
+	for _, k := range slices.Sorted(maps.Keys(present)) {
+		if !slices.Contains(fieldNames, k) {
+			errs = append(errs, fmt.Errorf("%s.%s: unknown field; the fields are %s", section, k, strings.Join(fieldNames, ", ")))
+		}
+	}
+	if _, ok := present["facts"]; ok {
+		for _, other := range []string{"plugins", "builtinProviders"} {
+			if _, both := present[other]; both {
+				errs = append(errs, fmt.Errorf("%s.%s: must not be set together with %s.facts: a facts file replaces the driver plugins and their built-in providers; remove one of the two", section, other, section))
+			}
+		}
+	}
+	if len(errs) > 0 {
+		return nil, errors.Join(errs...)
+	}
+
+	sc, err := service.ParseConfig(bytes.NewReader(raw))
+	if err != nil {
+		return nil, renameConfigErr(err)
+	}
+	if _, ok := present["addr"]; !ok {
+		sc.Server.Addr = DefaultAddr
+	}
+	if sc, err = sc.Resolve(); err != nil {
+		return nil, renameConfigErr(err)
+	}
+	if err := sc.Validate(); err != nil {
+		return nil, renameConfigErr(err)
+	}
+	cfg := &Config{Config: sc}
+	if cfg.mask, err = server.NewMasker(sc.Server.DecisionLog.Mask); err != nil {
+		return nil, fmt.Errorf("%s.decisionLog.mask: %w", section, err)
+	}
+	switch {
+	case sc.Facts != "":
+		if cfg.staticFacts, err = server.LoadStaticFacts(sc.Facts); err != nil {
+			return nil, fmt.Errorf("%s.facts: %s: %w", section, sc.Facts, err)
+		}
+	case startHost == nil:
+		return nil, fmt.Errorf("%s.facts: required: this build runs no driver plugins, so the gate needs a static facts file", section)
+	}
+	return cfg, nil
+}
+
+// renameConfigErr names the fields of an `authz serve` configuration error below plugins.authz:
+// "plugins[0].sha256: ..." becomes "plugins.authz.plugins[0].sha256: ...".
+func renameConfigErr(err error) error {
+	var out []string
+	for line := range strings.SplitSeq(err.Error(), "\n") {
+		line = strings.TrimPrefix(line, "config: ")
+		if strings.HasPrefix(line, "line ") {
+			out = append(out, section+": "+line)
+			continue
+		}
+		out = append(out, section+"."+line)
+	}
+	return errors.New(strings.Join(out, "\n"))
+}
+
+// equal reports whether two configurations would run the same gate.
+func (c *Config) equal(o *Config) bool {
+	return reflect.DeepEqual(c.Config, o.Config)
+}

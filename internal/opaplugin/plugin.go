@@ -1,0 +1,347 @@
+// Package opaplugin runs the authz gate inside OPA: an OPA runtime plugin, configured by the
+// plugins.authz section of an OPA configuration, that serves the gate's HTTP endpoints
+// (internal/server) beside OPA's own and decides with the policy OPA has activated (its bundles,
+// signatures, decision logs and status are OPA's). `authz run` is OPA's run command with this
+// plugin built in (docs/service.md, "Running inside OPA").
+package opaplugin
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"runtime"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+	"github.com/open-policy-agent/opa/v1/plugins"
+	"github.com/open-policy-agent/opa/v1/storage"
+
+	"github.com/authz-dev/authz/internal/coded"
+	"github.com/authz-dev/authz/internal/decision"
+	"github.com/authz-dev/authz/internal/server"
+	"github.com/authz-dev/authz/internal/service"
+)
+
+// Name is the plugin's name in OPA's configuration (plugins.authz) and status.
+const Name = "authz"
+
+// section is the configuration section, as errors name it.
+const section = "plugins." + Name
+
+// readyPoll is how often the plugin looks whether the driver plugins have started, until they have.
+const readyPoll = 100 * time.Millisecond
+
+// HostStarter starts the driver plugin host for cfg (its plugins, builtinProviders and
+// timeouts) and returns it as the gate's facts, with the function that stops it. The binary
+// that registers the plugin provides it; without one, the gate needs a static facts file.
+type HostStarter func(ctx context.Context, cfg service.Config, logger hclog.Logger) (facts server.FactsSource, stop func(), err error)
+
+// Factory makes the plugin for OPA's plugin manager: register it with
+// runtime.RegisterPlugin(opaplugin.Name, opaplugin.Factory{...}).
+type Factory struct {
+	// StartHost starts the driver plugins; nil allows only static facts.
+	StartHost HostStarter
+	// LogOutput receives the gate's own log (hclog, as `authz serve` writes it); os.Stderr when nil.
+	LogOutput io.Writer
+}
+
+var _ plugins.Factory = Factory{}
+
+// Validate parses and checks the plugins.authz section.
+func (f Factory) Validate(_ *plugins.Manager, config []byte) (any, error) {
+	return ParseConfig(config, f.StartHost)
+}
+
+// New returns the plugin for a configuration that Validate returned. It starts nothing.
+func (f Factory) New(m *plugins.Manager, config any) plugins.Plugin {
+	out := f.LogOutput
+	if out == nil {
+		out = os.Stderr
+	}
+	p := &Plugin{m: m, startHost: f.StartHost, logOut: out, cfg: config.(*Config), reload: make(chan struct{}, 1),
+		policyMsg: "the active policy has not been prepared yet"}
+	p.gate = newGate(m)
+	p.gate.settings.Store(gateSettings(p.cfg))
+	// Every policy OPA activates (a bundle, a file under --watch, a policy PUT through its API)
+	// recompiles; the gate then prepares the new policy, off the commit and off the hot path.
+	m.RegisterCompilerTrigger(func(storage.Transaction) { p.requestReload() })
+	m.UpdatePluginStatus(Name, &plugins.Status{State: plugins.StateNotReady, Message: "not started"})
+	return p
+}
+
+// Plugin is the gate running inside OPA. OPA's plugin manager starts, reconfigures and stops it.
+type Plugin struct {
+	m         *plugins.Manager
+	startHost HostStarter
+	logOut    io.Writer
+	gate      *gate
+	reload    chan struct{} // a policy (or the engine options) changed: prepare again
+
+	mu   sync.Mutex // serializes Start, Stop and Reconfigure; guards cfg and run
+	cfg  *Config
+	run  *serving
+	loop *policyLoader
+
+	log atomic.Pointer[hclog.Logger] // the gate's log, for the loader
+
+	stMu       sync.Mutex // guards the state reported to OPA
+	facts      server.FactsSource
+	stopped    bool
+	failure    string // why the gate does not serve; "" when it does
+	policyMsg  string // why no policy decides; "" when one with the entrypoint is prepared
+	lastStatus plugins.Status
+}
+
+// serving is one run of the gate's HTTP server and its facts.
+type serving struct {
+	cancel    context.CancelFunc
+	served    chan struct{} // closed when Serve returned
+	srv       *server.Server
+	stopFacts func()
+	addr      net.Addr
+	log       hclog.Logger
+}
+
+// policyLoader prepares the active policy whenever it changes, one preparation at a time.
+type policyLoader struct {
+	cancel context.CancelFunc
+	done   chan struct{}
+}
+
+// Start loads the facts (or starts the driver plugins), prepares the active policy and listens
+// on addr. An address that cannot be listened on, or plugins that cannot be started, fail the
+// start (and OPA with it).
+func (p *Plugin) Start(ctx context.Context) error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	// The policy OPA has already activated is prepared before the first request; later
+	// activations are the loader's.
+	p.applyLoad(p.gate.load(ctx, p.m))
+	if err := p.startServing(p.cfg); err != nil {
+		p.setFailure(err.Error())
+		return err
+	}
+	lctx, cancel := context.WithCancel(context.Background())
+	p.loop = &policyLoader{cancel: cancel, done: make(chan struct{})}
+	go p.runLoader(lctx, p.loop.done)
+	p.requestReload()
+	return nil
+}
+
+// Stop ends the HTTP server (in-flight requests finish, up to shutdownTimeout), then the
+// driver plugins.
+func (p *Plugin) Stop(_ context.Context) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.loop != nil {
+		p.loop.cancel()
+		<-p.loop.done
+		p.loop = nil
+	}
+	p.stopServing()
+	p.stMu.Lock()
+	p.stopped, p.facts = true, nil
+	p.stMu.Unlock()
+	p.report()
+}
+
+// Reconfigure applies a new plugins.authz section: when it differs, the gate's server and its
+// plugins are stopped and started again with it; the policy stays OPA's.
+func (p *Plugin) Reconfigure(_ context.Context, config any) {
+	cfg, ok := config.(*Config)
+	if !ok {
+		return
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if cfg.equal(p.cfg) {
+		return
+	}
+	p.cfg = cfg
+	p.gate.settings.Store(gateSettings(cfg))
+	if p.run == nil && p.loop == nil { // not started: Start will use it
+		return
+	}
+	p.stopServing()
+	if err := p.startServing(cfg); err != nil {
+		p.setFailure(err.Error())
+		return
+	}
+	p.requestReload()
+}
+
+// Addr is the address the gate listens on (the port chosen for addr port 0), nil when not serving.
+func (p *Plugin) Addr() net.Addr {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.run == nil {
+		return nil
+	}
+	return p.run.addr
+}
+
+func (p *Plugin) newLogger(cfg *Config) hclog.Logger {
+	return hclog.New(&hclog.LoggerOptions{
+		Name:       "authz",
+		Level:      hclog.LevelFromString(cfg.Log.Level),
+		JSONFormat: cfg.Log.JSON,
+		Output:     p.logOut,
+	})
+}
+
+// startServing gets the facts and serves the gate on cfg.Addr. Called with p.mu held.
+func (p *Plugin) startServing(cfg *Config) error {
+	log := p.newLogger(cfg)
+	ctx, cancel := context.WithCancel(context.Background())
+	var facts server.FactsSource
+	stopFacts := func() {}
+	if cfg.staticFacts != nil {
+		facts = cfg.staticFacts
+		log.Info("using static facts; no plugin is started", "facts", cfg.Facts)
+	} else {
+		f, stop, err := p.startHost(ctx, cfg.Config, log)
+		if err != nil {
+			cancel()
+			return fmt.Errorf("%s: start the driver plugins: %w", section, err)
+		}
+		facts, stopFacts = f, stop
+	}
+	srv, err := server.New(cfg.Server, p.gate, facts, server.Options{Logger: log})
+	if err != nil {
+		stopFacts()
+		cancel()
+		return fmt.Errorf("%s: %w", section, err)
+	}
+	ln, err := server.Listen(cfg.Server.Addr)
+	if err != nil {
+		_ = srv.Close()
+		stopFacts()
+		cancel()
+		return fmt.Errorf("%s.addr: %s", section, strings.TrimPrefix(err.Error(), "addr: "))
+	}
+	run := &serving{cancel: cancel, served: make(chan struct{}), srv: srv, stopFacts: stopFacts, addr: ln.Addr(), log: log}
+	go func() {
+		defer close(run.served)
+		if err := srv.Serve(ctx, ln); err != nil && ctx.Err() == nil {
+			log.Error("the gate's HTTP server failed", "error", err)
+			p.setFailure("the gate's HTTP server failed: " + err.Error())
+		}
+	}()
+	p.run = run
+	p.log.Store(&log)
+	p.stMu.Lock()
+	p.facts, p.failure, p.stopped = facts, "", false
+	p.stMu.Unlock()
+	p.report()
+	return nil
+}
+
+// stopServing ends the HTTP server, then the facts (the plugins), then the decision log file.
+// Called with p.mu held.
+func (p *Plugin) stopServing() {
+	run := p.run
+	if run == nil {
+		return
+	}
+	p.run = nil
+	run.cancel()
+	<-run.served
+	run.stopFacts()
+	_ = run.srv.Close()
+	run.log.Info("stopped")
+}
+
+func (p *Plugin) requestReload() {
+	select {
+	case p.reload <- struct{}{}:
+	default: // one is pending already; it will see this change too
+	}
+}
+
+// runLoader prepares the policy on every change, and reports the driver plugins' readiness
+// until they have all started.
+func (p *Plugin) runLoader(ctx context.Context, done chan struct{}) {
+	defer close(done)
+	tick := time.NewTicker(readyPoll)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-p.reload:
+			p.applyLoad(p.gate.load(ctx, p.m))
+		case <-tick.C:
+			p.report()
+		}
+	}
+}
+
+// applyLoad records the outcome of a policy preparation in the state reported to OPA.
+func (p *Plugin) applyLoad(msg string, err error) {
+	if err != nil {
+		p.logger().Error("the active policy could not be prepared; the gate keeps deciding with the one it had", "error", err)
+		msg = err.Error()
+	}
+	p.stMu.Lock()
+	p.policyMsg = msg
+	p.stMu.Unlock()
+	p.report()
+}
+
+func (p *Plugin) logger() hclog.Logger {
+	if l := p.log.Load(); l != nil {
+		return *l
+	}
+	return hclog.New(&hclog.LoggerOptions{Name: "authz", Output: p.logOut})
+}
+
+func (p *Plugin) setFailure(msg string) {
+	p.stMu.Lock()
+	p.failure = msg
+	p.stMu.Unlock()
+	p.report()
+}
+
+// report tells OPA the plugin's state when it changed: OK only while the gate serves, a
+// policy with data.authz.decision is prepared, and every driver plugin has started once.
+func (p *Plugin) report() {
+	p.stMu.Lock()
+	defer p.stMu.Unlock()
+	st := plugins.Status{State: plugins.StateOK}
+	switch {
+	case p.stopped:
+		st = plugins.Status{State: plugins.StateNotReady, Message: "stopped"}
+	case p.failure != "":
+		st = plugins.Status{State: plugins.StateErr, Message: p.failure}
+	case p.policyMsg != "":
+		st = plugins.Status{State: plugins.StateNotReady, Message: p.policyMsg}
+	case p.facts == nil || !p.facts.Ready():
+		st = plugins.Status{State: plugins.StateNotReady, Message: "waiting for the driver plugins to start (GET /v1/plugins on the gate shows them)"}
+	}
+	if st == p.lastStatus {
+		return
+	}
+	p.lastStatus = st
+	p.m.UpdatePluginStatus(Name, &st)
+}
+
+// gateSettings are the gate's settings for cfg (whose masks Validate has checked).
+func gateSettings(cfg *Config) *settings {
+	return &settings{
+		opts: decision.Options{
+			EvalTimeout:   cfg.Decision.EvalTimeout,
+			MaxConcurrent: runtime.GOMAXPROCS(0),
+			Cache:         decision.CacheOptions{Disabled: cfg.Decision.Cache == "off"},
+		},
+		mask: cfg.mask,
+	}
+}
+
+// errNoEntrypoint is the state of a gate whose OPA has no policy that defines the entrypoint.
+var errNoEntrypoint = errors.New("no active policy defines " + decision.Query + ": every decision denies (" + coded.EvalNoPolicy + ") until OPA activates one (a bundle, --bundle PATH, or policy files)")

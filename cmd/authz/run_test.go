@@ -79,7 +79,7 @@ func TestCommands(t *testing.T) {
 	for _, name := range []string{"serve", "decide", "run", "version", "--version", "help", "-h", "-help", "--help", "example-driver"} {
 		assert.Contains(t, commands, name)
 	}
-	assert.Len(t, commands, 9, "a new command is added to this test and, unless hidden, to the usage")
+	assert.Len(t, commands, 10, "a new command is added to this test and, unless hidden, to the usage")
 
 	tests := []struct {
 		name     string

@@ -1,0 +1,148 @@
+package main
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/authz-dev/authz/internal/pluginhost"
+)
+
+// copyBinary copies src to dir/name with extra bytes appended (the same program under another
+// pin) and returns its path and SHA-256.
+func copyBinary(t testing.TB, src, dir, name string) (path, sum string) {
+	t.Helper()
+	b, err := os.ReadFile(src)
+	require.NoError(t, err)
+	b = append(b, []byte("\nanother build: "+name+"\n")...)
+	path = filepath.Join(dir, name)
+	require.NoError(t, os.WriteFile(path, b, 0o755))
+	h := sha256.Sum256(b)
+	return path, hex.EncodeToString(h[:])
+}
+
+func fileSum(t testing.TB, path string) string {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	require.NoError(t, err)
+	h := sha256.Sum256(b)
+	return hex.EncodeToString(h[:])
+}
+
+// pluginConfig is one entry of the plugins list of a configuration file: the example driver
+// at path under pin, reporting plugin key key.
+func pluginConfig(id, path, pin, key string) string {
+	return fmt.Sprintf("  - id: %s\n    path: %s\n    sha256: %s\n    args: [example-driver, --plugin-key, %s]\n", id, path, pin, key)
+}
+
+func pluginStates(t *testing.T, c *http.Client, base string) map[string]pluginhost.PluginState {
+	t.Helper()
+	resp, err := c.Get(base + "/v1/plugins")
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	require.NoError(t, err)
+	var a struct {
+		Plugins []pluginhost.PluginState `json:"plugins"`
+	}
+	require.NoError(t, json.Unmarshal(body, &a), "%s", body)
+	out := map[string]pluginhost.PluginState{}
+	for _, p := range a.Plugins {
+		out[p.ID] = p
+	}
+	return out
+}
+
+// TestServeRepinsPluginsOnSIGHUP edits the configuration file of a running `authz serve` and
+// sends SIGHUP: a plugin re-pinned to another binary restarts on it, a plugin added starts, a
+// plugin removed stops, and a plugin left as it was keeps its worker. A file that does not
+// validate, and a pin that does not match, change nothing for the others.
+func TestServeRepinsPluginsOnSIGHUP(t *testing.T) {
+	bin := authzBinary(t)
+	dir := t.TempDir()
+	first, firstSum := copyBinary(t, bin, dir, "driver-1")
+	second, secondSum := copyBinary(t, bin, dir, "driver-2")
+	binSum := fileSum(t, bin)
+	conf := filepath.Join(dir, "authz.yaml")
+	write := func(plugins ...string) {
+		require.NoError(t, os.WriteFile(conf, []byte("addr: 127.0.0.1:0\nplugins:\n"+strings.Join(plugins, "")), 0o600))
+	}
+	steady := pluginConfig("steady", bin, binSum, "acme.steady")
+	write(steady, pluginConfig("moving", first, firstSum, "acme.moving"), pluginConfig("leaving", bin, binSum, "acme.leaving"))
+
+	p := startServeProcess(t, "", "--config", conf)
+	base := "http://" + p.addr
+	c := &http.Client{Timeout: 15 * time.Second}
+	defer c.CloseIdleConnections()
+	ready := func(ids ...string) func() bool {
+		return func() bool {
+			st := pluginStates(t, c, base)
+			for _, id := range ids {
+				if st[id].Status != pluginhost.StatusReady || st[id].Worker == nil {
+					return false
+				}
+			}
+			return true
+		}
+	}
+	require.Eventually(t, ready("steady", "moving", "leaving"), 60*time.Second, 50*time.Millisecond, "stderr:\n%s", p.stderr)
+	before := pluginStates(t, c, base)
+
+	// Re-pin "moving" to another binary, add "joining", remove "leaving".
+	write(steady, pluginConfig("moving", second, secondSum, "acme.moving"), pluginConfig("joining", bin, binSum, "acme.joining"))
+	p.signal(t, syscall.SIGHUP)
+	require.Eventually(t, func() bool {
+		st := pluginStates(t, c, base)
+		_, left := st["leaving"]
+		m := st["moving"]
+		return !left && ready("steady", "moving", "joining")() && m.Worker.Generation > before["moving"].Worker.Generation
+	}, 60*time.Second, 50*time.Millisecond, "stderr:\n%s", p.stderr)
+	after := pluginStates(t, c, base)
+	assert.Equal(t, before["steady"].Worker.PID, after["steady"].Worker.PID, "an unchanged plugin keeps its worker")
+	assert.Equal(t, before["steady"].Worker.Generation, after["steady"].Worker.Generation)
+	assert.NotEqual(t, before["moving"].Worker.PID, after["moving"].Worker.PID, "a re-pinned plugin runs a new worker")
+	assert.False(t, processAlive(before["leaving"].Worker.PID), "a removed plugin's worker has ended")
+	assert.Contains(t, p.stderr.String(), "SIGHUP: plugins reconfigured")
+
+	// A file that does not validate changes nothing.
+	require.NoError(t, os.WriteFile(conf, []byte("plugins:\n  - id: moving\n    path: relative/driver\n"), 0o600))
+	p.signal(t, syscall.SIGHUP)
+	require.Eventually(t, func() bool { return strings.Contains(p.stderr.String(), "the configuration was not applied") },
+		20*time.Second, 20*time.Millisecond, "stderr:\n%s", p.stderr)
+	assert.Equal(t, after["moving"].Worker.PID, pluginStates(t, c, base)["moving"].Worker.PID)
+
+	// A pin that does not match the binary: that plugin stops with PIN_MISMATCH, the others run on.
+	write(steady, pluginConfig("moving", first, secondSum, "acme.moving"), pluginConfig("joining", bin, binSum, "acme.joining"))
+	p.signal(t, syscall.SIGHUP)
+	require.Eventually(t, func() bool { return pluginStates(t, c, base)["moving"].LastErrorCode == "PIN_MISMATCH" },
+		60*time.Second, 50*time.Millisecond, "stderr:\n%s", p.stderr)
+	final := pluginStates(t, c, base)
+	assert.Nil(t, final["moving"].Worker)
+	assert.Equal(t, before["steady"].Worker.PID, final["steady"].Worker.PID)
+	assert.Equal(t, after["joining"].Worker.PID, final["joining"].Worker.PID)
+
+	p.signal(t, syscall.SIGTERM)
+	assert.NoError(t, p.waitExit(t, 30*time.Second))
+}
+
+// processAlive reports whether pid names a live process (not a zombie).
+func processAlive(pid int) bool {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return false
+	}
+	_, rest, ok := strings.Cut(string(b), ") ")
+	return ok && !strings.HasPrefix(rest, "Z")
+}

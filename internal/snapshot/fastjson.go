@@ -15,8 +15,11 @@ const maxFastDepth = 10000
 // anything else (a \u escape, a byte outside printable ASCII in a string, invalid JSON, deep
 // nesting), and the caller then decodes with encoding/json, so every answer and every error
 // message stays that of encoding/json.
+//
+// The strings it returns without escapes share the memory of one copy of data (one allocation
+// for every string of the document instead of one each).
 func decodeFast(data []byte) (v any, ok bool) {
-	d := fastDecoder{data: data}
+	d := fastDecoder{data: data, src: string(data)}
 	d.skipSpace()
 	v, ok = d.value(0)
 	if !ok {
@@ -31,6 +34,7 @@ func decodeFast(data []byte) (v any, ok bool) {
 
 type fastDecoder struct {
 	data []byte
+	src  string // data as a string, sliced for the strings of the document
 	pos  int
 }
 
@@ -166,7 +170,7 @@ func (d *fastDecoder) str() (any, bool) {
 		c := d.data[d.pos]
 		switch {
 		case c == '"':
-			s := string(d.data[start:d.pos])
+			s := d.src[start:d.pos]
 			d.pos++
 			return s, true
 		case c == '\\':

@@ -4,7 +4,9 @@ import (
 	"bytes"
 	"fmt"
 	"maps"
+	"slices"
 	"testing"
+	"time"
 
 	"github.com/open-policy-agent/opa/v1/ast"
 	"github.com/open-policy-agent/opa/v1/rego"
@@ -103,14 +105,7 @@ func BenchmarkDecideCacheHitParsed(b *testing.B) {
 func BenchmarkPolicyPrepared(b *testing.B) {
 	req, facts := benchFixture(b)
 	in := snapshot.Build(b.Context(), req, facts, snapshot.Options{})
-	mods, err := policies.Modules()
-	require.NoError(b, err)
-	opts := []func(*rego.Rego){rego.Query(decision.Query)}
-	for name, src := range mods {
-		opts = append(opts, rego.Module(name, src))
-	}
-	pq, err := rego.New(opts...).PrepareForEval(b.Context())
-	require.NoError(b, err)
+	pq := preparedPolicy(b)
 	val, err := ast.InterfaceToValue(map[string]any(in))
 	require.NoError(b, err)
 	b.ReportAllocs()
@@ -120,6 +115,74 @@ func BenchmarkPolicyPrepared(b *testing.B) {
 			b.Fatal("want one result", err)
 		}
 	}
+}
+
+// BenchmarkSideBySide times, in turns within each iteration, the policy alone (as
+// BenchmarkPolicyPrepared), the engine's evaluation of an assembled input (as BenchmarkEvaluate)
+// and the whole decision from request bytes (as BenchmarkDecide), so that a machine whose load
+// changes slows all three alike. It reports the median of each (policy-ns, evaluate-ns,
+// decide-ns) and decide/policy, the ratio of the whole decision to what `opa bench` measures.
+func BenchmarkSideBySide(b *testing.B) {
+	reqJSON, _ := specexamples.NewFixture().JSON()
+	req, facts := benchFixture(b)
+	in := snapshot.Build(b.Context(), req, facts, snapshot.Options{})
+	pq := preparedPolicy(b)
+	val, err := ast.InterfaceToValue(map[string]any(in))
+	require.NoError(b, err)
+	eng, err := decision.New(b.Context(), uncached)
+	require.NoError(b, err)
+	steps := []func(){
+		func() {
+			if rs, err := pq.Eval(b.Context(), rego.EvalParsedInput(val)); err != nil || len(rs) != 1 {
+				b.Fatal("want one result", err)
+			}
+		},
+		func() {
+			if d, err := eng.Evaluate(b.Context(), in); err != nil || !d.Allow {
+				b.Fatal("want a grant", err)
+			}
+		},
+		func() {
+			r, err := snapshot.ParseRequest(bytes.NewReader(reqJSON))
+			if err != nil {
+				b.Fatal(err)
+			}
+			if d, _, err := eng.Decide(b.Context(), r, facts); err != nil || !d.Allow {
+				b.Fatal("want a grant", err)
+			}
+		},
+	}
+	times := make([][]time.Duration, len(steps))
+	for b.Loop() {
+		for i, step := range steps {
+			t0 := time.Now()
+			step()
+			times[i] = append(times[i], time.Since(t0))
+		}
+	}
+	med := func(d []time.Duration) float64 {
+		s := slices.Clone(d)
+		slices.Sort(s)
+		return float64(s[len(s)/2].Nanoseconds())
+	}
+	b.ReportMetric(med(times[0]), "policy-ns")
+	b.ReportMetric(med(times[1]), "evaluate-ns")
+	b.ReportMetric(med(times[2]), "decide-ns")
+	b.ReportMetric(med(times[2])/med(times[0]), "decide/policy")
+}
+
+// preparedPolicy prepares the embedded policy with rego alone, as `opa bench` does.
+func preparedPolicy(b *testing.B) rego.PreparedEvalQuery {
+	b.Helper()
+	mods, err := policies.Modules()
+	require.NoError(b, err)
+	opts := []func(*rego.Rego){rego.Query(decision.Query)}
+	for name, src := range mods {
+		opts = append(opts, rego.Module(name, src))
+	}
+	pq, err := rego.New(opts...).PrepareForEval(b.Context())
+	require.NoError(b, err)
+	return pq
 }
 
 // BenchmarkEvaluateCacheHit is the engine's part of a repeated decision: the cache key of an

@@ -1,0 +1,104 @@
+// Command policy-ab compares the evaluation cost of policy directories side by side in one
+// process: each is prepared with rego (as `opa bench` prepares it) and evaluated on the same
+// input, converted once; the policies take turns in short batches, so a machine whose load
+// changes during the run slows them alike. It prints, per policy, the median and fastest batch
+// (ns per evaluation), the median of the per-round ratios to the first policy, and the
+// allocations per evaluation.
+//
+//	git show <commit>:policies/... # the policy to compare against, into a directory
+//	go run ./cmd/authz decide --facts internal/specexamples/facts.json --print-input \
+//	    < internal/specexamples/request.json > grant-input.json
+//	go run ./scripts/policy-ab --input grant-input.json old/policies policies
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"runtime"
+	"slices"
+	"time"
+
+	"github.com/open-policy-agent/opa/v1/ast"
+	"github.com/open-policy-agent/opa/v1/rego"
+)
+
+func main() {
+	input := flag.String("input", "", "input document (JSON)")
+	query := flag.String("query", "data.authz.decision", "query to evaluate")
+	rounds := flag.Int("rounds", 31, "rounds; each evaluates every policy -batch times")
+	batch := flag.Int("batch", 100, "evaluations per policy per round")
+	flag.Parse()
+	if err := run(*input, *query, flag.Args(), *rounds, *batch); err != nil {
+		fmt.Fprintln(os.Stderr, "policy-ab:", err)
+		os.Exit(1)
+	}
+}
+
+func run(inputPath, query string, dirs []string, rounds, batch int) error {
+	if inputPath == "" || len(dirs) == 0 || rounds < 1 || batch < 1 {
+		return errors.New("usage: policy-ab --input FILE DIR [DIR...]")
+	}
+	ctx := context.Background()
+	raw, err := os.ReadFile(inputPath)
+	if err != nil {
+		return err
+	}
+	var in any
+	if err := json.Unmarshal(raw, &in); err != nil {
+		return fmt.Errorf("input: %w", err)
+	}
+	val, err := ast.InterfaceToValue(in)
+	if err != nil {
+		return err
+	}
+	pqs := make([]rego.PreparedEvalQuery, len(dirs))
+	for i, d := range dirs {
+		if pqs[i], err = rego.New(rego.Query(query), rego.Load([]string{d}, nil)).PrepareForEval(ctx); err != nil {
+			return fmt.Errorf("%s: %w", d, err)
+		}
+		rs, err := pqs[i].Eval(ctx, rego.EvalParsedInput(val))
+		if err != nil {
+			return fmt.Errorf("%s: %w", d, err)
+		}
+		if len(rs) != 1 {
+			return fmt.Errorf("%s: want one result, got %d", d, len(rs))
+		}
+	}
+	ns := make([][]float64, len(dirs))
+	allocs := make([]float64, len(dirs))
+	var ms runtime.MemStats
+	for r := range rounds {
+		for i, pq := range pqs {
+			runtime.ReadMemStats(&ms)
+			before := ms.Mallocs
+			start := time.Now()
+			for range batch {
+				if _, err := pq.Eval(ctx, rego.EvalParsedInput(val)); err != nil {
+					return err
+				}
+			}
+			ns[i] = append(ns[i], float64(time.Since(start).Nanoseconds())/float64(batch))
+			runtime.ReadMemStats(&ms)
+			if r == rounds-1 {
+				allocs[i] = float64(ms.Mallocs-before) / float64(batch)
+			}
+		}
+	}
+	fmt.Printf("%d rounds of %d evaluations per policy, alternating, %s\n", rounds, batch, time.Now().UTC().Format(time.RFC3339))
+	fmt.Printf("| policy | median ns/op | fastest ns/op | median ratio to %s | allocs/op |\n|---|---|---|---|---|\n", dirs[0])
+	for i, d := range dirs {
+		ratios := make([]float64, rounds)
+		for r := range rounds {
+			ratios[r] = ns[i][r] / ns[0][r]
+		}
+		sorted := slices.Clone(ns[i])
+		slices.Sort(sorted)
+		slices.Sort(ratios)
+		fmt.Printf("| %s | %.0f | %.0f | %.3f | %.0f |\n", d, sorted[rounds/2], sorted[0], ratios[rounds/2], allocs[i])
+	}
+	return nil
+}

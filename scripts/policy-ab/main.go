@@ -20,6 +20,7 @@ import (
 	"os"
 	"runtime"
 	"slices"
+	"syscall"
 	"time"
 
 	"github.com/open-policy-agent/opa/v1/ast"
@@ -69,12 +70,14 @@ func run(inputPath, query string, dirs []string, rounds, batch int) error {
 		}
 	}
 	ns := make([][]float64, len(dirs))
+	cpu := make([][]float64, len(dirs))
 	allocs := make([]float64, len(dirs))
 	var ms runtime.MemStats
 	for r := range rounds {
 		for i, pq := range pqs {
 			runtime.ReadMemStats(&ms)
 			before := ms.Mallocs
+			cpu0 := cpuTime()
 			start := time.Now()
 			for range batch {
 				if _, err := pq.Eval(ctx, rego.EvalParsedInput(val)); err != nil {
@@ -82,6 +85,7 @@ func run(inputPath, query string, dirs []string, rounds, batch int) error {
 				}
 			}
 			ns[i] = append(ns[i], float64(time.Since(start).Nanoseconds())/float64(batch))
+			cpu[i] = append(cpu[i], float64((cpuTime()-cpu0).Nanoseconds())/float64(batch))
 			runtime.ReadMemStats(&ms)
 			if r == rounds-1 {
 				allocs[i] = float64(ms.Mallocs-before) / float64(batch)
@@ -89,16 +93,34 @@ func run(inputPath, query string, dirs []string, rounds, batch int) error {
 		}
 	}
 	fmt.Printf("%d rounds of %d evaluations per policy, alternating, %s\n", rounds, batch, time.Now().UTC().Format(time.RFC3339))
-	fmt.Printf("| policy | median ns/op | fastest ns/op | median ratio to %s | allocs/op |\n|---|---|---|---|---|\n", dirs[0])
+	fmt.Printf("| policy | median ns/op | fastest ns/op | median ratio to %s | median CPU ns/op | median CPU ratio | allocs/op |\n|---|---|---|---|---|---|---|\n", dirs[0])
 	for i, d := range dirs {
-		ratios := make([]float64, rounds)
-		for r := range rounds {
-			ratios[r] = ns[i][r] / ns[0][r]
-		}
-		sorted := slices.Clone(ns[i])
-		slices.Sort(sorted)
-		slices.Sort(ratios)
-		fmt.Printf("| %s | %.0f | %.0f | %.3f | %.0f |\n", d, sorted[rounds/2], sorted[0], ratios[rounds/2], allocs[i])
+		fmt.Printf("| %s | %.0f | %.0f | %.3f | %.0f | %.3f | %.0f |\n", d, median(ns[i]), slices.Min(ns[i]), medianRatio(ns[i], ns[0]),
+			median(cpu[i]), medianRatio(cpu[i], cpu[0]), allocs[i])
 	}
 	return nil
+}
+
+func median(v []float64) float64 {
+	s := slices.Clone(v)
+	slices.Sort(s)
+	return s[len(s)/2]
+}
+
+// medianRatio is the median of the per-round ratios a[r]/b[r].
+func medianRatio(a, b []float64) float64 {
+	r := make([]float64, len(a))
+	for i := range a {
+		r[i] = a[i] / b[i]
+	}
+	return median(r)
+}
+
+// cpuTime is the user and system time this process has used.
+func cpuTime() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }

@@ -100,3 +100,28 @@ func FuzzDecodeFast(f *testing.F) {
 		}
 	})
 }
+
+// BenchmarkDecodeRequest: the fixture's request decoded by decodeFast and by encoding/json (as
+// ParseRequest decoded every request before decodeFast).
+func BenchmarkDecodeRequest(b *testing.B) {
+	body := []byte(`{"operation": "openDuplexChannel", "environment": {"id": "env-1", "driver": "sandbox", "config": {"provider": "daytona"}},
+		"lease": {"id": "lease-1", "companyId": "company-1", "leasePolicy": "ephemeral", "providerLeaseId": "provider-lease-1",
+		"metadata": {"driver": "sandbox", "sandboxProviderPlugin": true, "pluginId": "test.plugin", "provider": "daytona"}},
+		"command": ["sh", "-c", "echo hi"]}`)
+	b.Run("decodeFast", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			if _, ok := decodeFast(body); !ok {
+				b.Fatal("not decoded")
+			}
+		}
+	})
+	b.Run("encoding-json", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			if _, err := decodeOne(bytes.NewReader(body)); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+}

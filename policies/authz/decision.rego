@@ -110,18 +110,18 @@ reasons := capability_reasons(_operation.capability) if _first_failure == "capab
 # title: Capability snapshot
 # description: |
 #   Every capability of the capability table, each a boolean. A capability is granted when the
-#   driver class supports capabilities, the facts confirm the lease's identity (_confirmed), every
-#   requirement group has a verified method, the declaration allows it, and no narrowing flag
-#   removes it. This is the grant path: each condition is one comprehension over the capability
-#   table in this one rule, so a grant evaluates few rules.
-capabilities := {k: v | some k, _ in caps; v := k in granted} if {
+#   driver class supports capabilities, the facts confirm the lease's identity (_confirmed), the
+#   declaration allows it, every requirement group has a verified method, and no narrowing flag
+#   removes it. This is the grant path: the conditions are set operations and comprehensions in
+#   this one rule (each narrowing the set the next one iterates), so a grant evaluates few rules
+#   and few expressions.
+capabilities := object.union({k: false | some k, _ in caps}, {k: true | some k in granted}) if {
 	tables.drivers[input.resolved.driver].capabilities == true
 	[methods, decl] := _confirmed
 	caps := tables.capabilities
-	declared := {k | some k, cap in caps; object.get(decl, k, cap.optIn == false) == true}
-	unverified := {k | some k in declared; some group in caps[k].methods; group & methods == set()}
-	narrowed := {k | some k in declared; some flag in caps[k].narrowedBy; input.narrowing[flag] == true}
-	granted := (declared - unverified) - narrowed
+	declared := ({k | some k, cap in caps; cap.optIn == false} - object.keys(decl)) | {k | some k, v in decl; v == true; caps[k]}
+	verified := declared - {k | some k in declared; some group in caps[k].methods; group & methods == set()}
+	granted := verified - {k | some k in verified; some flag in caps[k].narrowedBy; input.narrowing[flag] == true}
 } else := {k: false | some k, _ in tables.capabilities}
 
 # METADATA
@@ -134,11 +134,27 @@ capabilities := {k: v | some k, _ in caps; v := k in granted} if {
 #   only) verify; the entry's sandboxCapabilities without nulls declare, with the legacy
 #   supportsReusableLeases standing for reusableLeases when that key is absent or null. Built-in
 #   path: the provider record's flags verify (data.authz.tables.builtinProviderMethods) and its
-#   supportsReusableLeases, when a boolean, declares reusableLeases.
+#   supportsReusableLeases, when a boolean, declares reusableLeases. The plugin-backed branch (the
+#   common lease) spells out the checks of _ready_entry instead of calling it: a call costs about
+#   as much as a rule.
 _confirmed := [methods, object.union(legacy, nested)] if {
 	tables.drivers[input.resolved.driver].identity == "sandbox_provider"
 	input.resolved.pluginBacked == true
-	entry := _ready_entry(input.resolved.providerKey)
+	key := input.resolved.providerKey
+	is_string(key)
+	key != ""
+	plugin := input.facts.plugin
+	plugin.status == "ready"
+	pinned := input.resolved.pluginId
+	is_string(pinned)
+	pinned != ""
+	plugin.id == pinned
+	environment_drivers := plugin.manifest.environmentDrivers
+	is_array(environment_drivers)
+	entries := [e | some e in environment_drivers; e.driverKey == key; is_object(e)]
+	count(entries) == 1
+	entry := entries[0]
+	is_object(object.get(entry, "sandboxCapabilities", {}))
 	entry.kind == "sandbox_provider"
 	methods := {m |
 		supported := input.facts.worker.supportedMethods

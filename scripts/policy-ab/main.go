@@ -1,8 +1,10 @@
 // Command policy-ab compares the evaluation cost of policy directories side by side in one
 // process: each is prepared with rego (as `opa bench` prepares it) and evaluated on the same
-// input, converted once; the policies take turns in short batches, so a machine whose load
-// changes during the run slows them alike. It prints, per policy, the median and fastest batch
-// (ns per evaluation), the median of the per-round ratios to the first policy, and the
+// input, converted once. The policies take turns, each for the same time per round (-batch), so
+// a machine whose load changes during the run slows them alike, and a pause of the process (the
+// machine's other work taking the core) falls on each with the same odds. It prints, per policy,
+// the median and fastest round (ns per evaluation), the median of the per-round ratios to the
+// first policy, the same for the CPU time of the process (user and system, getrusage), and the
 // allocations per evaluation.
 //
 //	git show <commit>:policies/... # the policy to compare against, into a directory
@@ -30,8 +32,8 @@ import (
 func main() {
 	input := flag.String("input", "", "input document (JSON)")
 	query := flag.String("query", "data.authz.decision", "query to evaluate")
-	rounds := flag.Int("rounds", 31, "rounds; each evaluates every policy -batch times")
-	batch := flag.Int("batch", 100, "evaluations per policy per round")
+	rounds := flag.Int("rounds", 31, "rounds; each evaluates every policy for -batch")
+	batch := flag.Duration("batch", 50*time.Millisecond, "how long each policy is evaluated per round (equal for all, so that a pause of the process falls on each with the same odds)")
 	flag.Parse()
 	if err := run(*input, *query, flag.Args(), *rounds, *batch); err != nil {
 		fmt.Fprintln(os.Stderr, "policy-ab:", err)
@@ -39,8 +41,8 @@ func main() {
 	}
 }
 
-func run(inputPath, query string, dirs []string, rounds, batch int) error {
-	if inputPath == "" || len(dirs) == 0 || rounds < 1 || batch < 1 {
+func run(inputPath, query string, dirs []string, rounds int, batch time.Duration) error {
+	if inputPath == "" || len(dirs) == 0 || rounds < 1 || batch <= 0 {
 		return errors.New("usage: policy-ab --input FILE DIR [DIR...]")
 	}
 	ctx := context.Background()
@@ -79,21 +81,23 @@ func run(inputPath, query string, dirs []string, rounds, batch int) error {
 			before := ms.Mallocs
 			cpu0 := cpuTime()
 			start := time.Now()
-			for range batch {
+			n := 0
+			for time.Since(start) < batch {
 				if _, err := pq.Eval(ctx, rego.EvalParsedInput(val)); err != nil {
 					return err
 				}
+				n++
 			}
-			ns[i] = append(ns[i], float64(time.Since(start).Nanoseconds())/float64(batch))
-			cpu[i] = append(cpu[i], float64((cpuTime()-cpu0).Nanoseconds())/float64(batch))
+			ns[i] = append(ns[i], float64(time.Since(start).Nanoseconds())/float64(n))
+			cpu[i] = append(cpu[i], float64((cpuTime()-cpu0).Nanoseconds())/float64(n))
 			runtime.ReadMemStats(&ms)
 			if r == rounds-1 {
-				allocs[i] = float64(ms.Mallocs-before) / float64(batch)
+				allocs[i] = float64(ms.Mallocs-before) / float64(n)
 			}
 		}
 	}
-	fmt.Printf("%d rounds of %d evaluations per policy, alternating, %s\n", rounds, batch, time.Now().UTC().Format(time.RFC3339))
-	fmt.Printf("| policy | median ns/op | fastest ns/op | median ratio to %s | median CPU ns/op | median CPU ratio | allocs/op |\n|---|---|---|---|---|---|---|\n", dirs[0])
+	fmt.Printf("%d rounds of %s of evaluations per policy, alternating, %s\n", rounds, batch, time.Now().UTC().Format(time.RFC3339))
+	fmt.Printf("| policy | median ns/op | fastest round ns/op | median ratio to %s | median CPU ns/op | median CPU ratio | allocs/op |\n|---|---|---|---|---|---|---|\n", dirs[0])
 	for i, d := range dirs {
 		fmt.Printf("| %s | %.0f | %.0f | %.3f | %.0f | %.3f | %.0f |\n", d, median(ns[i]), slices.Min(ns[i]), medianRatio(ns[i], ns[0]),
 			median(cpu[i]), medianRatio(cpu[i], cpu[0]), allocs[i])

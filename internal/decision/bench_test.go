@@ -4,13 +4,18 @@ import (
 	"bytes"
 	"fmt"
 	"maps"
+	"slices"
 	"testing"
+	"time"
 
+	"github.com/open-policy-agent/opa/v1/ast"
+	"github.com/open-policy-agent/opa/v1/rego"
 	"github.com/stretchr/testify/require"
 
 	"github.com/authz-dev/authz/internal/decision"
 	"github.com/authz-dev/authz/internal/snapshot"
 	"github.com/authz-dev/authz/internal/specexamples"
+	"github.com/authz-dev/authz/policies"
 )
 
 func benchFixture(b *testing.B) (*snapshot.Request, *snapshot.FileFacts) {
@@ -75,6 +80,109 @@ func benchDecide(b *testing.B, opts decision.Options) {
 			b.Fatal("want a grant", err)
 		}
 	}
+}
+
+// BenchmarkDecideCacheHitParsed is a repeated decision through the Go API, which takes a parsed
+// request: assemble, key, and the answer from the decision cache (a fresh decision id included).
+func BenchmarkDecideCacheHitParsed(b *testing.B) {
+	req, facts := benchFixture(b)
+	eng, err := decision.New(b.Context(), decision.Options{})
+	require.NoError(b, err)
+	b.ReportAllocs()
+	for b.Loop() {
+		if d, _, err := eng.Decide(b.Context(), req, facts); err != nil || !d.Allow {
+			b.Fatal("want a grant", err)
+		}
+	}
+	if s := eng.CacheStats(); s.Misses != 1 {
+		b.Fatalf("want one miss, got %+v", s)
+	}
+}
+
+// BenchmarkPolicyPrepared is what `opa bench` measures, in process: the embedded policy prepared
+// with rego, evaluated on the assembled input converted once, without the engine. The engine's
+// whole decision (BenchmarkDecide) is compared with it.
+func BenchmarkPolicyPrepared(b *testing.B) {
+	req, facts := benchFixture(b)
+	in := snapshot.Build(b.Context(), req, facts, snapshot.Options{})
+	pq := preparedPolicy(b)
+	val, err := ast.InterfaceToValue(map[string]any(in))
+	require.NoError(b, err)
+	b.ReportAllocs()
+	for b.Loop() {
+		rs, err := pq.Eval(b.Context(), rego.EvalParsedInput(val))
+		if err != nil || len(rs) != 1 {
+			b.Fatal("want one result", err)
+		}
+	}
+}
+
+// BenchmarkSideBySide times, in turns within each iteration, the policy alone (as
+// BenchmarkPolicyPrepared), the engine's evaluation of an assembled input (as BenchmarkEvaluate)
+// and the whole decision from request bytes (as BenchmarkDecide), so that a machine whose load
+// changes slows all three alike. It reports the median of each (policy-ns, evaluate-ns,
+// decide-ns) and decide/policy, the ratio of the whole decision to what `opa bench` measures.
+func BenchmarkSideBySide(b *testing.B) {
+	reqJSON, _ := specexamples.NewFixture().JSON()
+	req, facts := benchFixture(b)
+	in := snapshot.Build(b.Context(), req, facts, snapshot.Options{})
+	pq := preparedPolicy(b)
+	val, err := ast.InterfaceToValue(map[string]any(in))
+	require.NoError(b, err)
+	eng, err := decision.New(b.Context(), uncached)
+	require.NoError(b, err)
+	steps := []func(){
+		func() {
+			if rs, err := pq.Eval(b.Context(), rego.EvalParsedInput(val)); err != nil || len(rs) != 1 {
+				b.Fatal("want one result", err)
+			}
+		},
+		func() {
+			if d, err := eng.Evaluate(b.Context(), in); err != nil || !d.Allow {
+				b.Fatal("want a grant", err)
+			}
+		},
+		func() {
+			r, err := snapshot.ParseRequest(bytes.NewReader(reqJSON))
+			if err != nil {
+				b.Fatal(err)
+			}
+			if d, _, err := eng.Decide(b.Context(), r, facts); err != nil || !d.Allow {
+				b.Fatal("want a grant", err)
+			}
+		},
+	}
+	times := make([][]time.Duration, len(steps))
+	for b.Loop() {
+		for i, step := range steps {
+			t0 := time.Now()
+			step()
+			times[i] = append(times[i], time.Since(t0))
+		}
+	}
+	med := func(d []time.Duration) float64 {
+		s := slices.Clone(d)
+		slices.Sort(s)
+		return float64(s[len(s)/2].Nanoseconds())
+	}
+	b.ReportMetric(med(times[0]), "policy-ns")
+	b.ReportMetric(med(times[1]), "evaluate-ns")
+	b.ReportMetric(med(times[2]), "decide-ns")
+	b.ReportMetric(med(times[2])/med(times[0]), "decide/policy")
+}
+
+// preparedPolicy prepares the embedded policy with rego alone, as `opa bench` does.
+func preparedPolicy(b *testing.B) rego.PreparedEvalQuery {
+	b.Helper()
+	mods, err := policies.Modules()
+	require.NoError(b, err)
+	opts := []func(*rego.Rego){rego.Query(decision.Query)}
+	for name, src := range mods {
+		opts = append(opts, rego.Module(name, src))
+	}
+	pq, err := rego.New(opts...).PrepareForEval(b.Context())
+	require.NoError(b, err)
+	return pq
 }
 
 // BenchmarkEvaluateCacheHit is the engine's part of a repeated decision: the cache key of an

@@ -1,6 +1,7 @@
 package snapshot
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -37,11 +38,19 @@ type Request struct {
 	HasCommand  bool
 }
 
-// ParseRequest reads one JSON request and checks its shape.
+// ParseRequest reads one JSON request and checks its shape. A request of plain ASCII strings (the
+// usual case) is decoded in one pass by decodeFast; any other is decoded by encoding/json, which
+// also words every error.
 func ParseRequest(r io.Reader) (*Request, error) {
-	doc, err := decodeOne(r)
+	body, err := io.ReadAll(r)
 	if err != nil {
 		return nil, badRequest("request is not valid JSON: %v", err)
+	}
+	doc, ok := decodeFast(body)
+	if !ok {
+		if doc, err = decodeOne(bytes.NewReader(body)); err != nil {
+			return nil, badRequest("request is not valid JSON: %v", err)
+		}
 	}
 	return RequestFromValue(doc)
 }

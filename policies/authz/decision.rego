@@ -6,9 +6,10 @@
 #   lease is entitled to. The input is assembled by the host (docs/input-document.md). Everything
 #   defaults to deny.
 #
-#   The rules are shaped for cost: the grant path evaluates each fact once, as set operations over
-#   the capability table, and the rules that explain a deny (reasons, codes, identity failures)
-#   are only evaluated when the decision denies.
+#   The rules are shaped for cost: a grant is found by a few rules that read each fact once
+#   (_confirmed, _granted), with their intermediate values in local variables rather than helper
+#   rules, and the rules that explain a deny (checks, codes, reasons, identity failures) are only
+#   evaluated when the decision denies.
 package authz
 
 import data.authz.tables
@@ -34,9 +35,11 @@ decision := {
 	"code": "",
 	"message": "",
 	"reasons": [],
-	"capabilities": capabilities,
+	"capabilities": caps,
 } if {
-	allow
+	tables.drivers[input.resolved.driver].operations[input.operation]
+	caps := capabilities
+	caps[tables.operations[input.operation].capability] == true
 } else := {
 	"allow": false,
 	"code": code,
@@ -76,10 +79,7 @@ _failed_denial := _operation.denials.capability_granted if {
 #   needs all three whatever the table lists.
 default allow := false
 
-allow if {
-	_driver_entry.operations[input.operation]
-	_operation.capability in _granted
-}
+allow if decision.allow == true
 
 # METADATA
 # title: Deny code
@@ -108,8 +108,120 @@ reasons := capability_reasons(_operation.capability) if _first_failure == "capab
 
 # METADATA
 # title: Capability snapshot
-# description: Every capability of the capability table, each a boolean.
-capabilities := {k: v | some k, _ in tables.capabilities; v := k in _granted}
+# description: |
+#   Every capability of the capability table, each a boolean. A capability is granted when the
+#   driver class supports capabilities, the facts confirm the lease's identity (_confirmed), the
+#   declaration allows it, every requirement group has a verified method, and no narrowing flag
+#   removes it. This is the grant path: the conditions are set operations and comprehensions in
+#   this one rule (each narrowing the set the next one iterates), so a grant evaluates few rules
+#   and few expressions.
+capabilities := object.union({k: false | some k, _ in caps}, {k: true | some k in granted}) if {
+	tables.drivers[input.resolved.driver].capabilities == true
+	[methods, decl] := _confirmed
+	caps := tables.capabilities
+	declared := ({k | some k, cap in caps; cap.optIn == false} - object.keys(decl)) | {k | some k, v in decl; v == true; caps[k]}
+	verified := declared - {k | some k in declared; some group in caps[k].methods; group & methods == set()}
+	granted := verified - {k | some k in verified; some flag in caps[k].narrowedBy; input.narrowing[flag] == true}
+} else := {k: false | some k, _ in tables.capabilities}
+
+# METADATA
+# title: Confirmed identity
+# description: |
+#   [verified methods, declarations] of a lease tied to a provider or plugin entry that the facts
+#   confirm (every identity check of _identity_failure passes); undefined otherwise. Plugin paths:
+#   the pinned plugin is ready and has exactly one well-formed entry for the looked-up key (of
+#   kind sandbox_provider on the plugin-backed path); the worker's live methods (string elements
+#   only) verify; the entry's sandboxCapabilities without nulls declare, with the legacy
+#   supportsReusableLeases standing for reusableLeases when that key is absent or null. Built-in
+#   path: the provider record's flags verify (data.authz.tables.builtinProviderMethods) and its
+#   supportsReusableLeases, when a boolean, declares reusableLeases. The plugin-backed branch (the
+#   common lease) spells out the checks of _ready_entry instead of calling it: a call costs about
+#   as much as a rule.
+_confirmed := [methods, object.union(legacy, nested)] if {
+	tables.drivers[input.resolved.driver].identity == "sandbox_provider"
+	input.resolved.pluginBacked == true
+	key := input.resolved.providerKey
+	is_string(key)
+	key != ""
+	plugin := input.facts.plugin
+	plugin.status == "ready"
+	pinned := input.resolved.pluginId
+	is_string(pinned)
+	pinned != ""
+	plugin.id == pinned
+	environment_drivers := plugin.manifest.environmentDrivers
+	is_array(environment_drivers)
+	entries := [e | some e in environment_drivers; e.driverKey == key; is_object(e)]
+	count(entries) == 1
+	entry := entries[0]
+	is_object(object.get(entry, "sandboxCapabilities", {}))
+	entry.kind == "sandbox_provider"
+	methods := {m |
+		supported := input.facts.worker.supportedMethods
+		is_array(supported)
+		some m in supported
+		is_string(m)
+	}
+	nested := {k: v | some k, v in object.get(entry, "sandboxCapabilities", {}); v != null}
+	legacy := {"reusableLeases": v | v := entry.supportsReusableLeases; v != null}
+} else := [methods, object.union(legacy, nested)] if {
+	tables.drivers[input.resolved.driver].identity == "plugin_driver"
+	entry := _ready_entry(input.resolved.driverKey)
+	methods := {m |
+		supported := input.facts.worker.supportedMethods
+		is_array(supported)
+		some m in supported
+		is_string(m)
+	}
+	nested := {k: v | some k, v in object.get(entry, "sandboxCapabilities", {}); v != null}
+	legacy := {"reusableLeases": v | v := entry.supportsReusableLeases; v != null}
+} else := [_builtin_methods(provider), _builtin_declarations(provider)] if {
+	tables.drivers[input.resolved.driver].identity == "sandbox_provider"
+	not input.resolved.pluginBacked == true
+	_has_provider
+	provider := input.facts.builtinProvider
+	is_object(provider)
+}
+
+# METADATA
+# title: Ready entry
+# description: |
+#   The manifest entry for key of the pinned plugin, when the lease pins the plugin id and key as
+#   non-empty strings, the facts hold exactly that plugin, it is ready, and its manifest has
+#   exactly one object entry with that driverKey, whose sandboxCapabilities is absent or an object.
+_ready_entry(key) := entry if {
+	is_string(key)
+	key != ""
+	plugin := input.facts.plugin
+	plugin.status == "ready"
+	pinned := input.resolved.pluginId
+	is_string(pinned)
+	pinned != ""
+	plugin.id == pinned
+	environment_drivers := plugin.manifest.environmentDrivers
+	is_array(environment_drivers)
+	entries := [e | some e in environment_drivers; e.driverKey == key; is_object(e)]
+	count(entries) == 1
+	entry := entries[0]
+	is_object(object.get(entry, "sandboxCapabilities", {}))
+}
+
+# METADATA
+# title: Built-in provider methods
+# description: The methods data.authz.tables.builtinProviderMethods grants for each flag of the provider that is true.
+_builtin_methods(provider) := {m |
+	some flag, methods in tables.builtinProviderMethods
+	provider[flag] == true
+	some m in methods
+}
+
+# METADATA
+# title: Built-in declarations
+# description: supportsReusableLeases as the reusableLeases declaration, when it is a boolean.
+_builtin_declarations(provider) := {"reusableLeases": v | v := provider.supportsReusableLeases; is_boolean(v)}
+
+# ---------------------------------------------------------------------------------------------
+# The rules below explain a deny; a grant never evaluates them.
 
 # METADATA
 # title: Reasons a capability is withheld
@@ -157,16 +269,7 @@ _check_passes("driver_registered") if _driver_entry
 
 _check_passes("operation_supported") if _driver_entry.operations[input.operation]
 
-_check_passes("capability_granted") if _operation.capability in _granted
-
-# METADATA
-# title: Granted capabilities
-# description: |
-#   supported AND identity AND verified AND declared AND not narrowed, as set operations over the
-#   capability table.
-default _granted := set()
-
-_granted := ((_supported - _unverified) & _declared) - _narrowed if _identity_ok
+_check_passes("capability_granted") if capabilities[_operation.capability] == true
 
 # METADATA
 # title: Supported capabilities
@@ -184,12 +287,12 @@ _supported := object.keys(tables.capabilities) if _driver_entry.capabilities == 
 #   plugin_backed (sandbox driver, provider from a pinned plugin) or builtin (sandbox driver,
 #   built-in provider). Undefined for a driver class tied to nothing.
 _path := "plugin_driver" if {
-	_driver_entry.identity == "plugin_driver"
+	tables.drivers[input.resolved.driver].identity == "plugin_driver"
 } else := "plugin_backed" if {
-	_driver_entry.identity == "sandbox_provider"
+	tables.drivers[input.resolved.driver].identity == "sandbox_provider"
 	input.resolved.pluginBacked == true
 } else := "builtin" if {
-	_driver_entry.identity == "sandbox_provider"
+	tables.drivers[input.resolved.driver].identity == "sandbox_provider"
 }
 
 # METADATA
@@ -198,35 +301,10 @@ _path := "plugin_driver" if {
 _plugin_path if _path != "builtin"
 
 # METADATA
-# title: Identity holds
-# description: |
-#   The lease is tied to a provider or plugin entry that the facts confirm: every identity check
-#   of _identity_failure passes, written positively so that the grant path never walks the
-#   failure chain.
-_identity_ok if {
-	_path == "builtin"
-	_has_provider
-	is_object(input.facts.builtinProvider)
-}
-
-_identity_ok if {
-	_path == "plugin_backed"
-	input.facts.plugin.status == "ready"
-	_entry.kind == "sandbox_provider"
-	_capabilities_shape_ok
-}
-
-_identity_ok if {
-	_path == "plugin_driver"
-	input.facts.plugin.status == "ready"
-	_capabilities_shape_ok
-}
-
-# METADATA
 # title: First failed identity check
 # description: |
 #   The identity checks in order; the first failure is the only reason. Undefined when every
-#   check passes. Evaluated only to explain a deny.
+#   check passes.
 _identity_failure := "no_provider" if {
 	_path != "plugin_driver"
 	not _has_provider
@@ -290,63 +368,49 @@ _plugin_found if input.facts.plugin.id == input.resolved.pluginId
 # title: Entry key
 # description: |
 #   The driver key looked up in the pinned plugin's manifest: the provider key on the
-#   plugin-backed path, the driver key on the plugin driver. Undefined unless the lease pins the
-#   plugin (and the key) as non-empty strings and the facts hold exactly that plugin.
-_entry_key := key if {
+#   plugin-backed path, the driver key on the plugin driver.
+_entry_key := input.resolved.providerKey if {
 	_path == "plugin_backed"
-	key := input.resolved.providerKey
-	is_string(key)
-	key != ""
-	_plugin_found
-	is_string(input.resolved.pluginId)
-	input.resolved.pluginId != ""
-}
-
-_entry_key := key if {
+} else := input.resolved.driverKey if {
 	_path == "plugin_driver"
-	key := input.resolved.driverKey
-	is_string(key)
-	key != ""
-	_plugin_found
-	is_string(input.resolved.pluginId)
-	input.resolved.pluginId != ""
 }
 
 # METADATA
 # title: Matching entries
 # description: |
 #   The object entries of the manifest's environmentDrivers (when it is an array) whose driverKey
-#   equals the looked-up key, of any kind.
+#   equals the looked-up key, of any kind. None unless the lease pins the plugin (and the key) as
+#   non-empty strings and the facts hold exactly that plugin.
 default _entries := []
 
 _entries := [e |
-	some e in input.facts.plugin.manifest.environmentDrivers
+	some e in environment_drivers
 	e.driverKey == key
 	is_object(e)
 ] if {
 	key := _entry_key
-	is_array(input.facts.plugin.manifest.environmentDrivers)
+	is_string(key)
+	key != ""
+	pinned := input.resolved.pluginId
+	is_string(pinned)
+	pinned != ""
+	input.facts.plugin.id == pinned
+	environment_drivers := input.facts.plugin.manifest.environmentDrivers
+	is_array(environment_drivers)
 }
 
 # METADATA
 # title: The entry
 # description: The one matching entry; undefined when there are none or several.
-_entry := _entries[0] if count(_entries) == 1
+_entry := entries[0] if {
+	entries := _entries
+	count(entries) == 1
+}
 
 # METADATA
 # title: Declaration shape
 # description: The entry's sandboxCapabilities is absent or an object.
-_capabilities_shape_ok if is_object(_entry.sandboxCapabilities)
-
-_capabilities_shape_ok if {
-	_entry
-	not _declares_capabilities
-}
-
-# METADATA
-# title: Entry has sandboxCapabilities
-# description: The entry has the key sandboxCapabilities, whatever its value (null included).
-_declares_capabilities if "sandboxCapabilities" in object.keys(_entry)
+_capabilities_shape_ok if is_object(object.get(_entry, "sandboxCapabilities", {}))
 
 # METADATA
 # title: Worker present
@@ -358,82 +422,50 @@ _worker_present if is_object(input.facts.worker)
 # METADATA
 # title: Verified methods
 # description: |
-#   Plugin paths: the worker's live methods (string elements only). Built-in path: the methods
-#   data.authz.tables.builtinProviderMethods grants for each flag of the provider that is true.
+#   As _confirmed reads them, whether or not the identity holds: the worker's live methods on
+#   plugin paths, the methods of the provider's flags on the built-in path.
 default _methods := set()
 
 _methods := {m | some m in input.facts.worker.supportedMethods; is_string(m)} if {
 	_plugin_path
 	is_array(input.facts.worker.supportedMethods)
+} else := _builtin_methods(input.facts.builtinProvider) if {
+	_path == "builtin"
 }
 
-_methods := {m |
-	some flag, methods in tables.builtinProviderMethods
-	input.facts.builtinProvider[flag] == true
-	some m in methods
-} if _path == "builtin"
+# METADATA
+# title: Declarations
+# description: As _confirmed reads them, whether or not the identity holds.
+default _declarations := {}
+
+_declarations := object.union(legacy, nested) if {
+	_plugin_path
+	nested := {k: v | some k, v in object.get(_entry, "sandboxCapabilities", {}); v != null}
+	legacy := {"reusableLeases": v | v := _entry.supportsReusableLeases; v != null}
+} else := _builtin_declarations(input.facts.builtinProvider) if {
+	_path == "builtin"
+}
 
 # METADATA
 # title: Unverified capabilities
-# description: Capabilities with a requirement group none of whose methods is verified.
-_unverified contains k if {
+# description: Capabilities with a requirement group none of whose methods is verified (as in capabilities).
+_unverified := {k |
 	some k, cap in tables.capabilities
 	some group in cap.methods
 	group & _methods == set()
 }
 
 # METADATA
-# title: Declarations
-# description: |
-#   The declared values, null ones left out. Plugin paths: the entry's sandboxCapabilities, with
-#   the legacy supportsReusableLeases standing for reusableLeases when that key is absent or null.
-#   Built-in path: supportsReusableLeases when it is a boolean.
-_declarations := object.union(_nested_declarations, _legacy_declarations)
-
-# METADATA
-# title: Entry declarations
-# description: The entry's sandboxCapabilities without null values.
-default _nested_declarations := {}
-
-_nested_declarations := {k: v | some k, v in _entry.sandboxCapabilities; v != null} if {
-	_plugin_path
-	is_object(_entry.sandboxCapabilities)
-}
-
-# METADATA
-# title: Legacy declaration
-# description: supportsReusableLeases (entry or built-in provider) as the reusableLeases declaration.
-default _legacy_declarations := {}
-
-_legacy_declarations := {"reusableLeases": v} if {
-	_plugin_path
-	not "reusableLeases" in object.keys(_nested_declarations)
-	v := _entry.supportsReusableLeases
-	v != null
-}
-
-_legacy_declarations := {"reusableLeases": v} if {
-	_path == "builtin"
-	v := input.facts.builtinProvider.supportsReusableLeases
-	is_boolean(v)
-}
-
-# METADATA
 # title: Capabilities the declaration allows
 # description: |
 #   A declared true allows; any other declared value (false, a string, a number) withholds; no
-#   declaration allows ordinary capabilities and withholds opt-in ones.
-_declared := (_ordinary - object.keys(_declarations)) | {k | some k, v in _declarations; v == true}
-
-# METADATA
-# title: Ordinary capabilities
-# description: The capabilities that are not opt-in.
-_ordinary := {k | some k, cap in tables.capabilities; cap.optIn == false}
+#   declaration allows ordinary capabilities and withholds opt-in ones (as in capabilities).
+_declared := {k | some k, cap in tables.capabilities; object.get(_declarations, k, cap.optIn == false) == true}
 
 # METADATA
 # title: Narrowed capabilities
-# description: A narrowing flag of the capability is exactly true in the input.
-_narrowed contains k if {
+# description: A narrowing flag of the capability is exactly true in the input (as in capabilities).
+_narrowed := {k |
 	some k, cap in tables.capabilities
 	some flag in cap.narrowedBy
 	input.narrowing[flag] == true

@@ -10,6 +10,14 @@
 // and "replay" (a few hundred leases asked again and again); and the floor, GET /health on each
 // server. Each cell runs --rounds times, alternating the servers, at each concurrency.
 //
+// Then (--paced) each server gets distinct requests at half of its peak rate of the closed-loop
+// table, open loop: requests leave on a fixed schedule whatever the answers do, and a latency is
+// counted from the time the request was due, so a stall is not hidden by the sender waiting for
+// it. And (--restart) a separate `authz serve` with the built-in example driver is sent the
+// example grant on a fixed schedule while its driver's worker is killed (SIGKILL) and the host
+// restarts it: the latency and answers before the kill, from the kill until the first grant
+// again, and after.
+//
 //	go run ./scripts/compare-opa --duration 3s --concurrency 1,8,32
 //
 // Everything it starts is stopped when it returns, and the whole run is bounded by --timeout.
@@ -48,6 +56,8 @@ type options struct {
 	leases      int
 	perCell     int
 	timeout     time.Duration
+	paced       bool
+	restart     bool
 }
 
 func main() {
@@ -59,6 +69,8 @@ func main() {
 	flag.IntVar(&o.leases, "leases", 300, "leases of the replay stream")
 	flag.IntVar(&o.perCell, "distinct", 12000, "distinct requests prepared per cell of the distinct stream (a cell ends early when they run out)")
 	flag.DurationVar(&o.timeout, "timeout", 10*time.Minute, "bound on the whole run")
+	flag.BoolVar(&o.paced, "paced", true, "also send the distinct stream at half of each server's peak rate (open loop) and report its latency")
+	flag.BoolVar(&o.restart, "restart", true, "also measure decision latency while the example driver's worker is killed and restarted under load")
 	flag.Parse()
 	for _, s := range strings.Split(conc, ",") {
 		n, err := strconv.Atoi(strings.TrimSpace(s))
@@ -130,6 +142,9 @@ func run(ctx context.Context, o options, out io.Writer) error {
 	}
 	streams["replay"] = replay
 	cells := len(o.concurrency) * o.rounds
+	if o.paced {
+		cells += 3 // one cell per server for the paced run
+	}
 	distinct, err := prepare(ctx, facts, factsVal, o.perCell*cells, distinctRequest)
 	if err != nil {
 		return err
@@ -154,6 +169,7 @@ func run(ctx context.Context, o options, out io.Writer) error {
 
 	fmt.Fprintf(out, "# authz vs stock OPA, %s per cell, %d rounds alternating, %s\n\n", o.duration, o.rounds, time.Now().UTC().Format(time.RFC3339))
 	fmt.Fprintf(out, "| stream | conns | server | req/s | p50 ms | p90 ms | p99 ms | errors | vs opa |\n|---|---|---|---|---|---|---|---|---|\n")
+	peaks := map[string]float64{} // each server's best closed-loop rate on the distinct stream
 	for _, stream := range []string{"distinct", "replay", "floor"} {
 		for ci, c := range o.concurrency {
 			results := map[string]*result{}
@@ -179,6 +195,11 @@ func run(ctx context.Context, o options, out io.Writer) error {
 				}
 			}
 			opaRate := results["opa"].rate()
+			if stream == "distinct" {
+				for _, s := range servers {
+					peaks[s.name] = max(peaks[s.name], results[s.name].rate())
+				}
+			}
 			for _, s := range servers {
 				r := results[s.name]
 				fmt.Fprintf(out, "| %s | %d | %s | %.0f | %.2f | %.2f | %.2f | %d | %.2fx |\n", stream, c, s.name, r.rate(),
@@ -191,7 +212,253 @@ func run(ctx context.Context, o options, out io.Writer) error {
 		now, peak := rss(s.cmd.Process.Pid)
 		fmt.Fprintf(out, "| %s | %.1f | %.1f |\n", s.name, now, peak)
 	}
+	if o.paced {
+		fmt.Fprintf(out, "\n## distinct stream at half of peak, open loop (%s per server)\n\n", o.duration)
+		fmt.Fprintf(out, "| server | peak req/s | target req/s | sent req/s | p50 ms | p90 ms | p99 ms | max ms | errors |\n|---|---|---|---|---|---|---|---|---|\n")
+		base := len(o.concurrency) * o.rounds * o.perCell
+		for i, s := range servers {
+			calls := streams["distinct"][base+i*o.perCell : base+(i+1)*o.perCell]
+			rate := peaks[s.name] / 2
+			r := paced(ctx, s, "distinct", calls, rate, o.duration)
+			fmt.Fprintf(out, "| %s | %.0f | %.0f | %.0f | %.2f | %.2f | %.2f | %.2f | %d |\n", s.name, peaks[s.name], rate, r.rate(),
+				r.pct(50), r.pct(90), r.pct(99), r.pct(100), r.errors)
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+		}
+	}
+	if o.restart {
+		stopAll(servers) // the restart run has the machine to itself
+		if err := restartRun(ctx, authzBin, root, out); err != nil {
+			return fmt.Errorf("restart run: %w", err)
+		}
+	}
 	return nil
+}
+
+// timed is one request of an open-loop run: when it was due, how long until its answer, and the
+// answer.
+type timed struct {
+	due     time.Time
+	latency time.Duration
+	allow   bool
+	err     error
+}
+
+// openLoop sends one request every 1/rate for d from a pool of senders, each request at its due
+// time (or as soon as a sender is free, the wait counted in its latency), and returns every
+// request in the order they were due. send answers allow for one request.
+func openLoop(ctx context.Context, rate float64, d time.Duration, send func(ctx context.Context, i int) (bool, error)) []timed {
+	n := int(rate * d.Seconds())
+	if n < 1 {
+		n = 1
+	}
+	interval := time.Duration(float64(time.Second) / rate)
+	out := make([]timed, n)
+	start := time.Now().Add(20 * time.Millisecond)
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	for range 64 {
+		wg.Go(func() {
+			for ctx.Err() == nil {
+				i := int(next.Add(1) - 1)
+				if i >= n {
+					return
+				}
+				due := start.Add(time.Duration(i) * interval)
+				if w := time.Until(due); w > 0 {
+					time.Sleep(w)
+				}
+				allow, err := send(ctx, i)
+				out[i] = timed{due: due, latency: time.Since(due), allow: allow, err: err}
+			}
+		})
+	}
+	wg.Wait()
+	return out
+}
+
+// paced sends calls to s at rate for d, open loop, checking every answer.
+func paced(ctx context.Context, s *server, stream string, calls []call, rate float64, d time.Duration) *result {
+	tr := &http.Transport{MaxIdleConnsPerHost: 64, MaxConnsPerHost: 64, DisableCompression: true}
+	defer tr.CloseIdleConnections()
+	client := &http.Client{Transport: tr, Timeout: 10 * time.Second}
+	began := time.Now()
+	reqs := openLoop(ctx, rate, d, func(ctx context.Context, i int) (bool, error) {
+		return calls[i%len(calls)].allow, s.send(ctx, client, stream, calls[i%len(calls)])
+	})
+	res := &result{elapsed: time.Since(began)}
+	for _, r := range reqs {
+		if r.due.IsZero() {
+			continue
+		}
+		res.n++
+		res.lat = append(res.lat, r.latency)
+		if r.err != nil {
+			res.errors++
+			if res.errors <= 3 {
+				fmt.Fprintf(os.Stderr, "%s paced: %v\n", s.name, r.err)
+			}
+		}
+	}
+	return res
+}
+
+// restartRun starts `authz serve` with the built-in example driver, sends the example grant at a
+// fixed rate, kills the driver's worker a second in, and reports the latency and answers before
+// the kill, from the kill until the first grant after it, and after that.
+func restartRun(ctx context.Context, authzBin, root string, out io.Writer) error {
+	const rate, total = 200.0, 6 * time.Second
+	s := &server{name: "authz (example driver)", cmd: exec.Command(authzBin, "serve", "--log-level", "error")}
+	if err := s.start(ctx); err != nil {
+		return err
+	}
+	defer stopAll([]*server{s})
+	body, err := os.ReadFile(filepath.Join(root, "examples", "grant.json"))
+	if err != nil {
+		return err
+	}
+	pid, err := workerPID(ctx, s.url)
+	if err != nil {
+		return err
+	}
+	tr := &http.Transport{MaxIdleConnsPerHost: 64, MaxConnsPerHost: 64, DisableCompression: true}
+	defer tr.CloseIdleConnections()
+	client := &http.Client{Transport: tr, Timeout: 10 * time.Second}
+	var killed atomic.Int64 // unix nanoseconds of the kill
+	go func() {
+		select {
+		case <-time.After(time.Second):
+		case <-ctx.Done():
+			return
+		}
+		killed.Store(time.Now().UnixNano())
+		_ = syscall.Kill(pid, syscall.SIGKILL)
+	}()
+	reqs := openLoop(ctx, rate, total, func(ctx context.Context, _ int) (bool, error) {
+		return authorize(ctx, client, s.url, body)
+	})
+	k := time.Unix(0, killed.Load())
+	if killed.Load() == 0 {
+		return errors.New("the worker was not killed")
+	}
+	// The first deny after the kill, and the first grant after that deny.
+	firstDeny, regrant := time.Time{}, time.Time{}
+	for _, r := range reqs {
+		switch {
+		case r.due.IsZero() || r.due.Before(k) || r.err != nil:
+		case firstDeny.IsZero() && !r.allow:
+			firstDeny = r.due
+		case !firstDeny.IsZero() && r.allow:
+			regrant = r.due
+		}
+		if !regrant.IsZero() {
+			break
+		}
+	}
+	phases := []struct {
+		name     string
+		from, to time.Time
+	}{
+		{"before the kill", time.Time{}, k},
+		{"kill → first grant again", k, regrant},
+		{"after", regrant, time.Now().Add(time.Hour)},
+	}
+	if regrant.IsZero() {
+		phases[1].to = time.Now().Add(time.Hour)
+		phases = phases[:2]
+	}
+	fmt.Fprintf(out, "\n## worker restart under load: example grant at %.0f req/s, open loop, SIGKILL to the driver's worker (pid %d) after 1 s\n\n", rate, pid)
+	if firstDeny.IsZero() {
+		fmt.Fprintf(out, "No request due after the kill was denied.\n\n")
+	} else if regrant.IsZero() {
+		fmt.Fprintf(out, "First deny due %.1f ms after the kill; no grant again within the run.\n\n", float64(firstDeny.Sub(k).Microseconds())/1000)
+	} else {
+		fmt.Fprintf(out, "First deny due %.1f ms after the kill; first grant again due %.1f ms after the kill.\n\n",
+			float64(firstDeny.Sub(k).Microseconds())/1000, float64(regrant.Sub(k).Microseconds())/1000)
+	}
+	fmt.Fprintf(out, "| phase | span ms | requests | granted | denied | errors | p50 ms | p99 ms | max ms |\n|---|---|---|---|---|---|---|---|---|\n")
+	for _, ph := range phases {
+		r := &result{}
+		granted, denied := 0, 0
+		for _, q := range reqs {
+			if q.due.IsZero() || q.due.Before(ph.from) || !q.due.Before(ph.to) {
+				continue
+			}
+			r.n++
+			r.lat = append(r.lat, q.latency)
+			switch {
+			case q.err != nil:
+				r.errors++
+			case q.allow:
+				granted++
+			default:
+				denied++
+			}
+		}
+		span := "—"
+		if !ph.from.IsZero() && ph.to.Before(time.Now()) {
+			span = fmt.Sprintf("%.0f", float64(ph.to.Sub(ph.from).Microseconds())/1000)
+		}
+		fmt.Fprintf(out, "| %s | %s | %d | %d | %d | %d | %.2f | %.2f | %.2f |\n", ph.name, span, r.n, granted, denied, r.errors, r.pct(50), r.pct(99), r.pct(100))
+	}
+	return nil
+}
+
+// authorize posts body to /v1/authorize and returns the answer's allow.
+func authorize(ctx context.Context, client *http.Client, base string, body []byte) (bool, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, base+"/v1/authorize", bytes.NewReader(body))
+	if err != nil {
+		return false, err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := client.Do(req)
+	if err != nil {
+		return false, err
+	}
+	defer resp.Body.Close()
+	var doc struct {
+		Allow *bool `json:"allow"`
+	}
+	if err := json.NewDecoder(resp.Body).Decode(&doc); err != nil {
+		return false, err
+	}
+	if resp.StatusCode != http.StatusOK || doc.Allow == nil {
+		return false, fmt.Errorf("status %d", resp.StatusCode)
+	}
+	return *doc.Allow, nil
+}
+
+// workerPID asks the service for its one running worker's process id.
+func workerPID(ctx context.Context, base string) (int, error) {
+	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline) && ctx.Err() == nil; time.Sleep(100 * time.Millisecond) {
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, base+"/v1/plugins", nil)
+		if err != nil {
+			return 0, err
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			continue
+		}
+		var ps struct {
+			Plugins []struct {
+				Worker *struct {
+					PID int `json:"pid"`
+				} `json:"worker"`
+			} `json:"plugins"`
+		}
+		err = json.NewDecoder(resp.Body).Decode(&ps)
+		resp.Body.Close()
+		if err != nil {
+			continue
+		}
+		for _, p := range ps.Plugins {
+			if p.Worker != nil && p.Worker.PID > 0 {
+				return p.Worker.PID, nil
+			}
+		}
+	}
+	return 0, errors.New("the service reported no running worker within 30s")
 }
 
 // makeFacts: ten plugins with thirty sandbox providers each (the replay leases pin them), and

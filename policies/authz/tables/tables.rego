@@ -114,7 +114,10 @@ operations := {
 		"capability": "duplexCommandStream",
 		"checks": ["driver_registered", "operation_supported", "capability_granted"],
 		"denials": {
-			"driver_registered": _not_registered,
+			"driver_registered": {
+				"code": "ENVIRONMENT_DRIVER_NOT_REGISTERED",
+				"message": "Environment driver \"%s\" is not registered in the environment runtime yet.",
+			},
 			"operation_supported": {
 				"code": "DUPLEX_CHANNEL_UNSUPPORTED",
 				"message": "Environment driver \"%s\" does not support duplex channels.",
@@ -129,7 +132,10 @@ operations := {
 		"capability": "runnerWebSocketIngress",
 		"checks": ["driver_registered", "capability_granted", "operation_supported"],
 		"denials": {
-			"driver_registered": _not_registered,
+			"driver_registered": {
+				"code": "ENVIRONMENT_DRIVER_NOT_REGISTERED",
+				"message": "Environment driver \"%s\" is not registered in the environment runtime yet.",
+			},
 			"operation_supported": {
 				"code": "RUNNER_INGRESS_UNSUPPORTED",
 				"message": "Environment driver \"%s\" does not support runner ingress.",
@@ -140,14 +146,6 @@ operations := {
 			},
 		},
 	},
-}
-
-# METADATA
-# title: Unregistered driver denial
-# description: The code and message of a request on a driver that is not registered.
-_not_registered := {
-	"code": "ENVIRONMENT_DRIVER_NOT_REGISTERED",
-	"message": "Environment driver \"%s\" is not registered in the environment runtime yet.",
 }
 
 # METADATA

@@ -8,6 +8,8 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/authz-dev/authz/internal/coded"
 )
 
 // stdDecode decodes b as ParseRequest did before decodeFast: encoding/json with UseNumber, one
@@ -84,7 +86,8 @@ func TestParseRequestErrorsAreEncodingJSONs(t *testing.T) {
 		require.Error(t, err, body)
 		_, stdErr := decodeOne(strings.NewReader(body))
 		require.Error(t, stdErr, body)
-		assert.Equal(t, "request is not valid JSON: "+stdErr.Error(), strings.TrimPrefix(err.Error(), CodeBadRequest+": "), body)
+		assert.Equal(t, coded.BadRequest, coded.CodeOf(err), body)
+		assert.Equal(t, "request is not valid JSON: "+stdErr.Error(), err.Error(), body)
 	}
 }
 

@@ -484,9 +484,10 @@ func TestReplaceBuiltinProviders(t *testing.T) {
 		providers map[string]map[string]any
 		field     string
 	}{
-		{name: "empty key", providers: map[string]map[string]any{"": {}}, field: `builtinProviders[""]`},
-		{name: "null provider", providers: map[string]map[string]any{"other": nil}, field: `builtinProviders["other"]`},
-		{name: "not JSON", providers: map[string]map[string]any{"other": {"f": func() {}}}, field: `builtinProviders["other"]`},
+		{name: "empty key", providers: map[string]map[string]any{"": {}}, field: `builtinProviders: provider keys must not be empty`},
+		{name: "null provider", providers: map[string]map[string]any{"other": nil}, field: `builtinProviders.other: must be an object`},
+		{name: "unknown field", providers: map[string]map[string]any{"other": {"f": func() {}}}, field: `builtinProviders.other.f: unknown field`},
+		{name: "not a boolean", providers: map[string]map[string]any{"other": {"execute": "yes"}}, field: `builtinProviders.other.execute`},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -499,15 +500,15 @@ func TestReplaceBuiltinProviders(t *testing.T) {
 		})
 	}
 
-	next := map[string]map[string]any{"other": {"execute": false, "n": 1}}
+	next := map[string]map[string]any{"other": {"execute": false, "supportsReusableLeases": true}}
 	require.NoError(t, h.ReplaceBuiltinProviders(next))
 	next["other"]["execute"] = true // the host holds its own copy
 	_, ok := h.BuiltinProvider("fake")
 	assert.False(t, ok)
 	b, ok := h.BuiltinProvider("other")
 	assert.True(t, ok)
-	assert.Equal(t, map[string]any{"execute": false, "n": float64(1)}, b)
-	assert.Equal(t, map[string]map[string]any{"other": {"execute": false, "n": float64(1)}}, h.FactsFile().BuiltinProviders)
+	assert.Equal(t, map[string]any{"execute": false, "supportsReusableLeases": true}, b)
+	assert.Equal(t, map[string]map[string]any{"other": {"execute": false, "supportsReusableLeases": true}}, h.FactsFile().BuiltinProviders)
 }
 
 // TestWaitStartedFollowsReconfigure: WaitStarted, waiting for a plugin that never starts, waits

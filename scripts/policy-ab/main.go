@@ -5,7 +5,10 @@
 // machine's other work taking the core) falls on each with the same odds. It prints, per policy,
 // the median and fastest round (ns per evaluation), the median of the per-round ratios to the
 // first policy, the same for the CPU time of the process (user and system, getrusage), and the
-// allocations per evaluation.
+// allocations per evaluation. With -read-ast-values-from-store, base documents (data.json files
+// in a directory) are read from the in-memory store as AST values (as with `opa bench
+// --read-ast-values-from-store`); without it they are converted on every read, as `opa bench`
+// does by default. -cpuprofile writes a CPU profile of the whole run (preparation and rounds).
 //
 //	git show <commit>:policies/... # the policy to compare against, into a directory
 //	go run ./cmd/authz decide --facts internal/specexamples/facts.json --print-input \
@@ -21,6 +24,7 @@ import (
 	"fmt"
 	"os"
 	"runtime"
+	"runtime/pprof"
 	"slices"
 	"syscall"
 	"time"
@@ -34,14 +38,32 @@ func main() {
 	query := flag.String("query", "data.authz.decision", "query to evaluate")
 	rounds := flag.Int("rounds", 31, "rounds; each evaluates every policy for -batch")
 	batch := flag.Duration("batch", 50*time.Millisecond, "how long each policy is evaluated per round (equal for all, so that a pause of the process falls on each with the same odds)")
+	readAST := flag.Bool("read-ast-values-from-store", false, "read base documents (data.json files) from the store as AST values, as `opa bench --read-ast-values-from-store` does")
+	cpuprofile := flag.String("cpuprofile", "", "write a CPU profile of the run to this file")
 	flag.Parse()
-	if err := run(*input, *query, flag.Args(), *rounds, *batch); err != nil {
+	if *cpuprofile != "" {
+		f, err := os.Create(*cpuprofile)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "policy-ab:", err)
+			os.Exit(1)
+		}
+		if err := pprof.StartCPUProfile(f); err != nil {
+			fmt.Fprintln(os.Stderr, "policy-ab:", err)
+			os.Exit(1)
+		}
+		defer func() {
+			pprof.StopCPUProfile()
+			_ = f.Close()
+		}()
+	}
+	if err := run(*input, *query, flag.Args(), *rounds, *batch, *readAST); err != nil {
 		fmt.Fprintln(os.Stderr, "policy-ab:", err)
+		pprof.StopCPUProfile()
 		os.Exit(1)
 	}
 }
 
-func run(inputPath, query string, dirs []string, rounds int, batch time.Duration) error {
+func run(inputPath, query string, dirs []string, rounds int, batch time.Duration, readAST bool) error {
 	if inputPath == "" || len(dirs) == 0 || rounds < 1 || batch <= 0 {
 		return errors.New("usage: policy-ab --input FILE DIR [DIR...]")
 	}
@@ -60,7 +82,7 @@ func run(inputPath, query string, dirs []string, rounds int, batch time.Duration
 	}
 	pqs := make([]rego.PreparedEvalQuery, len(dirs))
 	for i, d := range dirs {
-		if pqs[i], err = rego.New(rego.Query(query), rego.Load([]string{d}, nil)).PrepareForEval(ctx); err != nil {
+		if pqs[i], err = rego.New(rego.Query(query), rego.Load([]string{d}, nil), rego.StoreReadAST(readAST)).PrepareForEval(ctx); err != nil {
 			return fmt.Errorf("%s: %w", d, err)
 		}
 		rs, err := pqs[i].Eval(ctx, rego.EvalParsedInput(val))

@@ -88,10 +88,11 @@ func (e *Engine) Activate(ctx context.Context, p *Policy) error {
 	return e.prepare(ctx, p.revision, p.reads, rego.Compiler(p.compiler), rego.Store(p.store))
 }
 
-// snapshotStore copies data (a JSON-shaped document) into a store of its own.
+// snapshotStore copies data (a JSON-shaped document) into a store of its own. The store holds
+// it as AST values, converted once here rather than on every read by every decision.
 func snapshotStore(data map[string]any) (storage.Store, error) {
 	if data == nil {
-		return inmem.New(), nil
+		return inmem.NewWithOpts(inmem.OptReturnASTValuesOnRead(true)), nil
 	}
 	b, err := json.Marshal(data)
 	if err != nil {
@@ -101,7 +102,7 @@ func snapshotStore(data map[string]any) (storage.Store, error) {
 	if err := util.UnmarshalJSON(b, &cp); err != nil {
 		return nil, err
 	}
-	return inmem.NewFromObject(cp), nil
+	return inmem.NewFromObjectWithOpts(cp, inmem.OptReturnASTValuesOnRead(true)), nil
 }
 
 // dataPathExists reports whether data holds a value at path (for the compiler's check that a

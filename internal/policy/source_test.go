@@ -2,8 +2,6 @@ package policy
 
 import (
 	"context"
-	"github.com/authz-dev/authz/internal/coded"
-	"github.com/authz-dev/authz/internal/policy/policytest"
 	"os"
 	"path/filepath"
 	"testing"
@@ -13,7 +11,9 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
 
+	"github.com/authz-dev/authz/internal/coded"
 	"github.com/authz-dev/authz/internal/decision"
+	"github.com/authz-dev/authz/internal/policy/policytest"
 	"github.com/authz-dev/authz/internal/snapshot"
 )
 

@@ -272,7 +272,7 @@ func (s *Server) decide(r *http.Request, path string, req *snapshot.Request) (do
 		Error:      evalCode,
 	}
 	logErr := s.dlog.write(entry)
-	s.logToOPA(r, start, entry) // status.go: OPA's decision-log plugin, when configured
+	s.logToOPA(ctx, r, start, entry) // status.go: OPA's decision-log plugin, when configured
 	if logErr != nil {
 		s.metrics.logFailures.Inc()
 		if s.cfg.DecisionLog.Required {

@@ -7,6 +7,7 @@ import (
 	"net/http/httptest"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -17,6 +18,9 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/authz-dev/authz/internal/coded"
+	"github.com/authz-dev/authz/internal/decision"
+	"github.com/authz-dev/authz/internal/policy"
+	"github.com/authz-dev/authz/internal/policy/policytest"
 	"github.com/authz-dev/authz/internal/server"
 	"github.com/authz-dev/authz/internal/tracing"
 )
@@ -237,4 +241,49 @@ func BenchmarkAuthorizeTraced(b *testing.B) {
 			b.Fatalf("status %d body %s", rec.Code, rec.Body)
 		}
 	}
+}
+
+// TestOPADecisionLogCarriesTheTrace: with decision_logs in the opa section, the decision's entry
+// in OPA's decision log carries the trace id and the span id of its authz.decision span.
+func TestOPADecisionLogCarriesTheTrace(t *testing.T) {
+	bundles := policytest.NewBundleServer(t)
+	coll := &logCollector{}
+	logs := httptest.NewServer(coll)
+	t.Cleanup(logs.Close)
+	bundles.Publish(policytest.MakeBundle(t, policytest.BundleSpec{Revision: "traced-1", Modules: policytest.EmbeddedModules(t)}))
+	pcfg := policy.Config{OPA: map[string]any{
+		"services": map[string]any{
+			"bundles": map[string]any{"url": bundles.URL},
+			"logs":    map[string]any{"url": logs.URL},
+		},
+		"bundles": map[string]any{"authz": map[string]any{"service": "bundles", "resource": "/b.tar.gz",
+			"polling": map[string]any{"min_delay_seconds": 1, "max_delay_seconds": 2}}},
+		"decision_logs": map[string]any{"service": "logs",
+			"reporting": map[string]any{"min_delay_seconds": 1, "max_delay_seconds": 1}},
+	}}
+	eng := decision.NewEmpty(decision.Options{})
+	src, err := policy.New(pcfg, eng, policy.Options{})
+	require.NoError(t, err)
+	require.NoError(t, src.Start(t.Context()))
+	defer src.Close(t.Context())
+	policytest.WaitFor(t, "the bundle to be activated", 20*time.Second, src.Ready)
+
+	rec := tracetest.NewSpanRecorder()
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec))
+	t.Cleanup(func() { assert.NoError(t, tp.Shutdown(context.Background())) })
+	s, err := server.New(testConfig(), eng, staticFacts(t, "facts.json"), server.Options{Policy: src, DecisionLog: io.Discard, Tracing: server.Tracing{Provider: tp}})
+	require.NoError(t, err)
+	t.Cleanup(func() { assert.NoError(t, s.Close()) })
+	url := startHTTP(t, s)
+
+	a := postTraced(t, url+"/v1/authorize", fixture(t, nil), "00-"+callerTraceID+"-"+callerSpanID+"-01", "")
+	require.Equal(t, http.StatusOK, a.status, "%s", a.body)
+	id := a.json(t)["decision_id"].(string)
+	root := spansByName(t, rec.Ended())[tracing.SpanDecision]
+	require.NotNil(t, root)
+
+	var ev map[string]any
+	policytest.WaitFor(t, "the decision to be uploaded", 20*time.Second, func() bool { ev = coll.find(id); return ev != nil })
+	assert.Equal(t, callerTraceID, ev["trace_id"])
+	assert.Equal(t, root.SpanContext().SpanID().String(), ev["span_id"])
 }

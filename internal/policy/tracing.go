@@ -13,10 +13,15 @@ import (
 	"time"
 
 	"github.com/gobwas/glob"
+	_ "github.com/open-policy-agent/opa/v1/features/tracing" // OPA's HTTP clients trace through otelhttp
+	"github.com/open-policy-agent/opa/v1/plugins"
+	opatracing "github.com/open-policy-agent/opa/v1/tracing"
+	"go.opentelemetry.io/contrib/instrumentation/net/http/otelhttp"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/exporters/otlp/otlptrace"
 	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracegrpc"
 	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracehttp"
+	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/sdk/resource"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	semconv "go.opentelemetry.io/otel/semconv/v1.7.0"
@@ -352,4 +357,19 @@ func jsonType(goType string) string {
 		return "a mapping"
 	}
 	return "a string"
+}
+
+// managerTracing are the plugin manager options that trace OPA's plugins with tp, as `opa run`
+// sets them: the manager's tracer provider, and W3C trace context on its HTTP clients.
+func managerTracing(tp *sdktrace.TracerProvider) []func(*plugins.Manager) {
+	if tp == nil {
+		return nil
+	}
+	return []func(*plugins.Manager){
+		plugins.WithTracerProvider(tp),
+		plugins.WithDistributedTracingOpts(opatracing.NewOptions(
+			otelhttp.WithTracerProvider(tp),
+			otelhttp.WithPropagators(propagation.TraceContext{}),
+		)),
+	}
 }

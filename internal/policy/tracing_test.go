@@ -17,7 +17,13 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
+	"go.opentelemetry.io/otel/trace"
 	"go.yaml.in/yaml/v3"
+
+	"github.com/authz-dev/authz/internal/decision"
+	"github.com/authz-dev/authz/internal/policy/policytest"
 )
 
 // tracingConfig reads a configuration file whose opa section is the YAML given.
@@ -199,5 +205,29 @@ func TestNewTracerProvider(t *testing.T) {
 		require.NoError(t, err)
 		_, err = NewTracerProvider(t.Context(), tc)
 		require.ErrorContains(t, err, "opa.distributed_tracing.tls_cert_file")
+	})
+}
+
+// TestOPAPluginsTracedWithTheProvider: with a tracer provider, OPA's bundle downloads are client
+// spans of it, and carry W3C trace context to the bundle server, as under `opa run`.
+func TestOPAPluginsTracedWithTheProvider(t *testing.T) {
+	rec := tracetest.NewSpanRecorder()
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec))
+	t.Cleanup(func() { assert.NoError(t, tp.Shutdown(context.Background())) })
+	srv := policytest.NewBundleServer(t)
+	srv.Publish(policytest.MakeBundle(t, policytest.BundleSpec{Revision: "traced-0"}))
+	eng := decision.NewEmpty(decision.Options{})
+	src, err := New(remoteConfig(srv, "", false, ""), eng, Options{TracerProvider: tp})
+	require.NoError(t, err)
+	require.NoError(t, src.Start(t.Context()))
+	t.Cleanup(func() { src.Close(context.Background()) })
+	policytest.WaitFor(t, "the bundle to be activated", 20*time.Second, src.Ready)
+	policytest.WaitFor(t, "a client span of the download", 10*time.Second, func() bool {
+		for _, s := range rec.Ended() {
+			if s.SpanKind() == trace.SpanKindClient {
+				return true
+			}
+		}
+		return false
 	})
 }

@@ -80,7 +80,7 @@ func Run(ctx context.Context, cfg Config, opts Options) (err error) {
 	signal.Notify(hup, syscall.SIGHUP)
 	defer signal.Stop(hup)
 	limitMemory(cfg.Server)
-	tracing, stopTracing, err := startTracing(ctx, cfg.Policy, logger) // tracing.go
+	tracing, tracerProvider, stopTracing, err := startTracing(ctx, cfg.Policy, logger) // tracing.go
 	if err != nil {
 		return err
 	}
@@ -92,7 +92,7 @@ func Run(ctx context.Context, cfg Config, opts Options) (err error) {
 		EvalTimeout:   cfg.Decision.EvalTimeout,
 		MaxConcurrent: runtime.GOMAXPROCS(0),
 		Cache:         decision.CacheOptions{Disabled: cfg.Decision.Cache == "off"},
-	}, policy.Options{Logger: logger})
+	}, policy.Options{Logger: logger, TracerProvider: tracerProvider})
 	if err != nil {
 		return err
 	}

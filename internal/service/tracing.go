@@ -6,6 +6,7 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 	"go.opentelemetry.io/otel"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 
 	"github.com/authz-dev/authz/internal/policy"
 	"github.com/authz-dev/authz/internal/server"
@@ -16,18 +17,19 @@ const tracingShutdownTimeout = 5 * time.Second
 
 // startTracing builds the tracer provider of the opa section's distributed_tracing, as OPA
 // does for `opa run`. Without that section tracing is off: the zero server.Tracing, and a stop
-// that does nothing. stop flushes the spans not yet exported, within tracingShutdownTimeout.
-func startTracing(ctx context.Context, cfg policy.Config, logger hclog.Logger) (t server.Tracing, stop func(), err error) {
+// that does nothing. tp also traces OPA's plugins (policy.Options). stop flushes the spans not
+// yet exported, within tracingShutdownTimeout.
+func startTracing(ctx context.Context, cfg policy.Config, logger hclog.Logger) (t server.Tracing, tp *sdktrace.TracerProvider, stop func(), err error) {
 	tc, err := cfg.Tracing()
 	if err != nil {
-		return server.Tracing{}, nil, &ConfigError{Err: err}
+		return server.Tracing{}, nil, nil, &ConfigError{Err: err}
 	}
 	if !tc.Enabled() {
-		return server.Tracing{}, func() {}, nil
+		return server.Tracing{}, nil, func() {}, nil
 	}
-	tp, err := policy.NewTracerProvider(ctx, tc)
+	tp, err = policy.NewTracerProvider(ctx, tc)
 	if err != nil {
-		return server.Tracing{}, nil, &ConfigError{Err: err}
+		return server.Tracing{}, nil, nil, &ConfigError{Err: err}
 	}
 	log := logger.Named("tracing")
 	// Export failures reach the service log, not OpenTelemetry's default logger.
@@ -43,5 +45,5 @@ func startTracing(ctx context.Context, cfg policy.Config, logger hclog.Logger) (
 			log.Warn("distributed tracing: spans still buffered at shutdown were lost", "error", err)
 		}
 	}
-	return server.Tracing{Provider: tp, Exclude: tc.Excluded}, stop, nil
+	return server.Tracing{Provider: tp, Exclude: tc.Excluded}, tp, stop, nil
 }

@@ -19,6 +19,7 @@ import (
 
 	"github.com/authz-dev/authz/internal/coded"
 	"github.com/authz-dev/authz/internal/snapshot"
+	"github.com/authz-dev/authz/internal/tracing"
 	"github.com/authz-dev/authz/policies"
 )
 
@@ -193,7 +194,9 @@ func (e *Engine) Decide(ctx context.Context, req *snapshot.Request, facts snapsh
 		defer cancel()
 	}
 	in := snapshot.Build(ctx, req, facts, snapshot.Options{Now: e.opts.Now, ConfigTimeout: e.opts.ConfigCheckTimeout})
-	doc, err := e.decideInput(ctx, in, true)
+	ectx, span := tracing.Start(ctx, tracing.SpanEvaluate)
+	doc, err := e.decideInput(ectx, in, true)
+	tracing.End(span, err)
 	return doc, in, err
 }
 

@@ -182,6 +182,7 @@ func (g *gate) logDecision(ctx context.Context, lp *logs.Plugin, pol *activePoli
 		Results:    &result,
 		Error:      evalErr,
 	}
+	withTrace(ctx, info)
 	if err := lp.Log(ctx, info); err != nil {
 		g.m.Logger().WithFields(map[string]any{"decision_id": doc.DecisionID, "err": err}).Error("The gate's decision could not be written to the decision log.")
 	}

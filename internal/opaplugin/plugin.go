@@ -212,7 +212,7 @@ func (p *Plugin) startServing(cfg *Config) error {
 		}
 		facts, stopFacts = f, stop
 	}
-	srv, err := server.New(cfg.Server, p.gate, facts, server.Options{Logger: log})
+	srv, err := server.New(cfg.Server, p.gate, facts, server.Options{Logger: log, Tracing: gateTracing(p.m)})
 	if err != nil {
 		stopFacts()
 		cancel()

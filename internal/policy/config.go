@@ -120,6 +120,9 @@ func (c Config) Validate() error {
 		if _, err := c.opaConfig(); err != nil {
 			add("opa", "%v", err)
 		}
+		if _, err := c.Tracing(); err != nil {
+			errs = append(errs, err) // each line names its opa.distributed_tracing key
+		}
 	}
 	return errors.Join(errs...)
 }

@@ -7,6 +7,7 @@ import (
 
 	"github.com/open-policy-agent/opa/v1/metrics"
 	opaserver "github.com/open-policy-agent/opa/v1/server"
+	"go.opentelemetry.io/otel/trace"
 )
 
 // Decision is one decision, as OPA's decision-log plugin records it.
@@ -51,6 +52,10 @@ func (s *Source) LogDecision(ctx context.Context, d Decision) error {
 	}
 	if d.Error != "" {
 		info.Error = errors.New(d.Error)
+	}
+	// The decision's span, when it is traced: the entry leads to its trace, as OPA's own do.
+	if sc := trace.SpanContextFromContext(ctx); sc.IsValid() {
+		info.TraceID, info.SpanID = sc.TraceID().String(), sc.SpanID().String()
 	}
 	return s.remote.logs.Log(ctx, info)
 }

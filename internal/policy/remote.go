@@ -48,7 +48,8 @@ func startRemote(ctx context.Context, s *Source, bundles bool) (*remote, error) 
 	}
 	lg := &opaLogger{l: s.log.Named("opa")}
 	store := inmem.New()
-	mgr, err := plugins.New(raw, id, store, plugins.Logger(lg), plugins.ConsoleLogger(lg), plugins.WithEnableVersionCheck(false))
+	mgr, err := plugins.New(raw, id, store, append(managerTracing(s.opts.TracerProvider), // tracing.go
+		plugins.Logger(lg), plugins.ConsoleLogger(lg), plugins.WithEnableVersionCheck(false))...)
 	if err != nil {
 		return nil, fmt.Errorf("opa: %w", err)
 	}

@@ -18,6 +18,7 @@ import (
 	"github.com/open-policy-agent/opa/v1/ast"
 	"github.com/open-policy-agent/opa/v1/bundle"
 	bundleplugin "github.com/open-policy-agent/opa/v1/plugins/bundle"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 
 	"github.com/authz-dev/authz/internal/coded"
 	"github.com/authz-dev/authz/internal/decision"
@@ -33,6 +34,10 @@ type Options struct {
 	// ID names this instance to bundle, status and decision-log servers (OPA's labels.id);
 	// a random id when empty.
 	ID string
+	// TracerProvider, when not nil, is the one of distributed_tracing (NewTracerProvider): OPA's
+	// plugins then trace their HTTP requests (bundle downloads, decision-log and status
+	// uploads) with it, as under `opa run`.
+	TracerProvider *sdktrace.TracerProvider
 }
 
 // Status is the state of the policy: GET /v1/status. Bundles holds, per bundle, OPA's bundle

@@ -235,7 +235,8 @@ type dataAnswer struct {
 // decision log is required and its line could not be written: the decision must not be used.
 func (s *Server) decide(r *http.Request, path string, req *snapshot.Request) (doc decision.Document, evalCode string, ok bool) {
 	start := time.Now()
-	doc, in, err := s.decider.Decide(r.Context(), req, s.facts)
+	ctx, span := s.startDecisionSpan(r, path, req) // tracing.go; nil span when tracing is off
+	doc, in, err := s.decider.Decide(ctx, req, s.facts)
 	latency := time.Since(start)
 	if err != nil {
 		// Whatever the decider returned alongside its error, the answer is the docs/contract.md section 11
@@ -271,18 +272,20 @@ func (s *Server) decide(r *http.Request, path string, req *snapshot.Request) (do
 		Error:      evalCode,
 	}
 	logErr := s.dlog.write(entry)
-	s.logToOPA(r, start, entry) // status.go: OPA's decision-log plugin, when configured
+	s.logToOPA(ctx, r, start, entry) // status.go: OPA's decision-log plugin, when configured
 	if logErr != nil {
 		s.metrics.logFailures.Inc()
 		if s.cfg.DecisionLog.Required {
 			s.log.Error("decision log unavailable; answering 503 instead of the decision", "decision_id", doc.DecisionID, "error", logErr)
 			// Counted as what the client was answered: a deny, never the decision it replaced.
 			s.metrics.observeDecision(req.Operation, false, coded.DecisionLogUnavailable, evalCode, latency)
+			endDecisionSpan(span, doc, evalCode, false)
 			return doc, evalCode, false
 		}
 		s.log.Error("decision log line lost", "decision_id", doc.DecisionID, "error", logErr)
 	}
 	s.metrics.observeDecision(req.Operation, doc.Allow, doc.Code, evalCode, latency)
+	endDecisionSpan(span, doc, evalCode, true)
 	return doc, evalCode, true
 }
 

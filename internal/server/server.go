@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/hashicorp/go-hclog"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/authz-dev/authz/internal/decision"
 	"github.com/authz-dev/authz/internal/snapshot"
@@ -45,6 +46,8 @@ type Options struct {
 	// Policy, when not nil, reports where the active policy came from (GET /v1/status and the
 	// origin label of authz_policy_revision_info); the origin is "embedded" when nil.
 	Policy PolicyStatus
+	// Tracing, when its Provider is set, makes every decision a span (tracing.go).
+	Tracing Tracing
 }
 
 // Server answers the HTTP API. Create it with New, serve it with Serve or Run, and Close it
@@ -64,6 +67,9 @@ type Server struct {
 	// opaMasks are the decision log's masks, applied to the decisions handed to OPA's
 	// decision-log plugin (nil when it is not configured).
 	opaMasks [][]string
+	// tracer opens decision spans; nil when tracing is off.
+	tracer       trace.Tracer
+	traceExclude func(path string) bool
 }
 
 // New checks cfg (Validate), opens the decision log and loads the TLS certificate. It starts
@@ -75,7 +81,8 @@ func New(cfg Config, d Decider, facts FactsSource, opts Options) (*Server, error
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	s := &Server{cfg: cfg, decider: d, facts: facts, log: opts.Logger, policy: opts.Policy}
+	s := &Server{cfg: cfg, decider: d, facts: facts, log: opts.Logger, policy: opts.Policy,
+		tracer: newTracer(opts.Tracing), traceExclude: opts.Tracing.Exclude}
 	if s.log == nil {
 		s.log = hclog.NewNullLogger()
 	}

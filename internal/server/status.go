@@ -76,7 +76,7 @@ func opaLogMasks(cfg Config, p PolicyStatus) ([][]string, error) {
 // logToOPA hands a decision, masked like the local log, to OPA's decision-log plugin when the
 // opa section configures decision_logs. OPA buffers and uploads it in the background; a failure
 // is logged and never changes the answer (the local log is the one a decision can require).
-func (s *Server) logToOPA(r *http.Request, start time.Time, e logEntry) {
+func (s *Server) logToOPA(ctx context.Context, r *http.Request, start time.Time, e logEntry) {
 	l, ok := s.policy.(OPADecisionLogger)
 	if !ok || !l.DecisionLogs() {
 		return
@@ -86,7 +86,7 @@ func (s *Server) logToOPA(r *http.Request, start time.Time, e logEntry) {
 	}
 	result, err := toJSONValue(e.Result)
 	if err == nil {
-		err = l.LogDecision(r.Context(), policy.Decision{ID: e.DecisionID, Path: decisionPath,
+		err = l.LogDecision(ctx, policy.Decision{ID: e.DecisionID, Path: decisionPath,
 			Timestamp: start.UTC(), Input: e.Input, Result: result, Revision: e.Revision, RemoteAddr: r.RemoteAddr, Error: e.Error})
 	}
 	if err != nil {

@@ -80,6 +80,11 @@ func Run(ctx context.Context, cfg Config, opts Options) (err error) {
 	signal.Notify(hup, syscall.SIGHUP)
 	defer signal.Stop(hup)
 	limitMemory(cfg.Server)
+	tracing, tracerProvider, stopTracing, err := startTracing(ctx, cfg.Policy, logger) // tracing.go
+	if err != nil {
+		return err
+	}
+	defer stopTracing() // runs after Serve returned: the last decisions' spans are exported
 
 	// The policy comes from the source cfg.Policy names: the embedded policy, a bundle file
 	// or directory, or remote bundles through OPA's plugin manager.
@@ -87,7 +92,7 @@ func Run(ctx context.Context, cfg Config, opts Options) (err error) {
 		EvalTimeout:   cfg.Decision.EvalTimeout,
 		MaxConcurrent: runtime.GOMAXPROCS(0),
 		Cache:         decision.CacheOptions{Disabled: cfg.Decision.Cache == "off"},
-	}, policy.Options{Logger: logger})
+	}, policy.Options{Logger: logger, TracerProvider: tracerProvider})
 	if err != nil {
 		return err
 	}
@@ -96,7 +101,7 @@ func Run(ctx context.Context, cfg Config, opts Options) (err error) {
 	if err != nil {
 		return err
 	}
-	srv, err := server.New(cfg.Server, engine, facts, server.Options{Logger: logger, Policy: policySrc})
+	srv, err := server.New(cfg.Server, engine, facts, server.Options{Logger: logger, Policy: policySrc, Tracing: tracing})
 	if err != nil {
 		return &ConfigError{Err: err}
 	}

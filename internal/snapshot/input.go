@@ -3,6 +3,8 @@ package snapshot
 import (
 	"context"
 	"time"
+
+	"github.com/authz-dev/authz/internal/tracing"
 )
 
 // Input is the document the policy decides on; docs/input-document.md describes every field.
@@ -19,6 +21,8 @@ type Options struct {
 // Build assembles the input document of one decision from a checked request and the facts as they
 // are now. It never fails: what cannot be looked up is left out, and the policy denies on it.
 func Build(ctx context.Context, req *Request, facts Facts, opts Options) Input {
+	ctx, span := tracing.Start(ctx, tracing.SpanInput)
+	defer span.End()
 	r := resolve(req)
 	factsDoc, plugin, worker := lookUpFacts(facts, r)
 	configFailed := checkConfig(ctx, req, facts, r, plugin, worker, opts.ConfigTimeout)
@@ -105,7 +109,9 @@ func checkConfig(ctx context.Context, req *Request, facts Facts, r resolved, plu
 		cctx, cancel = context.WithTimeout(ctx, timeout)
 	}
 	defer cancel()
+	cctx, span := tracing.Start(cctx, tracing.SpanConfigCheck)
 	ok, err := facts.ConfigValid(cctx, r.pluginID, worker, r.providerKey, req.Environment["config"])
+	tracing.EndConfigCheck(span, r.pluginID, r.providerKey, ok, err)
 	return err != nil || !ok
 }
 

@@ -1,0 +1,95 @@
+package main
+
+import (
+	"bytes"
+	"encoding/hex"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	collectortrace "go.opentelemetry.io/proto/otlp/collector/trace/v1"
+	tracepb "go.opentelemetry.io/proto/otlp/trace/v1"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/authz-dev/authz/internal/specexamples"
+)
+
+// otlpSpans is a loopback OTLP/HTTP (protobuf) trace receiver; it returns its host:port and
+// a function that lists the spans received so far.
+func otlpSpans(t testing.TB) (addr string, spans func() []*tracepb.Span) {
+	t.Helper()
+	var mu sync.Mutex
+	var got []*tracepb.Span
+	ts := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, err := io.ReadAll(io.LimitReader(r.Body, 16<<20))
+		msg := &collectortrace.ExportTraceServiceRequest{}
+		if err == nil && proto.Unmarshal(body, msg) == nil {
+			mu.Lock()
+			for _, rs := range msg.GetResourceSpans() {
+				for _, ss := range rs.GetScopeSpans() {
+					got = append(got, ss.GetSpans()...)
+				}
+			}
+			mu.Unlock()
+		}
+		out, _ := proto.Marshal(&collectortrace.ExportTraceServiceResponse{})
+		w.Header().Set("Content-Type", "application/x-protobuf")
+		_, _ = w.Write(out)
+	}))
+	t.Cleanup(ts.Close)
+	return strings.TrimPrefix(ts.URL, "http://"), func() []*tracepb.Span {
+		mu.Lock()
+		defer mu.Unlock()
+		return append([]*tracepb.Span(nil), got...)
+	}
+}
+
+// TestRunInsideOPATracesTheGate: OPA's own distributed_tracing section covers the gate of
+// `authz run`: its decision spans reach OPA's collector in the caller's trace.
+func TestRunInsideOPATracesTheGate(t *testing.T) {
+	bin := authzBinary(t)
+	addr, spans := otlpSpans(t)
+	dir := t.TempDir()
+	factsPath := writeFile(t, dir, "facts.json", specFacts)
+	bundlePath := writePolicyBundle(t, dir, "rev-traced")
+	cfgPath := writeFile(t, dir, "opa.yaml", "plugins:\n  authz:\n    addr: 127.0.0.1:0\n    facts: "+factsPath+
+		"\ndistributed_tracing:\n  type: http\n  address: "+addr+"\n  batch_span_processor_options:\n    batch_timeout_ms: 50\n")
+	opaAddr := freeLoopbackAddr(t)
+	ar := startRun(t, bin, "--server", "--addr", opaAddr, "--config-file", cfgPath, "--bundle", bundlePath)
+	gate := "http://" + waitListening(t, ar.stderr)
+	c := &http.Client{Timeout: 10 * time.Second}
+	ar.waitHealthy(t, c, "http://"+opaAddr)
+
+	const traceID, parentID = "3d2b8b3a1a0e4f5c9d8e7f6a5b4c3d2e", "1a2b3c4d5e6f7a8b"
+	reqJSON, _ := specexamples.NewFixture().JSON()
+	req, err := http.NewRequestWithContext(t.Context(), http.MethodPost, gate+"/v1/authorize", bytes.NewReader(reqJSON))
+	require.NoError(t, err)
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("traceparent", "00-"+traceID+"-"+parentID+"-01")
+	resp, err := c.Do(req)
+	require.NoError(t, err)
+	resp.Body.Close()
+	require.Equal(t, http.StatusOK, resp.StatusCode)
+
+	names := map[string]bool{}
+	require.Eventually(t, func() bool {
+		for _, s := range spans() {
+			if hex.EncodeToString(s.GetTraceId()) != traceID {
+				continue
+			}
+			names[s.GetName()] = true
+			if s.GetName() == "authz.decision" {
+				assert.Equal(t, parentID, hex.EncodeToString(s.GetParentSpanId()))
+			}
+		}
+		return names["authz.decision"] && names["authz.evaluate"] && names["authz.input"]
+	}, 30*time.Second, 50*time.Millisecond, "spans of the caller's trace: %v; stderr:\n%s", names, ar.stderr)
+	c.CloseIdleConnections()
+	ar.terminate(t)
+}

@@ -15,6 +15,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/authz-dev/authz/internal/server"
+	"github.com/authz-dev/authz/internal/testutil"
 )
 
 // bigRequest is specRequest with lease.metadata.padding: an array of small objects that makes
@@ -43,7 +44,7 @@ func bigRequest(t testing.TB, size int) []byte {
 // the service admits a bounded number, answers the rest 503 with Retry-After, and its peak
 // resident memory stays within the bound docs/service.md states for the default configuration.
 func TestServeMemoryBoundedUnderConcurrentBigBodies(t *testing.T) {
-	facts := writeFile(t, t.TempDir(), "facts.json", specFacts)
+	facts := testutil.WriteFile(t, t.TempDir(), "facts.json", specFacts)
 	p := startServeProcess(t, "", "--facts", facts, "--addr", "127.0.0.1:0")
 	base := "http://" + p.addr
 	body := bigRequest(t, server.DefaultMaxBodyBytes)

@@ -1,11 +1,7 @@
 package main
 
 import (
-	"crypto/sha256"
-	"encoding/hex"
-	"encoding/json"
 	"fmt"
-	"io"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -18,51 +14,13 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/authz-dev/authz/internal/pluginhost"
+	"github.com/authz-dev/authz/internal/testutil"
 )
-
-// copyBinary copies src to dir/name with extra bytes appended (the same program under another
-// pin) and returns its path and SHA-256.
-func copyBinary(t testing.TB, src, dir, name string) (path, sum string) {
-	t.Helper()
-	b, err := os.ReadFile(src)
-	require.NoError(t, err)
-	b = append(b, []byte("\nanother build: "+name+"\n")...)
-	path = filepath.Join(dir, name)
-	require.NoError(t, os.WriteFile(path, b, 0o755))
-	h := sha256.Sum256(b)
-	return path, hex.EncodeToString(h[:])
-}
-
-func fileSum(t testing.TB, path string) string {
-	t.Helper()
-	b, err := os.ReadFile(path)
-	require.NoError(t, err)
-	h := sha256.Sum256(b)
-	return hex.EncodeToString(h[:])
-}
 
 // pluginConfig is one entry of the plugins list of a configuration file: the example driver
 // at path under pin, reporting plugin key key.
 func pluginConfig(id, path, pin, key string) string {
 	return fmt.Sprintf("  - id: %s\n    path: %s\n    sha256: %s\n    args: [example-driver, --plugin-key, %s]\n", id, path, pin, key)
-}
-
-func pluginStates(t *testing.T, c *http.Client, base string) map[string]pluginhost.PluginState {
-	t.Helper()
-	resp, err := c.Get(base + "/v1/plugins")
-	require.NoError(t, err)
-	defer resp.Body.Close()
-	body, err := io.ReadAll(resp.Body)
-	require.NoError(t, err)
-	var a struct {
-		Plugins []pluginhost.PluginState `json:"plugins"`
-	}
-	require.NoError(t, json.Unmarshal(body, &a), "%s", body)
-	out := map[string]pluginhost.PluginState{}
-	for _, p := range a.Plugins {
-		out[p.ID] = p
-	}
-	return out
 }
 
 // TestServeRepinsPluginsOnSIGHUP edits the configuration file of a running `authz serve` and
@@ -72,9 +30,10 @@ func pluginStates(t *testing.T, c *http.Client, base string) map[string]pluginho
 func TestServeRepinsPluginsOnSIGHUP(t *testing.T) {
 	bin := authzBinary(t)
 	dir := t.TempDir()
-	first, firstSum := copyBinary(t, bin, dir, "driver-1")
-	second, secondSum := copyBinary(t, bin, dir, "driver-2")
-	binSum := fileSum(t, bin)
+	first, firstSum := testutil.CopyWithTrailer(t, bin, dir, "driver-1", "\nanother build: driver-1\n")
+	second, secondSum := testutil.CopyWithTrailer(t, bin, dir, "driver-2", "\nanother build: driver-2\n")
+	binSum, err := pluginhost.FileSHA256(bin)
+	require.NoError(t, err)
 	conf := filepath.Join(dir, "authz.yaml")
 	write := func(plugins ...string) {
 		require.NoError(t, os.WriteFile(conf, []byte("addr: 127.0.0.1:0\nplugins:\n"+strings.Join(plugins, "")), 0o600))

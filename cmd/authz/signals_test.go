@@ -12,24 +12,26 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/authz-dev/authz/internal/testutil"
 )
 
 // TestServeSurvivesClosedStderr closes the reading end of the service's stderr, where its
 // required decision log goes: the next decision cannot be recorded, so it is answered 503, and
 // the process lives on (a write to a closed pipe is an error, not a SIGPIPE death).
 func TestServeSurvivesClosedStderr(t *testing.T) {
-	facts := writeFile(t, t.TempDir(), "facts.json", specFacts)
+	facts := testutil.WriteFile(t, t.TempDir(), "facts.json", specFacts)
 	p := startServeProcess(t, "", "--facts", facts, "--addr", "127.0.0.1:0",
 		"--decision-log", "-", "--decision-log-required")
 	c := &http.Client{Timeout: 10 * time.Second}
 	base := "http://" + p.addr
 
-	status, doc := postJSON(t, c, base+"/v1/authorize", specRequest)
+	status, doc := testutil.PostJSON(t, c, base+"/v1/authorize", specRequest)
 	require.Equal(t, http.StatusOK, status, "%v", doc)
 
 	require.NoError(t, p.pipe.Close())
 	for range 3 {
-		status, doc = postJSON(t, c, base+"/v1/authorize", specRequest)
+		status, doc = testutil.PostJSON(t, c, base+"/v1/authorize", specRequest)
 		assert.Equal(t, http.StatusServiceUnavailable, status)
 		assert.Equal(t, "DECISION_LOG_UNAVAILABLE", doc["code"])
 		assert.Equal(t, false, doc["allow"])
@@ -45,7 +47,7 @@ func TestServeSurvivesClosedStderr(t *testing.T) {
 // two files, the ones after the signal in the new file.
 func TestServeReopensDecisionLogOnSIGHUP(t *testing.T) {
 	dir := t.TempDir()
-	facts := writeFile(t, dir, "facts.json", specFacts)
+	facts := testutil.WriteFile(t, dir, "facts.json", specFacts)
 	logPath := filepath.Join(dir, "decisions.log")
 	p := startServeProcess(t, "", "--facts", facts, "--addr", "127.0.0.1:0",
 		"--decision-log", logPath, "--decision-log-required")
@@ -54,7 +56,7 @@ func TestServeReopensDecisionLogOnSIGHUP(t *testing.T) {
 
 	decide := func() string {
 		t.Helper()
-		status, doc := postJSON(t, c, base+"/v1/authorize", specRequest)
+		status, doc := testutil.PostJSON(t, c, base+"/v1/authorize", specRequest)
 		require.Equal(t, http.StatusOK, status, "%v", doc)
 		return doc["decision_id"].(string)
 	}

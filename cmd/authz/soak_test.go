@@ -19,6 +19,7 @@ import (
 
 	"github.com/authz-dev/authz/internal/coded"
 	"github.com/authz-dev/authz/internal/server"
+	"github.com/authz-dev/authz/internal/testutil"
 )
 
 // slowReader hands out its bytes in chunks with a pause before each: a client on a slow link.
@@ -46,7 +47,7 @@ func (r *slowReader) Read(p []byte) (int, error) {
 // documented bound.
 func TestServeSoak(t *testing.T) {
 	dir := t.TempDir()
-	facts := writeFile(t, dir, "facts.json", specFacts)
+	facts := testutil.WriteFile(t, dir, "facts.json", specFacts)
 	logPath := filepath.Join(dir, "decisions.log")
 	p := startServeProcess(t, "", "--facts", facts, "--addr", "127.0.0.1:0",
 		"--decision-log", logPath, "--decision-log-required")

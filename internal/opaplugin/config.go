@@ -66,9 +66,9 @@ var fieldNames = func() []string {
 	return names
 }()
 
-// ParseConfig reads the plugins.authz section (the JSON OPA hands a plugin, or YAML) over the
+// parseConfig reads the plugins.authz section (the JSON OPA hands a plugin, or YAML) over the
 // defaults and checks it. Every error names its field below plugins.authz.
-func ParseConfig(raw []byte, startHost HostStarter) (*Config, error) {
+func parseConfig(raw []byte, startHost HostStarter) (*Config, error) {
 	var present map[string]any
 	if len(bytes.TrimSpace(raw)) > 0 {
 		if err := yaml.Unmarshal(raw, &present); err != nil {

@@ -56,7 +56,7 @@ func TestParseConfig(t *testing.T) {
 	facts := specFactsFile(t)
 	noHost := HostStarter(nil)
 	someHost := HostStarter(func(context.Context, service.Config, hclog.Logger) (server.FactsSource, func(), error) {
-		panic("not started by ParseConfig")
+		panic("not started by parseConfig")
 	})
 	tests := []struct {
 		name    string
@@ -384,15 +384,15 @@ func TestDecisionsInOPADecisionLog(t *testing.T) {
 	require.Len(t, events, 1)
 	ev := asPlain(t, events[0])
 	assert.Equal(t, doc["decision_id"], ev["decision_id"])
-	assert.Equal(t, DecisionLogPath, ev["path"])
+	assert.Equal(t, decisionLogPath, ev["path"])
 	assert.Equal(t, "rev-7", ev["revision"])
 	assert.Equal(t, map[string]any{"authz": map[string]any{"revision": "rev-7"}}, ev["bundles"])
 	assert.Equal(t, doc, ev["result"], "the event's result is the answer")
 	input := ev["input"].(map[string]any)
 	assert.Equal(t, "openDuplexChannel", input["operation"])
-	assert.Equal(t, server.MaskedValue, input["environment"].(map[string]any)["config"], "masked by default, as the gate's own log")
+	assert.Equal(t, "[MASKED]", input["environment"].(map[string]any)["config"], "masked by default, as the gate's own log")
 	assert.NotContains(t, string(must(json.Marshal(input))), `"daytona"`, "no copy of the masked provider")
-	assert.Equal(t, server.MaskedValue, input["resolved"].(map[string]any)["providerKey"])
+	assert.Equal(t, "[MASKED]", input["resolved"].(map[string]any)["providerKey"])
 }
 
 func must[T any](v T, err error) T {

@@ -22,7 +22,7 @@ const (
 	DefaultStartTimeout       = 10 * time.Second
 	DefaultConfigCheckTimeout = 2 * time.Second
 	DefaultMinBackoff         = 100 * time.Millisecond
-	DefaultMaxBackoff         = 5 * time.Second
+	defaultMaxBackoff         = 5 * time.Second
 )
 
 // SelfExecutable is the plugin path that stands for the running executable itself
@@ -105,7 +105,7 @@ type Config struct {
 	InsecureSkipPinCheck bool `yaml:"-"`
 	// MinBackoff and MaxBackoff bound the wait before a restart; it doubles after every failed
 	// or short-lived start and goes back to MinBackoff once a worker stayed up for at least
-	// twice MaxBackoff. Zero means DefaultMinBackoff / DefaultMaxBackoff.
+	// twice MaxBackoff. Zero means DefaultMinBackoff / defaultMaxBackoff.
 	MinBackoff time.Duration `yaml:"-"`
 	MaxBackoff time.Duration `yaml:"-"`
 	// Limits bound what a driver may report and how much of the host its output may use. Zero
@@ -125,7 +125,7 @@ func DefaultConfig() Config {
 		StartTimeout:       DefaultStartTimeout,
 		ConfigCheckTimeout: DefaultConfigCheckTimeout,
 		MinBackoff:         DefaultMinBackoff,
-		MaxBackoff:         DefaultMaxBackoff,
+		MaxBackoff:         defaultMaxBackoff,
 	}
 }
 
@@ -141,7 +141,7 @@ func (c Config) withDefaults() Config {
 		c.MinBackoff = DefaultMinBackoff
 	}
 	if c.MaxBackoff == 0 {
-		c.MaxBackoff = max(DefaultMaxBackoff, c.MinBackoff)
+		c.MaxBackoff = max(defaultMaxBackoff, c.MinBackoff)
 	}
 	if c.Logger == nil {
 		c.Logger = hclog.Default()

@@ -18,16 +18,16 @@ import (
 // a few manifest entries, the nine capability keys) and small enough that no driver can make
 // the host's per-decision work, memory or log grow without bound.
 const (
-	DefaultMaxMethods         = 64
-	DefaultMaxManifestEntries = 256
-	DefaultMaxCapabilityKeys  = 32
-	DefaultMaxStringBytes     = 256
-	DefaultMaxMessageBytes    = 4 << 20
-	DefaultMaxLastErrorBytes  = 1024
-	DefaultLogLinesPerSecond  = 100
-	DefaultLogBurst           = 500
-	DefaultLogLineBytes       = 1024
-	DefaultMaxBrokerMessages  = 16
+	defaultMaxMethods         = 64
+	defaultMaxManifestEntries = 256
+	defaultMaxCapabilityKeys  = 32
+	defaultMaxStringBytes     = 256
+	defaultMaxMessageBytes    = 4 << 20
+	defaultMaxLastErrorBytes  = 1024
+	defaultLogLinesPerSecond  = 100
+	defaultLogBurst           = 500
+	defaultLogLineBytes       = 1024
+	defaultMaxBrokerMessages  = 16
 )
 
 // Limits bound what a driver may report and how much of the host its output may use. A zero
@@ -65,16 +65,16 @@ func (l Limits) withDefaults() Limits {
 			*v = d
 		}
 	}
-	def(&l.MaxMethods, DefaultMaxMethods)
-	def(&l.MaxManifestEntries, DefaultMaxManifestEntries)
-	def(&l.MaxCapabilityKeys, DefaultMaxCapabilityKeys)
-	def(&l.MaxStringBytes, DefaultMaxStringBytes)
-	def(&l.MaxMessageBytes, DefaultMaxMessageBytes)
-	def(&l.MaxLastErrorBytes, DefaultMaxLastErrorBytes)
-	def(&l.LogLinesPerSecond, DefaultLogLinesPerSecond)
-	def(&l.LogBurst, DefaultLogBurst)
-	def(&l.LogLineBytes, DefaultLogLineBytes)
-	def(&l.MaxBrokerMessages, DefaultMaxBrokerMessages)
+	def(&l.MaxMethods, defaultMaxMethods)
+	def(&l.MaxManifestEntries, defaultMaxManifestEntries)
+	def(&l.MaxCapabilityKeys, defaultMaxCapabilityKeys)
+	def(&l.MaxStringBytes, defaultMaxStringBytes)
+	def(&l.MaxMessageBytes, defaultMaxMessageBytes)
+	def(&l.MaxLastErrorBytes, defaultMaxLastErrorBytes)
+	def(&l.LogLinesPerSecond, defaultLogLinesPerSecond)
+	def(&l.LogBurst, defaultLogBurst)
+	def(&l.LogLineBytes, defaultLogLineBytes)
+	def(&l.MaxBrokerMessages, defaultMaxBrokerMessages)
 	return l
 }
 

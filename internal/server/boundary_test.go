@@ -163,9 +163,9 @@ func TestDecisionLogMasksEveryCopy(t *testing.T) {
 	require.Len(t, lines, 1)
 	in := lines[0]["input"].(map[string]any)
 	resolved := in["resolved"].(map[string]any)
-	assert.Equal(t, server.MaskedValue, resolved["driver"], "copy of lease.metadata.driver")
-	assert.Equal(t, server.MaskedValue, resolved["providerKey"], "copy of environment.config.provider")
-	assert.Equal(t, server.MaskedValue, in["environment"].(map[string]any)["config"])
+	assert.Equal(t, masked, resolved["driver"], "copy of lease.metadata.driver")
+	assert.Equal(t, masked, resolved["providerKey"], "copy of environment.config.provider")
+	assert.Equal(t, masked, in["environment"].(map[string]any)["config"])
 	assert.Equal(t, `Environment driver "[MASKED]" is not registered in the environment runtime yet.`,
 		lines[0]["result"].(map[string]any)["message"])
 	assert.Equal(t, "test.plugin", resolved["pluginId"], "values that were not masked stay")

@@ -12,7 +12,7 @@ import (
 const (
 	DefaultAddr            = "127.0.0.1:8181"
 	DefaultMaxBodyBytes    = 1 << 20 // 1 MiB
-	DefaultShutdownTimeout = 15 * time.Second
+	defaultShutdownTimeout = 15 * time.Second
 )
 
 // Config is what the HTTP server reads: its address, TLS, access control, request limits and
@@ -89,11 +89,11 @@ type LimitsConfig struct {
 
 // Defaults of LimitsConfig.
 const (
-	DefaultMaxConnections = 256
-	DefaultFDReserve      = 64
-	DefaultMaxReading     = 32
-	DefaultMaxDeciding    = 4
-	DefaultQueueWait      = time.Second
+	defaultMaxConnections = 256
+	defaultFDReserve      = 64
+	defaultMaxReading     = 32
+	defaultMaxDeciding    = 4
+	defaultQueueWait      = time.Second
 )
 
 // validateLimits checks the Limits block.
@@ -135,7 +135,7 @@ type DecisionLogConfig struct {
 	// DECISION_LOG_UNAVAILABLE instead of the decision.
 	Required bool `yaml:"required"`
 	// Mask lists JSON pointers into the log line, below /input, whose values are replaced by
-	// MaskedValue. A segment "*" matches every member of an object or element of an array.
+	// maskedValue. A segment "*" matches every member of an object or element of an array.
 	Mask []string `yaml:"mask"`
 }
 
@@ -158,7 +158,7 @@ func DefaultConfig() Config {
 			Mask: []string{"/input/environment/config"},
 		},
 		MaxBodyBytes:    DefaultMaxBodyBytes,
-		ShutdownTimeout: DefaultShutdownTimeout,
+		ShutdownTimeout: defaultShutdownTimeout,
 		HTTP: HTTPConfig{
 			ReadHeaderTimeout: 5 * time.Second,
 			ReadTimeout:       10 * time.Second,
@@ -168,11 +168,11 @@ func DefaultConfig() Config {
 		},
 		Authentication: AuthConfig{Mode: AuthOff},
 		Limits: LimitsConfig{
-			MaxConnections: DefaultMaxConnections,
-			FDReserve:      DefaultFDReserve,
-			MaxReading:     DefaultMaxReading,
-			MaxDeciding:    DefaultMaxDeciding,
-			QueueWait:      DefaultQueueWait,
+			MaxConnections: defaultMaxConnections,
+			FDReserve:      defaultFDReserve,
+			MaxReading:     defaultMaxReading,
+			MaxDeciding:    defaultMaxDeciding,
+			QueueWait:      defaultQueueWait,
 		},
 	}
 }
@@ -194,7 +194,7 @@ func (c Config) Validate() error {
 
 // validateListener checks the address and the TLS pair.
 func (c Config) validateListener(add func(field, format string, args ...any)) {
-	if _, _, err := ParseAddr(c.Addr); err != nil {
+	if _, _, err := parseAddr(c.Addr); err != nil {
 		add("addr", "%v", err)
 	}
 	if (c.TLS.Cert == "") != (c.TLS.Key == "") {
@@ -242,9 +242,9 @@ func (c Config) validateHTTP(add func(field, format string, args ...any)) {
 	}
 }
 
-// ParseAddr splits a listen address into a network ("tcp" or "unix") and an address:
+// parseAddr splits a listen address into a network ("tcp" or "unix") and an address:
 // "host:port" or "unix:///absolute/path".
-func ParseAddr(addr string) (network, address string, err error) {
+func parseAddr(addr string) (network, address string, err error) {
 	if rest, ok := strings.CutPrefix(addr, "unix://"); ok {
 		if !strings.HasPrefix(rest, "/") {
 			return "", "", fmt.Errorf("%q: a unix socket address is unix:///absolute/path", addr)

@@ -200,7 +200,7 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 // Listen opens a listener for "host:port" or "unix:///path". A stale unix socket (a socket
 // file nobody answers on) is replaced; a live one or any other file is an error.
 func Listen(addr string) (net.Listener, error) {
-	network, address, err := ParseAddr(addr)
+	network, address, err := parseAddr(addr)
 	if err != nil {
 		return nil, fmt.Errorf("addr: %w", err)
 	}

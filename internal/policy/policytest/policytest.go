@@ -49,12 +49,12 @@ var (
 func Keys(tb testing.TB) (a, b KeyPair) {
 	tb.Helper()
 	keysOnce.Do(func() {
-		keyA, keyB = NewKeyPair(tb), NewKeyPair(tb)
+		keyA, keyB = newKeyPair(tb), newKeyPair(tb)
 	})
 	return keyA, keyB
 }
 
-func NewKeyPair(tb testing.TB) KeyPair {
+func newKeyPair(tb testing.TB) KeyPair {
 	tb.Helper()
 	k, err := rsa.GenerateKey(rand.Reader, 2048)
 	require.NoError(tb, err)

@@ -1,12 +1,10 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"maps"
 	"net"
 	"net/http"
-	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
@@ -14,31 +12,21 @@ import (
 	"testing"
 	"time"
 
-	"github.com/open-policy-agent/opa/v1/bundle"
-	"github.com/open-policy-agent/opa/v1/loader"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/authz-dev/authz/internal/decision"
+	"github.com/authz-dev/authz/internal/policy/policytest"
 	"github.com/authz-dev/authz/internal/specexamples"
 	"github.com/authz-dev/authz/internal/testutil"
 )
 
-// writePolicyBundle writes policies/ as a bundle file (.tar.gz, as `opa build` makes it) with
-// the given manifest revision, and returns its path.
+// writePolicyBundle writes the shipped policy as a bundle file (.tar.gz, as `opa build` makes
+// it) with root authz and the given manifest revision, and returns its path.
 func writePolicyBundle(t testing.TB, dir, revision string) string {
 	t.Helper()
-	b, err := loader.NewFileLoader().AsBundle(filepath.Join("..", "..", "policies"))
-	require.NoError(t, err)
-	require.NotEmpty(t, b.Modules)
-	roots := []string{"authz"}
-	b.Manifest.Roots = &roots
-	b.Manifest.Revision = revision
-	var buf bytes.Buffer
-	require.NoError(t, bundle.NewWriter(&buf).Write(*b))
-	p := filepath.Join(dir, "authz.tar.gz")
-	require.NoError(t, os.WriteFile(p, buf.Bytes(), 0o600))
-	return p
+	b := policytest.MakeBundle(t, policytest.BundleSpec{Revision: revision, Roots: []string{"authz"}})
+	return testutil.WriteFile(t, dir, "authz.tar.gz", string(b))
 }
 
 // freeLoopbackAddr returns a loopback address with a port nobody listened on a moment ago.

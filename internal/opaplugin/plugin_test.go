@@ -19,7 +19,6 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 	"github.com/open-policy-agent/opa/v1/bundle"
-	"github.com/open-policy-agent/opa/v1/loader"
 	"github.com/open-policy-agent/opa/v1/logging"
 	"github.com/open-policy-agent/opa/v1/plugins"
 	"github.com/open-policy-agent/opa/v1/plugins/logs"
@@ -31,9 +30,11 @@ import (
 
 	"github.com/authz-dev/authz/internal/coded"
 	"github.com/authz-dev/authz/internal/decision"
+	"github.com/authz-dev/authz/internal/policy/policytest"
 	"github.com/authz-dev/authz/internal/server"
 	"github.com/authz-dev/authz/internal/service"
 	"github.com/authz-dev/authz/internal/specexamples"
+	"github.com/authz-dev/authz/internal/testutil"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -120,16 +121,10 @@ func TestParseConfig(t *testing.T) {
 	}
 }
 
-// policyBundle is the policies/ directory as a bundle with the given revision.
+// policyBundle is the shipped policy as a bundle with root authz and the given revision.
 func policyBundle(t testing.TB, revision string) *bundle.Bundle {
 	t.Helper()
-	b, err := loader.NewFileLoader().AsBundle(filepath.Join("..", "..", "policies"))
-	require.NoError(t, err)
-	require.NotEmpty(t, b.Modules)
-	roots := []string{"authz"}
-	b.Manifest.Roots = &roots
-	b.Manifest.Revision = revision
-	return b
+	return policytest.NewBundle(t, policytest.BundleSpec{Revision: revision, Roots: []string{"authz"}})
 }
 
 // newManager returns an initialized OPA plugin manager with b activated (none when nil),
@@ -351,16 +346,6 @@ func (r consoleRecorder) Events() []map[string]any {
 	return slices.Clone(*r.events)
 }
 
-// asPlain turns v into plain JSON values.
-func asPlain(t testing.TB, v any) map[string]any {
-	t.Helper()
-	b, err := json.Marshal(v)
-	require.NoError(t, err)
-	var out map[string]any
-	require.NoError(t, json.Unmarshal(b, &out))
-	return out
-}
-
 // TestDecisionsInOPADecisionLog: with OPA's decision_logs configured (console here), every
 // gate decision is an OPA decision log event with its decision id, path, revision, bundles,
 // input and result, and the input is masked as the gate's own decision log masks it.
@@ -382,7 +367,7 @@ func TestDecisionsInOPADecisionLog(t *testing.T) {
 
 	events := console.Events()
 	require.Len(t, events, 1)
-	ev := asPlain(t, events[0])
+	ev := testutil.JSONObject(t, events[0])
 	assert.Equal(t, doc["decision_id"], ev["decision_id"])
 	assert.Equal(t, decisionLogPath, ev["path"])
 	assert.Equal(t, "rev-7", ev["revision"])

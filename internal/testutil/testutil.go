@@ -131,10 +131,12 @@ func AssertLogOrder(tb testing.TB, log string, messages ...string) {
 	}
 }
 
-// WriteFile writes content to dir/name and returns its path.
+// WriteFile writes content to dir/name (name may hold directories, made as needed) and returns
+// its path.
 func WriteFile(tb testing.TB, dir, name, content string) string {
 	tb.Helper()
 	p := filepath.Join(dir, name)
+	require.NoError(tb, os.MkdirAll(filepath.Dir(p), 0o755))
 	require.NoError(tb, os.WriteFile(p, []byte(content), 0o600))
 	return p
 }
@@ -150,6 +152,17 @@ func CopyWithTrailer(tb testing.TB, src, dir, name, trailer string) (path, sum s
 	require.NoError(tb, os.WriteFile(path, b, 0o700))
 	h := sha256.Sum256(b)
 	return path, hex.EncodeToString(h[:])
+}
+
+// JSONObject is v as encoding/json writes and reads it back: plain maps, slices, strings,
+// float64 numbers and booleans.
+func JSONObject(tb testing.TB, v any) map[string]any {
+	tb.Helper()
+	b, err := json.Marshal(v)
+	require.NoError(tb, err)
+	var m map[string]any
+	require.NoError(tb, json.Unmarshal(b, &m))
+	return m
 }
 
 // DecodeOneJSON reports whether b is exactly one JSON value, and decodes it into v with

@@ -12,6 +12,7 @@ import (
 
 	"github.com/authz-dev/authz/driverplugin"
 	"github.com/authz-dev/authz/internal/coded"
+	"github.com/authz-dev/authz/internal/configcheck"
 )
 
 // Defaults of Limits. They are far above what an honest driver reports (a handful of methods,
@@ -79,8 +80,7 @@ func (l Limits) withDefaults() Limits {
 }
 
 // validate returns a field-named error per negative limit.
-func (l Limits) validate() []error {
-	var errs []error
+func (l Limits) validate(v *configcheck.Problems) {
 	for _, f := range []struct {
 		name string
 		v    int
@@ -92,10 +92,9 @@ func (l Limits) validate() []error {
 		{"logLineBytes", l.LogLineBytes}, {"maxBrokerMessages", l.MaxBrokerMessages},
 	} {
 		if f.v < 0 {
-			errs = append(errs, fmt.Errorf("limits.%s: must not be negative (zero means the default)", f.name))
+			v.Add("limits."+f.name, "must not be negative (zero means the default)")
 		}
 	}
-	return errs
 }
 
 // limitsHint ends every bounds error: what to do next.

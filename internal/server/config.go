@@ -1,11 +1,12 @@
 package server
 
 import (
-	"errors"
 	"fmt"
 	"net"
 	"strings"
 	"time"
+
+	"github.com/authz-dev/authz/internal/configcheck"
 )
 
 // Defaults of the server (docs/service.md, "Configuration").
@@ -97,7 +98,7 @@ const (
 )
 
 // validateLimits checks the Limits block.
-func (c Config) validateLimits(add func(field, format string, args ...any)) {
+func (c Config) validateLimits(v *configcheck.Problems) {
 	for _, f := range []struct {
 		field string
 		v     int
@@ -107,17 +108,17 @@ func (c Config) validateLimits(add func(field, format string, args ...any)) {
 		{"limits.maxDeciding", c.Limits.MaxDeciding},
 	} {
 		if f.v <= 0 {
-			add(f.field, "must be a positive number, got %d", f.v)
+			v.Add(f.field, "must be a positive number, got %d", f.v)
 		}
 	}
 	if c.Limits.FDReserve < 16 {
-		add("limits.fdReserve", "must be at least 16 (plugin restarts need descriptors), got %d", c.Limits.FDReserve)
+		v.Add("limits.fdReserve", "must be at least 16 (plugin restarts need descriptors), got %d", c.Limits.FDReserve)
 	}
 	if c.Limits.MaxDeciding > c.Limits.MaxReading && c.Limits.MaxReading > 0 {
-		add("limits.maxDeciding", "must not be more than limits.maxReading (%d): a request is decided only after it was admitted to be read", c.Limits.MaxReading)
+		v.Add("limits.maxDeciding", "must not be more than limits.maxReading (%d): a request is decided only after it was admitted to be read", c.Limits.MaxReading)
 	}
 	if c.Limits.QueueWait <= 0 {
-		add("limits.queueWait", "must be a positive duration such as 1s, got %v", c.Limits.QueueWait)
+		v.Add("limits.queueWait", "must be a positive duration such as 1s, got %v", c.Limits.QueueWait)
 	}
 }
 
@@ -180,48 +181,45 @@ func DefaultConfig() Config {
 // Validate checks the configuration. Every problem is reported, one per line, each naming its
 // field the way the YAML file spells it (e.g. "tls.key: must be set together with tls.cert").
 func (c Config) Validate() error {
-	var errs []error
-	add := func(field, format string, args ...any) {
-		errs = append(errs, fmt.Errorf("%s: %s", field, fmt.Sprintf(format, args...)))
-	}
-	c.validateListener(add)
-	c.Authentication.validate(c.TLS.Cert != "" && c.TLS.Key != "", add)
-	c.DecisionLog.validate(add)
-	c.validateHTTP(add)
-	c.validateLimits(add)
-	return errors.Join(errs...)
+	v := &configcheck.Problems{}
+	c.validateListener(v)
+	c.Authentication.validate(c.TLS.Cert != "" && c.TLS.Key != "", v)
+	c.DecisionLog.validate(v)
+	c.validateHTTP(v)
+	c.validateLimits(v)
+	return v.Err()
 }
 
 // validateListener checks the address and the TLS pair.
-func (c Config) validateListener(add func(field, format string, args ...any)) {
+func (c Config) validateListener(v *configcheck.Problems) {
 	if _, _, err := parseAddr(c.Addr); err != nil {
-		add("addr", "%v", err)
+		v.Add("addr", "%v", err)
 	}
 	if (c.TLS.Cert == "") != (c.TLS.Key == "") {
 		if c.TLS.Cert == "" {
-			add("tls.cert", "must be set together with tls.key")
+			v.Add("tls.cert", "must be set together with tls.key")
 		} else {
-			add("tls.key", "must be set together with tls.cert")
+			v.Add("tls.key", "must be set together with tls.cert")
 		}
 	}
 }
 
 // validate checks the masks and that a required log has a destination.
-func (c DecisionLogConfig) validate(add func(field, format string, args ...any)) {
+func (c DecisionLogConfig) validate(v *configcheck.Problems) {
 	for i, m := range c.Mask {
 		if _, err := parseMask(m); err != nil {
-			add(fmt.Sprintf("decisionLog.mask[%d]", i), "%v", err)
+			v.Add(fmt.Sprintf("decisionLog.mask[%d]", i), "%v", err)
 		}
 	}
 	if c.Required && c.Path == "" {
-		add("decisionLog.required", "needs decisionLog.path (a file, or - for stderr)")
+		v.Add("decisionLog.required", "needs decisionLog.path (a file, or - for stderr)")
 	}
 }
 
 // validateHTTP checks the body limit, the time-outs and the header limit.
-func (c Config) validateHTTP(add func(field, format string, args ...any)) {
+func (c Config) validateHTTP(v *configcheck.Problems) {
 	if c.MaxBodyBytes <= 0 {
-		add("maxBodyBytes", "must be positive, got %d", c.MaxBodyBytes)
+		v.Add("maxBodyBytes", "must be positive, got %d", c.MaxBodyBytes)
 	}
 	for _, p := range []struct {
 		field string
@@ -234,11 +232,11 @@ func (c Config) validateHTTP(add func(field, format string, args ...any)) {
 		{"http.idleTimeout", c.HTTP.IdleTimeout},
 	} {
 		if p.d <= 0 {
-			add(p.field, "must be a positive duration such as 5s, got %v", p.d)
+			v.Add(p.field, "must be a positive duration such as 5s, got %v", p.d)
 		}
 	}
 	if c.HTTP.MaxHeaderBytes < 1024 {
-		add("http.maxHeaderBytes", "must be at least 1024, got %d", c.HTTP.MaxHeaderBytes)
+		v.Add("http.maxHeaderBytes", "must be at least 1024, got %d", c.HTTP.MaxHeaderBytes)
 	}
 }
 

@@ -45,26 +45,6 @@ func compileBundle(b *bundle.Bundle) (*decision.Policy, error) {
 	return decision.CompileModules(mods, b.Data, bundleRevision(b))
 }
 
-// loadBundle reads, verifies, compiles and checks the bundle of cfg (for `authz decide`).
-func loadBundle(cfg Config) (*decision.Policy, error) {
-	if err := cfg.Validate(); err != nil {
-		return nil, err
-	}
-	vc, err := cfg.verification()
-	if err != nil {
-		return nil, &coded.Error{Code: coded.PolicyBundleLoad, Err: err}
-	}
-	b, err := readBundle(cfg.Bundle, vc)
-	if err != nil {
-		return nil, &coded.Error{Code: coded.PolicyBundleLoad, Err: fmt.Errorf("%s: %w", cfg.Bundle, err)}
-	}
-	p, err := compileBundle(b)
-	if err != nil {
-		return nil, &coded.Error{Code: coded.PolicyBundleCheck, Err: fmt.Errorf("%s: %w", cfg.Bundle, err)}
-	}
-	return p, nil
-}
-
 // loadFile reads the bundle file or directory and activates it; on any failure the active
 // policy stays and the error is recorded in the status.
 func (s *Source) loadFile(ctx context.Context) error {

@@ -42,15 +42,23 @@ func TestServeSurvivesClosedStderr(t *testing.T) {
 	assert.NoError(t, p.waitExit(t, 30*time.Second), "exit status after SIGTERM")
 }
 
+// startServeWithLog runs `authz serve` as a process on the contract's facts with a required
+// decision log file in a fresh directory; it returns the process and the log's path.
+func startServeWithLog(t testing.TB) (p *serveProcess, logPath string) {
+	t.Helper()
+	dir := t.TempDir()
+	facts := testutil.WriteFile(t, dir, "facts.json", specFacts)
+	logPath = filepath.Join(dir, "decisions.log")
+	p = startServeProcess(t, "", "--facts", facts, "--addr", "127.0.0.1:0",
+		"--decision-log", logPath, "--decision-log-required")
+	return p, logPath
+}
+
 // TestServeReopensDecisionLogOnSIGHUP rotates the decision log the way logrotate does
 // (rename, then SIGHUP): the service lives on, and every decision is in exactly one of the
 // two files, the ones after the signal in the new file.
 func TestServeReopensDecisionLogOnSIGHUP(t *testing.T) {
-	dir := t.TempDir()
-	facts := testutil.WriteFile(t, dir, "facts.json", specFacts)
-	logPath := filepath.Join(dir, "decisions.log")
-	p := startServeProcess(t, "", "--facts", facts, "--addr", "127.0.0.1:0",
-		"--decision-log", logPath, "--decision-log-required")
+	p, logPath := startServeWithLog(t)
 	c := &http.Client{Timeout: 10 * time.Second}
 	base := "http://" + p.addr
 

@@ -7,7 +7,6 @@ import (
 	"io"
 	"net/http"
 	"os"
-	"path/filepath"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -19,7 +18,6 @@ import (
 
 	"github.com/authz-dev/authz/internal/coded"
 	"github.com/authz-dev/authz/internal/server"
-	"github.com/authz-dev/authz/internal/testutil"
 )
 
 // slowReader hands out its bytes in chunks with a pause before each: a client on a slow link.
@@ -46,11 +44,7 @@ func (r *slowReader) Read(p []byte) (int, error) {
 // decision is refused for want of the log, and the peak resident memory stays within the
 // documented bound.
 func TestServeSoak(t *testing.T) {
-	dir := t.TempDir()
-	facts := testutil.WriteFile(t, dir, "facts.json", specFacts)
-	logPath := filepath.Join(dir, "decisions.log")
-	p := startServeProcess(t, "", "--facts", facts, "--addr", "127.0.0.1:0",
-		"--decision-log", logPath, "--decision-log-required")
+	p, logPath := startServeWithLog(t)
 	base := "http://" + p.addr
 
 	bodies := []struct {

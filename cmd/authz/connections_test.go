@@ -61,7 +61,7 @@ func TestServeUnderHeldConnections(t *testing.T) {
 	p := startServeProcess(t, "ulimit -n 128;", "--addr", "127.0.0.1:0")
 	base := "http://" + p.addr
 	c := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{DisableKeepAlives: true}}
-	testutil.WaitReady(t, c, base, 60*time.Second, p.stderr)
+	testutil.WaitReady(t, c, base, 60*time.Second, p.Stderr)
 	before := onlyPlugin(t, c, base)
 	require.NotNil(t, before.Worker)
 	assert.False(t, sigpipeIgnored(t, before.Worker.PID), "the plugin inherited an ignored SIGPIPE")
@@ -91,21 +91,21 @@ func TestServeUnderHeldConnections(t *testing.T) {
 	require.Eventually(t, func() bool {
 		s := onlyPlugin(t, c, base)
 		return s.Status == "ready" && s.Worker != nil && s.Worker.PID != before.Worker.PID && s.Restarts > before.Restarts
-	}, 30*time.Second, 100*time.Millisecond, "the worker was not restarted; stderr:\n%s", p.stderr)
+	}, 30*time.Second, 100*time.Millisecond, "the worker was not restarted; stderr:\n%s", p.Stderr)
 	decide()
 
 	cancel()
 	wg.Wait()
 	elapsed := time.Since(started)
-	log := p.stderr.String()
+	log := p.Stderr.String()
 	assert.NotContains(t, log, "too many open files", "the service ran out of descriptors")
 	acceptLines := strings.Count(log, "accepting a connection failed") + strings.Count(log, "http: Accept error")
 	assert.LessOrEqual(t, acceptLines, int(elapsed/time.Second)+1, "accept errors are logged at most once a second")
 	t.Logf("%d connections dialled in %v; %d accept-error lines", dialled.Load(), elapsed.Round(time.Millisecond), acceptLines)
 
-	require.True(t, p.alive())
-	p.signal(t, syscall.SIGTERM)
-	assert.NoError(t, p.waitExit(t, 30*time.Second))
+	require.True(t, p.Alive())
+	p.Signal(t, syscall.SIGTERM)
+	assert.NoError(t, p.WaitExit(t, 30*time.Second))
 }
 
 // sigpipeIgnored reports whether process pid ignores SIGPIPE (its SigIgn mask).

@@ -47,7 +47,7 @@ func TestServeMemoryBoundedUnderConcurrentBigBodies(t *testing.T) {
 	facts := testutil.WriteFile(t, t.TempDir(), "facts.json", specFacts)
 	p := startServeProcess(t, "", "--facts", facts, "--addr", "127.0.0.1:0")
 	base := "http://" + p.addr
-	body := bigRequest(t, server.DefaultMaxBodyBytes)
+	body := bigRequest(t, int(server.DefaultConfig().MaxBodyBytes))
 
 	const clients = 60
 	var wg sync.WaitGroup
@@ -88,7 +88,7 @@ func TestServeMemoryBoundedUnderConcurrentBigBodies(t *testing.T) {
 	}
 	assert.Positive(t, granted, "some requests were decided")
 	assert.LessOrEqual(t, peak, server.DefaultConfig().MemoryBound(), "peak RSS %d MiB over the documented bound", peak>>20)
-	require.True(t, p.alive())
-	p.signal(t, syscall.SIGTERM)
-	assert.NoError(t, p.waitExit(t, 30*time.Second))
+	require.True(t, p.Alive())
+	p.Signal(t, syscall.SIGTERM)
+	assert.NoError(t, p.WaitExit(t, 30*time.Second))
 }

@@ -64,10 +64,10 @@ func TestRunInsideOPADecidesLikeServe(t *testing.T) {
 	opaAddr := freeLoopbackAddr(t)
 
 	ar := startRun(t, "--server", "--addr", opaAddr, "--config-file", cfgPath, "--bundle", bundlePath)
-	gate := "http://" + waitListening(t, ar.stderr)
+	gate := "http://" + waitListening(t, ar.Stderr)
 	opa := "http://" + opaAddr
 	c := &http.Client{Timeout: 10 * time.Second}
-	testutil.WaitOK(t, c, opa+"/health?plugins", 60*time.Second, ar.stderr)
+	testutil.WaitOK(t, c, opa+"/health?plugins", 60*time.Second, ar.Stderr)
 
 	serveErr, _ := startServe(t, "--facts", factsPath, "--addr", "127.0.0.1:0")
 	serve := "http://" + waitListening(t, serveErr)
@@ -110,8 +110,8 @@ func TestRunInsideOPADecidesLikeServe(t *testing.T) {
 	require.GreaterOrEqual(t, compared, 3, "rows on the fixture's facts")
 	c.CloseIdleConnections()
 
-	ar.terminate(t)
-	log := ar.stderr.String()
+	ar.Terminate(t)
+	log := ar.Stderr.String()
 	for _, id := range ids {
 		assert.Contains(t, log, `"decision_id":"`+id+`"`, "OPA's decision log records the gate's decision")
 	}
@@ -120,9 +120,9 @@ func TestRunInsideOPADecidesLikeServe(t *testing.T) {
 }
 
 // startRun starts `authz run args...`; it is killed when the test ends, if still running.
-func startRun(t testing.TB, args ...string) *process {
+func startRun(t testing.TB, args ...string) *testutil.Process {
 	t.Helper()
-	return startProcess(t, "", append([]string{"run"}, args...)...)
+	return testutil.StartProcess(t, "", authzBinary(t), append([]string{"run"}, args...)...)
 }
 
 // TestRunInsideOPAWithExampleDriver: with an empty plugins.authz section, `authz run` starts
@@ -134,9 +134,9 @@ func TestRunInsideOPAWithExampleDriver(t *testing.T) {
 	cfgPath := testutil.WriteFile(t, t.TempDir(), "opa.yaml", "plugins:\n  authz:\n    addr: 127.0.0.1:0\n")
 	opaAddr := freeLoopbackAddr(t)
 	ar := startRun(t, "--server", "--addr", opaAddr, "--config-file", cfgPath, "--bundle", filepath.Join("..", "..", "policies"))
-	gate := "http://" + waitListening(t, ar.stderr)
+	gate := "http://" + waitListening(t, ar.Stderr)
 	c := &http.Client{Timeout: 10 * time.Second}
-	testutil.WaitOK(t, c, "http://"+opaAddr+"/health?plugins", 60*time.Second, ar.stderr)
+	testutil.WaitOK(t, c, "http://"+opaAddr+"/health?plugins", 60*time.Second, ar.Stderr)
 
 	assertExampleAnswers(t, c, gate, func(t testing.TB, doc map[string]any) {
 		assert.Regexp(t, `^sha256:[0-9a-f]{16}$`, doc["revision"], "a bundle without a revision: a digest of its modules")
@@ -150,9 +150,9 @@ func TestRunInsideOPAWithExampleDriver(t *testing.T) {
 	require.Positive(t, pluginPID)
 	c.CloseIdleConnections()
 
-	ar.terminate(t)
+	ar.Terminate(t)
 	assert.Error(t, syscall.Kill(pluginPID, 0), "the driver process is gone after shutdown")
-	testutil.AssertLogOrder(t, ar.stderr.String(), "shutting down", "HTTP server stopped", "stopping plugins", "plugins stopped")
+	testutil.AssertLogOrder(t, ar.Stderr.String(), "shutting down", "HTTP server stopped", "stopping plugins", "plugins stopped")
 }
 
 // TestRunRefusesBadPluginConfig: a plugins.authz section OPA's runtime cannot start fails

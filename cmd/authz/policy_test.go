@@ -68,7 +68,7 @@ func TestReplicasFollowOneBundleServer(t *testing.T) {
 		srv.Publish(policytest.MakeBundle(t, policytest.BundleSpec{Revision: rev, Sign: good}))
 		for i, p := range replicas {
 			require.Eventually(t, func() bool { return revisionOf(p) == rev }, 30*time.Second, 20*time.Millisecond,
-				"replica %d did not move to %s; stderr:\n%s", i, rev, p.stderr)
+				"replica %d did not move to %s; stderr:\n%s", i, rev, p.Stderr)
 			status, _ := testutil.GetJSON(t, c, "http://"+p.addr+"/health/ready")
 			assert.Equal(t, http.StatusOK, status)
 		}
@@ -80,16 +80,16 @@ func TestReplicasFollowOneBundleServer(t *testing.T) {
 			_, st := testutil.GetJSON(t, c, "http://"+p.addr+"/v1/status")
 			b, _ := st["bundles"].(map[string]any)["authz"].(map[string]any)
 			return b != nil && b["code"] == "bundle_error"
-		}, 30*time.Second, 20*time.Millisecond, "replica %d did not refuse the tampered bundle; stderr:\n%s", i, p.stderr)
+		}, 30*time.Second, 20*time.Millisecond, "replica %d did not refuse the tampered bundle; stderr:\n%s", i, p.Stderr)
 		assert.Equal(t, "v2", revisionOf(p), "replica %d left its revision", i)
 		_, st := testutil.GetJSON(t, c, "http://"+p.addr+"/v1/status")
 		assert.Equal(t, "v2", st["revision"])
 		assert.Equal(t, "remote:authz", st["origin"])
-		assert.Contains(t, p.stderr.String(), "bundle refused; the active policy stays")
+		assert.Contains(t, p.Stderr.String(), "bundle refused; the active policy stays")
 	}
 	for _, p := range replicas {
-		p.signal(t, syscall.SIGTERM)
-		assert.NoError(t, p.waitExit(t, 30*time.Second))
+		p.Signal(t, syscall.SIGTERM)
+		assert.NoError(t, p.WaitExit(t, 30*time.Second))
 	}
 }
 
@@ -111,18 +111,18 @@ func TestServeReloadsBundleFileOnSIGHUP(t *testing.T) {
 	require.Equal(t, "file-1", revision())
 
 	require.NoError(t, os.WriteFile(path, policytest.MakeBundle(t, policytest.BundleSpec{Revision: "file-2"}), 0o600))
-	p.signal(t, syscall.SIGHUP)
-	require.Eventually(t, func() bool { return revision() == "file-2" }, 20*time.Second, 20*time.Millisecond, "stderr:\n%s", p.stderr)
+	p.Signal(t, syscall.SIGHUP)
+	require.Eventually(t, func() bool { return revision() == "file-2" }, 20*time.Second, 20*time.Millisecond, "stderr:\n%s", p.Stderr)
 
 	require.NoError(t, os.WriteFile(path, []byte("not a bundle"), 0o600))
-	p.signal(t, syscall.SIGHUP)
-	require.Eventually(t, func() bool { return strings.Contains(p.stderr.String(), "bundle refused") }, 20*time.Second, 20*time.Millisecond)
+	p.Signal(t, syscall.SIGHUP)
+	require.Eventually(t, func() bool { return strings.Contains(p.Stderr.String(), "bundle refused") }, 20*time.Second, 20*time.Millisecond)
 	assert.Equal(t, "file-2", revision())
 	_, st := testutil.GetJSON(t, c, "http://"+p.addr+"/v1/status")
 	assert.Equal(t, "file:"+path, st["origin"])
 
-	p.signal(t, syscall.SIGTERM)
-	assert.NoError(t, p.waitExit(t, 30*time.Second))
+	p.Signal(t, syscall.SIGTERM)
+	assert.NoError(t, p.WaitExit(t, 30*time.Second))
 }
 
 // TestDecideWithBundle decides with a draft bundle, verified when a key is given.

@@ -56,44 +56,44 @@ func TestServeRepinsPluginsOnSIGHUP(t *testing.T) {
 			return true
 		}
 	}
-	require.Eventually(t, ready("steady", "moving", "leaving"), 60*time.Second, 50*time.Millisecond, "stderr:\n%s", p.stderr)
+	require.Eventually(t, ready("steady", "moving", "leaving"), 60*time.Second, 50*time.Millisecond, "stderr:\n%s", p.Stderr)
 	before := pluginStates(t, c, base)
 
 	// Re-pin "moving" to another binary, add "joining", remove "leaving".
 	write(steady, pluginConfig("moving", second, secondSum, "acme.moving"), pluginConfig("joining", bin, binSum, "acme.joining"))
-	p.signal(t, syscall.SIGHUP)
+	p.Signal(t, syscall.SIGHUP)
 	require.Eventually(t, func() bool {
 		st := pluginStates(t, c, base)
 		_, left := st["leaving"]
 		m := st["moving"]
 		return !left && ready("steady", "moving", "joining")() && m.Worker.Generation > before["moving"].Worker.Generation
-	}, 60*time.Second, 50*time.Millisecond, "stderr:\n%s", p.stderr)
+	}, 60*time.Second, 50*time.Millisecond, "stderr:\n%s", p.Stderr)
 	after := pluginStates(t, c, base)
 	assert.Equal(t, before["steady"].Worker.PID, after["steady"].Worker.PID, "an unchanged plugin keeps its worker")
 	assert.Equal(t, before["steady"].Worker.Generation, after["steady"].Worker.Generation)
 	assert.NotEqual(t, before["moving"].Worker.PID, after["moving"].Worker.PID, "a re-pinned plugin runs a new worker")
 	assert.False(t, processAlive(before["leaving"].Worker.PID), "a removed plugin's worker has ended")
-	assert.Contains(t, p.stderr.String(), "SIGHUP: plugins reconfigured")
+	assert.Contains(t, p.Stderr.String(), "SIGHUP: plugins reconfigured")
 
 	// A file that does not validate changes nothing.
 	require.NoError(t, os.WriteFile(conf, []byte("plugins:\n  - id: moving\n    path: relative/driver\n"), 0o600))
-	p.signal(t, syscall.SIGHUP)
-	require.Eventually(t, func() bool { return strings.Contains(p.stderr.String(), "the configuration was not applied") },
-		20*time.Second, 20*time.Millisecond, "stderr:\n%s", p.stderr)
+	p.Signal(t, syscall.SIGHUP)
+	require.Eventually(t, func() bool { return strings.Contains(p.Stderr.String(), "the configuration was not applied") },
+		20*time.Second, 20*time.Millisecond, "stderr:\n%s", p.Stderr)
 	assert.Equal(t, after["moving"].Worker.PID, pluginStates(t, c, base)["moving"].Worker.PID)
 
 	// A pin that does not match the binary: that plugin stops with PIN_MISMATCH, the others run on.
 	write(steady, pluginConfig("moving", first, secondSum, "acme.moving"), pluginConfig("joining", bin, binSum, "acme.joining"))
-	p.signal(t, syscall.SIGHUP)
+	p.Signal(t, syscall.SIGHUP)
 	require.Eventually(t, func() bool { return pluginStates(t, c, base)["moving"].LastErrorCode == "PIN_MISMATCH" },
-		60*time.Second, 50*time.Millisecond, "stderr:\n%s", p.stderr)
+		60*time.Second, 50*time.Millisecond, "stderr:\n%s", p.Stderr)
 	final := pluginStates(t, c, base)
 	assert.Nil(t, final["moving"].Worker)
 	assert.Equal(t, before["steady"].Worker.PID, final["steady"].Worker.PID)
 	assert.Equal(t, after["joining"].Worker.PID, final["joining"].Worker.PID)
 
-	p.signal(t, syscall.SIGTERM)
-	assert.NoError(t, p.waitExit(t, 30*time.Second))
+	p.Signal(t, syscall.SIGTERM)
+	assert.NoError(t, p.WaitExit(t, 30*time.Second))
 }
 
 // processAlive reports whether pid names a live process (not a zombie).

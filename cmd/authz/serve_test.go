@@ -96,15 +96,7 @@ var listeningAddr = regexp.MustCompile(`listening: addr=(\S+)`)
 // waitListening waits for the `listening addr=...` log line and returns the address.
 func waitListening(t testing.TB, stderr *testutil.SyncBuffer) string {
 	t.Helper()
-	var addr string
-	require.Eventually(t, func() bool {
-		m := listeningAddr.FindStringSubmatch(stderr.String())
-		if m != nil {
-			addr = m[1]
-		}
-		return m != nil
-	}, 30*time.Second, 20*time.Millisecond, "no listening line; stderr:\n%s", stderr)
-	return addr
+	return testutil.WaitLogged(t, stderr, listeningAddr, 30*time.Second)
 }
 
 func TestServeStaticFactsOverTCP(t *testing.T) {
@@ -184,7 +176,7 @@ func TestServeEndToEndWithExampleDriver(t *testing.T) {
 	proc := startServeProcess(t, "", "--addr", "127.0.0.1:0", "--decision-log", "-")
 	base := "http://" + proc.addr
 	c := &http.Client{Timeout: 10 * time.Second}
-	testutil.WaitReady(t, c, base, 60*time.Second, proc.stderr)
+	testutil.WaitReady(t, c, base, 60*time.Second, proc.Stderr)
 
 	assertExampleAnswers(t, c, base, nil)
 
@@ -197,8 +189,8 @@ func TestServeEndToEndWithExampleDriver(t *testing.T) {
 	require.Positive(t, pluginPID)
 	c.CloseIdleConnections()
 
-	proc.terminate(t)
-	stderr := proc.stderr.String()
+	proc.Terminate(t)
+	stderr := proc.Stderr.String()
 	assert.Contains(t, stderr, `"decision_id"`, "decision log on stderr")
 	assert.Error(t, syscall.Kill(pluginPID, 0), "the plugin process is gone after shutdown")
 	testutil.AssertLogOrder(t, stderr, "shutting down", "HTTP server stopped", "stopping plugins", "plugins stopped", "stopped: exiting")

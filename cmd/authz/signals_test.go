@@ -29,17 +29,17 @@ func TestServeSurvivesClosedStderr(t *testing.T) {
 	status, doc := testutil.PostJSON(t, c, base+"/v1/authorize", specRequest)
 	require.Equal(t, http.StatusOK, status, "%v", doc)
 
-	require.NoError(t, p.pipe.Close())
+	require.NoError(t, p.Pipe.Close())
 	for range 3 {
 		status, doc = testutil.PostJSON(t, c, base+"/v1/authorize", specRequest)
 		assert.Equal(t, http.StatusServiceUnavailable, status)
 		assert.Equal(t, "DECISION_LOG_UNAVAILABLE", doc["code"])
 		assert.Equal(t, false, doc["allow"])
 	}
-	require.True(t, p.alive(), "the service died after its stderr reader went away")
+	require.True(t, p.Alive(), "the service died after its stderr reader went away")
 
-	p.signal(t, syscall.SIGTERM)
-	assert.NoError(t, p.waitExit(t, 30*time.Second), "exit status after SIGTERM")
+	p.Signal(t, syscall.SIGTERM)
+	assert.NoError(t, p.WaitExit(t, 30*time.Second), "exit status after SIGTERM")
 }
 
 // startServeWithLog runs `authz serve` as a process on the contract's facts with a required
@@ -70,18 +70,18 @@ func TestServeReopensDecisionLogOnSIGHUP(t *testing.T) {
 	}
 	before := decide()
 	require.NoError(t, os.Rename(logPath, logPath+".1"))
-	p.signal(t, syscall.SIGHUP)
+	p.Signal(t, syscall.SIGHUP)
 	require.Eventually(t, func() bool { _, err := os.Stat(logPath); return err == nil }, 10*time.Second, 10*time.Millisecond,
-		"SIGHUP did not reopen %s; stderr:\n%s", logPath, p.stderr)
+		"SIGHUP did not reopen %s; stderr:\n%s", logPath, p.Stderr)
 	after := decide()
-	require.True(t, p.alive(), "SIGHUP killed the service")
-	assert.Contains(t, p.stderr.String(), "decision log reopened")
+	require.True(t, p.Alive(), "SIGHUP killed the service")
+	assert.Contains(t, p.Stderr.String(), "decision log reopened")
 
 	assert.Equal(t, []string{before}, decisionIDs(t, logPath+".1"))
 	assert.Equal(t, []string{after}, decisionIDs(t, logPath))
 
-	p.signal(t, syscall.SIGTERM)
-	assert.NoError(t, p.waitExit(t, 30*time.Second), "exit status after SIGTERM")
+	p.Signal(t, syscall.SIGTERM)
+	assert.NoError(t, p.WaitExit(t, 30*time.Second), "exit status after SIGTERM")
 }
 
 // decisionIDs reads the decision_id of every line of a decision log; every line must be a

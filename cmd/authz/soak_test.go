@@ -51,7 +51,7 @@ func TestServeSoak(t *testing.T) {
 		body  []byte
 		every int // one request in every this many has this body
 	}{
-		{bigRequest(t, server.DefaultMaxBodyBytes), 100},
+		{bigRequest(t, int(server.DefaultConfig().MaxBodyBytes)), 100},
 		{bigRequest(t, 64<<10), 10},
 		{[]byte(specRequest), 1},
 	}
@@ -164,7 +164,7 @@ func TestServeSoak(t *testing.T) {
 				return
 			}
 			if r.hup {
-				_ = p.cmd.Process.Signal(syscall.SIGHUP)
+				_ = p.Cmd.Process.Signal(syscall.SIGHUP)
 			}
 			rotations.Add(1)
 		}
@@ -180,9 +180,9 @@ func TestServeSoak(t *testing.T) {
 	loadTime := time.Since(began)
 	peak := p.peakRSS(t)
 
-	require.True(t, p.alive(), "the service died; stderr:\n%s", p.stderr)
-	p.signal(t, syscall.SIGTERM)
-	require.NoError(t, p.waitExit(t, 30*time.Second), "stderr:\n%s", p.stderr)
+	require.True(t, p.Alive(), "the service died; stderr:\n%s", p.Stderr)
+	p.Signal(t, syscall.SIGTERM)
+	require.NoError(t, p.WaitExit(t, 30*time.Second), "stderr:\n%s", p.Stderr)
 	t.Logf("load for %v, stopped %v later", loadTime.Round(time.Millisecond), (time.Since(began) - loadTime).Round(time.Millisecond))
 
 	logged := map[string]int{}

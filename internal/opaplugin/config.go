@@ -16,13 +16,13 @@ import (
 	"github.com/authz-dev/authz/internal/service"
 )
 
-// DefaultAddr is where the gate's endpoints listen when plugins.authz names no addr: beside
+// defaultAddr is where the gate's endpoints listen when plugins.authz names no addr: beside
 // OPA's own default (localhost:8181), on loopback.
-const DefaultAddr = "127.0.0.1:8182"
+const defaultAddr = "127.0.0.1:8182"
 
 // Config is the plugins.authz section of an OPA configuration. It has the fields of the
 // `authz serve` configuration file (docs/service.md, "Configuration"), read the same way and
-// with the same defaults, except addr, whose default is DefaultAddr:
+// with the same defaults, except addr, whose default is defaultAddr:
 //
 //	plugins:
 //	  authz:
@@ -98,7 +98,7 @@ func parseConfig(raw []byte, startHost HostStarter) (*Config, error) {
 		return nil, renameConfigErr(err)
 	}
 	if _, ok := present["addr"]; !ok {
-		sc.Server.Addr = DefaultAddr
+		sc.Server.Addr = defaultAddr
 	}
 	if sc, err = sc.Resolve(); err != nil {
 		return nil, renameConfigErr(err)

@@ -67,7 +67,7 @@ func TestParseConfig(t *testing.T) {
 		check   func(t *testing.T, c *Config)
 	}{
 		{name: "facts, defaults", raw: `{"facts": "` + facts + `"}`, host: noHost, check: func(t *testing.T, c *Config) {
-			assert.Equal(t, DefaultAddr, c.Server.Addr)
+			assert.Equal(t, defaultAddr, c.Server.Addr)
 			assert.Equal(t, service.DefaultEvalTimeout, c.Decision.EvalTimeout)
 			assert.NotNil(t, c.staticFacts)
 			assert.Equal(t, []string{"/input/environment/config"}, c.Server.DecisionLog.Mask)

@@ -11,8 +11,8 @@ import (
 
 // Defaults of the server (docs/service.md, "Configuration").
 const (
-	DefaultAddr            = "127.0.0.1:8181"
-	DefaultMaxBodyBytes    = 1 << 20 // 1 MiB
+	defaultAddr            = "127.0.0.1:8181"
+	defaultMaxBodyBytes    = 1 << 20 // 1 MiB
 	defaultShutdownTimeout = 15 * time.Second
 )
 
@@ -153,12 +153,12 @@ type HTTPConfig struct {
 // out: 127.0.0.1:8181, no TLS, no authentication, no decision log.
 func DefaultConfig() Config {
 	return Config{
-		Addr: DefaultAddr,
+		Addr: defaultAddr,
 		DecisionLog: DecisionLogConfig{
 			// Sandbox provider configs commonly carry credentials.
 			Mask: []string{"/input/environment/config"},
 		},
-		MaxBodyBytes:    DefaultMaxBodyBytes,
+		MaxBodyBytes:    defaultMaxBodyBytes,
 		ShutdownTimeout: defaultShutdownTimeout,
 		HTTP: HTTPConfig{
 			ReadHeaderTimeout: 5 * time.Second,

@@ -8,7 +8,6 @@ import (
 	"maps"
 	"net"
 	"net/http"
-	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"slices"
@@ -175,17 +174,23 @@ func post(t testing.TB, url string, body []byte) (int, http.Header, map[string]a
 	return resp.StatusCode, resp.Header, doc
 }
 
-// serveHandler is the service of `authz serve --facts factsPath` with the embedded policy.
-func serveHandler(t testing.TB, eng *decision.Engine, factsPath string) *httptest.Server {
+// serveHandler serves the service of `authz serve --facts factsPath` with the embedded policy
+// on a loopback port until the test ends, and returns its URL.
+func serveHandler(t testing.TB, eng *decision.Engine, factsPath string) string {
 	t.Helper()
 	cfg := server.DefaultConfig()
 	facts, err := server.LoadStaticFacts(factsPath)
 	require.NoError(t, err)
 	srv, err := server.New(cfg, eng, facts, server.Options{})
 	require.NoError(t, err)
-	ts := httptest.NewServer(srv.Handler())
-	t.Cleanup(ts.Close)
-	return ts
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	stop := testutil.RunUntilStopped(t, "Serve", 20*time.Second, func(ctx context.Context) error { return srv.Serve(ctx, ln) })
+	t.Cleanup(func() {
+		assert.NoError(t, stop())
+		assert.NoError(t, srv.Close())
+	})
+	return "http://" + ln.Addr().String()
 }
 
 // sameDecision asserts two answers are the same decision: equal but for the decision id.
@@ -220,7 +225,7 @@ func TestDecidesLikeServe(t *testing.T) {
 			p.Reconfigure(t.Context(), cfg)
 			waitState(t, m, plugins.StateOK)
 			gateURL := "http://" + p.Addr().String()
-			serveURL := serveHandler(t, embedded, factsPath).URL
+			serveURL := serveHandler(t, embedded, factsPath)
 
 			for _, path := range []string{"/v1/authorize", "/v1/capabilities"} {
 				wantStatus, _, want := post(t, serveURL+path, reqJSON)

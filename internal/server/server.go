@@ -108,9 +108,6 @@ func New(cfg Config, d Decider, facts FactsSource, opts Options) (*Server, error
 	return s, nil
 }
 
-// Handler is the HTTP API, for tests and for mounting in another server.
-func (s *Server) Handler() http.Handler { return s.handler }
-
 // Close closes the decision log file the server opened. Call it after Serve returned.
 func (s *Server) Close() error { return s.dlog.close() }
 

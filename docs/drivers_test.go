@@ -3,19 +3,15 @@
 package docs_test
 
 import (
-	"bufio"
 	"bytes"
 	"context"
-	"encoding/json"
-	"fmt"
-	"io"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strings"
-	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -111,10 +107,10 @@ func TestDocumentedOutOfTreeDriver(t *testing.T) {
 
 	authz := filepath.Join(t.TempDir(), "authz") // work/authz is the checkout
 	sh(t, root, "go build -o "+authz+" ./cmd/authz", env)
-	srv := startServe(t, authz, "--config", cfgPath, "--addr", "127.0.0.1:0")
-	base := "http://" + srv.addr
+	srv, addr := startServe(t, authz, "--config", cfgPath, "--addr", "127.0.0.1:0")
+	base := "http://" + addr
 	c := &http.Client{Timeout: 10 * time.Second}
-	testutil.WaitReady(t, c, base, 60*time.Second, srv.log)
+	testutil.WaitReady(t, c, base, 60*time.Second, srv.Stderr)
 
 	status, doc := testutil.PostJSON(t, c, base+"/v1/authorize", blocks["request.json"])
 	require.Equal(t, http.StatusOK, status)
@@ -132,72 +128,17 @@ func TestDocumentedOutOfTreeDriver(t *testing.T) {
 	assert.Contains(t, doc["reasons"], "capability_narrowed")
 
 	c.CloseIdleConnections()
-	require.NoError(t, srv.stop(), "log:\n%s", srv.log.String())
+	srv.Signal(t, syscall.SIGINT)
+	require.NoError(t, srv.WaitExit(t, 30*time.Second), "log:\n%s", srv.Stderr)
 }
 
-type service struct {
-	addr string
-	log  *testutil.SyncBuffer
-	stop func() error
-}
+// listening finds the address in the JSON line the service logs when it listens.
+var listening = regexp.MustCompile(`"@message":"listening"[^\n]*"addr":"([^"]+)"`)
 
-// startServe runs `authz serve --log-json args...` for at most five minutes and returns the
-// address it logs that it listens on; stop sends SIGTERM and waits for the exit.
-func startServe(t testing.TB, authz string, args ...string) service {
+// startServe runs `authz serve --log-json args...` as a process and returns it and the address
+// it logs that it listens on.
+func startServe(t testing.TB, authz string, args ...string) (*testutil.Process, string) {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-	cmd := exec.CommandContext(ctx, authz, append([]string{"serve", "--log-json"}, args...)...)
-	pr, pw := io.Pipe()
-	cmd.Stderr = pw
-	require.NoError(t, cmd.Start())
-	exited := make(chan error, 1)
-	go func() {
-		err := cmd.Wait()
-		pw.Close()
-		exited <- err
-	}()
-	log := &testutil.SyncBuffer{}
-	addrc := make(chan string, 1)
-	go func() {
-		sc := bufio.NewScanner(pr)
-		for sc.Scan() {
-			_, _ = log.Write(append(sc.Bytes(), '\n'))
-			var rec struct {
-				Message string `json:"@message"`
-				Addr    string `json:"addr"`
-			}
-			if json.Unmarshal(sc.Bytes(), &rec) == nil && rec.Message == "listening" {
-				select {
-				case addrc <- rec.Addr:
-				default:
-				}
-			}
-		}
-		_, _ = io.Copy(io.Discard, pr)
-	}()
-	var once sync.Once
-	var stopErr error
-	stop := func() error {
-		once.Do(func() {
-			defer cancel()
-			_ = cmd.Process.Signal(os.Interrupt)
-			select {
-			case stopErr = <-exited:
-			case <-time.After(30 * time.Second):
-				_ = cmd.Process.Kill()
-				stopErr = fmt.Errorf("not stopped within 30s, killed (%w): %w", <-exited, context.DeadlineExceeded)
-			}
-		})
-		return stopErr
-	}
-	t.Cleanup(func() { _ = stop() })
-	select {
-	case addr := <-addrc:
-		return service{addr: addr, log: log, stop: stop}
-	case <-time.After(60 * time.Second):
-		t.Fatalf("authz serve did not listen within 60s; log:\n%s", log.String())
-	case err := <-exited:
-		t.Fatalf("authz serve exited before listening (%v); log:\n%s", err, log.String())
-	}
-	return service{}
+	p := testutil.StartProcess(t, "", authz, append([]string{"serve", "--log-json"}, args...)...)
+	return p, testutil.WaitLogged(t, p.Stderr, listening, 60*time.Second)
 }

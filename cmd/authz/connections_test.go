@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"net"
 	"net/http"
@@ -19,7 +18,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/authz-dev/authz/internal/pluginhost"
+	"github.com/authz-dev/authz/internal/testutil"
 )
 
 // holdConnections keeps n connections to addr open until ctx ends: each one that the server
@@ -54,19 +53,6 @@ func sleepCtx(ctx context.Context, d time.Duration) {
 	}
 }
 
-func pluginState(t *testing.T, c *http.Client, base string) pluginhost.PluginState {
-	t.Helper()
-	resp, err := c.Get(base + "/v1/plugins")
-	require.NoError(t, err)
-	defer resp.Body.Close()
-	var a struct {
-		Plugins []pluginhost.PluginState `json:"plugins"`
-	}
-	require.NoError(t, json.NewDecoder(resp.Body).Decode(&a))
-	require.Len(t, a.Plugins, 1)
-	return a.Plugins[0]
-}
-
 // TestServeUnderHeldConnections runs the service with its example driver under a low
 // descriptor limit (ulimit -n 128) while 250 connections are held open and re-opened as
 // soon as they are closed: legitimate requests are still answered, the driver's worker is
@@ -75,15 +61,8 @@ func TestServeUnderHeldConnections(t *testing.T) {
 	p := startServeProcess(t, "ulimit -n 128;", "--addr", "127.0.0.1:0")
 	base := "http://" + p.addr
 	c := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{DisableKeepAlives: true}}
-	require.Eventually(t, func() bool {
-		resp, err := c.Get(base + "/health/ready")
-		if err != nil {
-			return false
-		}
-		resp.Body.Close()
-		return resp.StatusCode == http.StatusOK
-	}, 60*time.Second, 100*time.Millisecond, "never ready; stderr:\n%s", p.stderr)
-	before := pluginState(t, c, base)
+	testutil.WaitReady(t, c, base, 60*time.Second, p.Stderr)
+	before := onlyPlugin(t, c, base)
 	require.NotNil(t, before.Worker)
 	assert.False(t, sigpipeIgnored(t, before.Worker.PID), "the plugin inherited an ignored SIGPIPE")
 
@@ -91,7 +70,7 @@ func TestServeUnderHeldConnections(t *testing.T) {
 	require.NoError(t, err)
 	decide := func() {
 		t.Helper()
-		status, doc := postJSON(t, c, base+"/v1/authorize", string(grant))
+		status, doc := testutil.PostJSON(t, c, base+"/v1/authorize", string(grant))
 		require.Equal(t, http.StatusOK, status, "%v", doc)
 		assert.Equal(t, true, doc["allow"], "%v", doc)
 	}
@@ -110,23 +89,23 @@ func TestServeUnderHeldConnections(t *testing.T) {
 	// Kill the driver's worker: the supervisor starts a new one, which needs descriptors.
 	require.NoError(t, syscall.Kill(before.Worker.PID, syscall.SIGKILL))
 	require.Eventually(t, func() bool {
-		s := pluginState(t, c, base)
+		s := onlyPlugin(t, c, base)
 		return s.Status == "ready" && s.Worker != nil && s.Worker.PID != before.Worker.PID && s.Restarts > before.Restarts
-	}, 30*time.Second, 100*time.Millisecond, "the worker was not restarted; stderr:\n%s", p.stderr)
+	}, 30*time.Second, 100*time.Millisecond, "the worker was not restarted; stderr:\n%s", p.Stderr)
 	decide()
 
 	cancel()
 	wg.Wait()
 	elapsed := time.Since(started)
-	log := p.stderr.String()
+	log := p.Stderr.String()
 	assert.NotContains(t, log, "too many open files", "the service ran out of descriptors")
 	acceptLines := strings.Count(log, "accepting a connection failed") + strings.Count(log, "http: Accept error")
 	assert.LessOrEqual(t, acceptLines, int(elapsed/time.Second)+1, "accept errors are logged at most once a second")
 	t.Logf("%d connections dialled in %v; %d accept-error lines", dialled.Load(), elapsed.Round(time.Millisecond), acceptLines)
 
-	require.True(t, p.alive())
-	p.signal(t, syscall.SIGTERM)
-	assert.NoError(t, p.waitExit(t, 30*time.Second))
+	require.True(t, p.Alive())
+	p.Signal(t, syscall.SIGTERM)
+	assert.NoError(t, p.WaitExit(t, 30*time.Second))
 }
 
 // sigpipeIgnored reports whether process pid ignores SIGPIPE (its SigIgn mask).

@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -29,7 +28,6 @@ Flags:
 
 func runDecide(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("decide", flag.ContinueOnError)
-	fs.SetOutput(stderr)
 	factsPath := fs.String("facts", "", "facts file (plugins, workers, builtinProviders); required")
 	requestPath := fs.String("request", "", "request file; stdin when absent or \"-\"")
 	printInput := fs.Bool("print-input", false, "print the assembled input document instead of deciding")
@@ -37,15 +35,8 @@ func runDecide(ctx context.Context, args []string, stdin io.Reader, stdout, stde
 	timeout := fs.Duration("timeout", 5*time.Second, "bound on the evaluation")
 	var pcfg policy.Config
 	policyFlags(fs, &pcfg, false) // --bundle and its verification flags
-	fs.Usage = func() { fmt.Fprint(stderr, decideUsage); fs.PrintDefaults() }
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return nil
-		}
-		return &exitError{code: 2}
-	}
-	if fs.NArg() > 0 {
-		return usageError("decide: unexpected argument %q (the request comes from stdin or --request)", fs.Arg(0))
+	if ok, err := parseFlags(fs, decideUsage, args, stderr, "the request comes from stdin or --request"); !ok {
+		return err
 	}
 	if *factsPath == "" {
 		return usageError("decide: --facts FILE is required (a facts file as in docs/contract.md section 4; `authz serve` exposes its live facts at GET /v1/facts)")

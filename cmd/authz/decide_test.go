@@ -12,6 +12,7 @@ import (
 
 	"github.com/authz-dev/authz/internal/decision"
 	"github.com/authz-dev/authz/internal/specexamples"
+	"github.com/authz-dev/authz/internal/testutil"
 )
 
 // runCLI runs the program in-process and returns its exit code, stdout and stderr.
@@ -32,18 +33,12 @@ func runCLI(t *testing.T, stdin string, args ...string) (int, string, string) {
 	return code, stdout.String(), stderr.String()
 }
 
-// tempFile writes body to a new file in a fresh temporary directory.
-func tempFile(t *testing.T, name string, body []byte) string {
-	t.Helper()
-	return writeFile(t, t.TempDir(), name, string(body))
-}
-
 // TestDecideSpecExamples answers every docs/contract.md section 10 example through the CLI.
 func TestDecideSpecExamples(t *testing.T) {
 	for _, ex := range specexamples.Rows() {
 		t.Run(ex.Name, func(t *testing.T) {
 			reqJSON, factsJSON := ex.Fixture().JSON()
-			factsPath := tempFile(t, "facts.json", factsJSON)
+			factsPath := testutil.WriteFile(t, t.TempDir(), "facts.json", string(factsJSON))
 			code, out, errOut := runCLI(t, string(reqJSON), "decide", "--facts", factsPath)
 			require.Equal(t, 0, code, errOut)
 			assert.Empty(t, errOut)
@@ -63,8 +58,8 @@ func TestDecideSpecExamples(t *testing.T) {
 
 func TestDecideRequestFromFile(t *testing.T) {
 	reqJSON, factsJSON := specexamples.NewFixture().JSON()
-	code, out, errOut := runCLI(t, "not read", "decide", "--facts", tempFile(t, "f.json", factsJSON),
-		"--request", tempFile(t, "r.json", reqJSON))
+	code, out, errOut := runCLI(t, "not read", "decide", "--facts", testutil.WriteFile(t, t.TempDir(), "f.json", string(factsJSON)),
+		"--request", testutil.WriteFile(t, t.TempDir(), "r.json", string(reqJSON)))
 	require.Equal(t, 0, code, errOut)
 	assert.Contains(t, out, `"allow": true`)
 }
@@ -72,8 +67,8 @@ func TestDecideRequestFromFile(t *testing.T) {
 // TestDecideBadInput: exit 2, exactly one line on stderr, nothing on stdout.
 func TestDecideBadInput(t *testing.T) {
 	reqJSON, factsJSON := specexamples.NewFixture().JSON()
-	good := tempFile(t, "facts.json", factsJSON)
-	bad := tempFile(t, "bad.json", []byte(`{"plugins": null}`))
+	good := testutil.WriteFile(t, t.TempDir(), "facts.json", string(factsJSON))
+	bad := testutil.WriteFile(t, t.TempDir(), "bad.json", string([]byte(`{"plugins": null}`)))
 	tests := []struct {
 		name  string
 		stdin string
@@ -110,7 +105,7 @@ func TestDecidePrintInputReproduces(t *testing.T) {
 	for _, ex := range specexamples.Rows() {
 		t.Run(ex.Name, func(t *testing.T) {
 			reqJSON, factsJSON := ex.Fixture().JSON()
-			factsPath := tempFile(t, "facts.json", factsJSON)
+			factsPath := testutil.WriteFile(t, t.TempDir(), "facts.json", string(factsJSON))
 			code, out, errOut := runCLI(t, string(reqJSON), "decide", "--facts", factsPath, "--print-input")
 			require.Equal(t, 0, code, errOut)
 			var in map[string]any
@@ -129,7 +124,7 @@ func TestDecidePrintInputReproduces(t *testing.T) {
 func TestDecideExplain(t *testing.T) {
 	ex := specexamples.Rows()[12] // built-in fake: two reasons
 	reqJSON, factsJSON := ex.Fixture().JSON()
-	code, out, errOut := runCLI(t, string(reqJSON), "decide", "--explain", "--facts", tempFile(t, "f.json", factsJSON))
+	code, out, errOut := runCLI(t, string(reqJSON), "decide", "--explain", "--facts", testutil.WriteFile(t, t.TempDir(), "f.json", string(factsJSON)))
 	require.Equal(t, 0, code)
 	assert.Contains(t, out, `"allow": false`)
 	assert.Contains(t, errOut, "DENY openDuplexChannel: DUPLEX_CHANNEL_CAPABILITY_DENIED")

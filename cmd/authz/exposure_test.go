@@ -14,16 +14,17 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/authz-dev/authz/internal/coded"
+	"github.com/authz-dev/authz/internal/testutil"
 )
 
 // GET /v1/plugins shows a failed plugin's id and reason code; the path and digests of its
 // executable stay in the service log.
 func TestPluginLastErrorShowsOnlyAReasonCode(t *testing.T) {
 	dir := t.TempDir()
-	driver := writeFile(t, dir, "secret-driver-path", "#!/bin/sh\nexit 0\n")
+	driver := testutil.WriteFile(t, dir, "secret-driver-path", "#!/bin/sh\nexit 0\n")
 	require.NoError(t, os.Chmod(driver, 0o700))
 	pin := strings.Repeat("ab", 32)
-	cfg := writeFile(t, dir, "config.yaml", "plugins:\n  - id: acme.pinned\n    path: "+driver+"\n    sha256: "+pin+"\n")
+	cfg := testutil.WriteFile(t, dir, "config.yaml", "plugins:\n  - id: acme.pinned\n    path: "+driver+"\n    sha256: "+pin+"\n")
 	stderr, stop := startServe(t, "--config", cfg, "--addr", "127.0.0.1:0")
 	base := "http://" + waitListening(t, stderr)
 	c := &http.Client{Timeout: 10 * time.Second}
@@ -58,7 +59,7 @@ func TestPluginLastErrorShowsOnlyAReasonCode(t *testing.T) {
 // long a string is exit 2 with one line naming the limit; a number too large for the policy
 // engine in an ignored field is decided (exit 0), not an evaluation failure.
 func TestDecideInputBounds(t *testing.T) {
-	facts := tempFile(t, "facts.json", []byte(`{}`))
+	facts := testutil.WriteFile(t, t.TempDir(), "facts.json", string([]byte(`{}`)))
 	tests := []struct {
 		name     string
 		request  string
@@ -91,9 +92,9 @@ func TestDecideInputBounds(t *testing.T) {
 // The access-control flags reach the service: --authentication token with a tokens file.
 func TestServeTokenAuthenticationFlags(t *testing.T) {
 	dir := t.TempDir()
-	facts := writeFile(t, dir, "facts.json", `{}`)
+	facts := testutil.WriteFile(t, dir, "facts.json", `{}`)
 	const token = "0123456789abcdef0123456789abcdef"
-	tokens := writeFile(t, dir, "tokens", token+" inspect\n")
+	tokens := testutil.WriteFile(t, dir, "tokens", token+" inspect\n")
 	stderr, stop := startServe(t, "--facts", facts, "--addr", "127.0.0.1:0",
 		"--authentication", "token", "--authentication-tokens-file", tokens, "--allowed-host", "authz.internal")
 	base := "http://" + waitListening(t, stderr)
@@ -135,7 +136,7 @@ func TestDecideReplaysServedFacts(t *testing.T) {
 		  "manifest": {"environmentDrivers": [{"driverKey": "daytona", "kind": "sandbox_provider",
 		    "sandboxCapabilities": {"duplexCommandStream": true}}]}}`
 	}
-	facts := writeFile(t, dir, "facts.json", `{"plugins": [`+plugin("disabled")+`], "Plugins": [`+plugin("ready")+`],
+	facts := testutil.WriteFile(t, dir, "facts.json", `{"plugins": [`+plugin("disabled")+`], "Plugins": [`+plugin("ready")+`],
 		"workers": {"test.plugin": {"supportedMethods": ["duplexChannelOpen"]}}}`)
 	const request = `{"operation": "openDuplexChannel",
 		"environment": {"id": "env-1", "driver": "sandbox", "config": {"provider": "daytona"}},
@@ -144,7 +145,7 @@ func TestDecideReplaysServedFacts(t *testing.T) {
 	stderr, stop := startServe(t, "--facts", facts, "--addr", "127.0.0.1:0")
 	base := "http://" + waitListening(t, stderr)
 	c := &http.Client{Timeout: 10 * time.Second}
-	status, live := postJSON(t, c, base+"/v1/authorize", request)
+	status, live := testutil.PostJSON(t, c, base+"/v1/authorize", request)
 	require.Equal(t, http.StatusOK, status)
 	resp, err := c.Get(base + "/v1/facts")
 	require.NoError(t, err)
@@ -154,7 +155,7 @@ func TestDecideReplaysServedFacts(t *testing.T) {
 	c.CloseIdleConnections()
 	require.NoError(t, stop())
 
-	code, out, errOut := runCLI(t, request, "decide", "--facts", writeFile(t, dir, "served.json", string(served)))
+	code, out, errOut := runCLI(t, request, "decide", "--facts", testutil.WriteFile(t, dir, "served.json", string(served)))
 	require.Equal(t, 0, code, errOut)
 	var replay map[string]any
 	require.NoError(t, json.Unmarshal([]byte(out), &replay))

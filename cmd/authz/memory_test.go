@@ -15,6 +15,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/authz-dev/authz/internal/server"
+	"github.com/authz-dev/authz/internal/testutil"
 )
 
 // bigRequest is specRequest with lease.metadata.padding: an array of small objects that makes
@@ -43,10 +44,10 @@ func bigRequest(t testing.TB, size int) []byte {
 // the service admits a bounded number, answers the rest 503 with Retry-After, and its peak
 // resident memory stays within the bound docs/service.md states for the default configuration.
 func TestServeMemoryBoundedUnderConcurrentBigBodies(t *testing.T) {
-	facts := writeFile(t, t.TempDir(), "facts.json", specFacts)
+	facts := testutil.WriteFile(t, t.TempDir(), "facts.json", specFacts)
 	p := startServeProcess(t, "", "--facts", facts, "--addr", "127.0.0.1:0")
 	base := "http://" + p.addr
-	body := bigRequest(t, server.DefaultMaxBodyBytes)
+	body := bigRequest(t, int(server.DefaultConfig().MaxBodyBytes))
 
 	const clients = 60
 	var wg sync.WaitGroup
@@ -87,7 +88,7 @@ func TestServeMemoryBoundedUnderConcurrentBigBodies(t *testing.T) {
 	}
 	assert.Positive(t, granted, "some requests were decided")
 	assert.LessOrEqual(t, peak, server.DefaultConfig().MemoryBound(), "peak RSS %d MiB over the documented bound", peak>>20)
-	require.True(t, p.alive())
-	p.signal(t, syscall.SIGTERM)
-	assert.NoError(t, p.waitExit(t, 30*time.Second))
+	require.True(t, p.Alive())
+	p.Signal(t, syscall.SIGTERM)
+	assert.NoError(t, p.WaitExit(t, 30*time.Second))
 }

@@ -1,14 +1,10 @@
 package main
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
-	"io"
 	"maps"
 	"net"
 	"net/http"
-	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
@@ -16,32 +12,21 @@ import (
 	"testing"
 	"time"
 
-	"github.com/open-policy-agent/opa/v1/bundle"
-	"github.com/open-policy-agent/opa/v1/loader"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/authz-dev/authz/internal/decision"
-	"github.com/authz-dev/authz/internal/pluginhost"
+	"github.com/authz-dev/authz/internal/policy/policytest"
 	"github.com/authz-dev/authz/internal/specexamples"
 	"github.com/authz-dev/authz/internal/testutil"
 )
 
-// writePolicyBundle writes policies/ as a bundle file (.tar.gz, as `opa build` makes it) with
-// the given manifest revision, and returns its path.
+// writePolicyBundle writes the shipped policy as a bundle file (.tar.gz, as `opa build` makes
+// it) with root authz and the given manifest revision, and returns its path.
 func writePolicyBundle(t testing.TB, dir, revision string) string {
 	t.Helper()
-	b, err := loader.NewFileLoader().AsBundle(filepath.Join("..", "..", "policies"))
-	require.NoError(t, err)
-	require.NotEmpty(t, b.Modules)
-	roots := []string{"authz"}
-	b.Manifest.Roots = &roots
-	b.Manifest.Revision = revision
-	var buf bytes.Buffer
-	require.NoError(t, bundle.NewWriter(&buf).Write(*b))
-	p := filepath.Join(dir, "authz.tar.gz")
-	require.NoError(t, os.WriteFile(p, buf.Bytes(), 0o600))
-	return p
+	b := policytest.MakeBundle(t, policytest.BundleSpec{Revision: revision, Roots: []string{"authz"}})
+	return testutil.WriteFile(t, dir, "authz.tar.gz", string(b))
 }
 
 // freeLoopbackAddr returns a loopback address with a port nobody listened on a moment ago.
@@ -69,21 +54,20 @@ func withoutID(doc map[string]any) map[string]any {
 // data.authz.decision on OPA's port for the same input; OPA's health check counts the gate's
 // plugin; OPA's decision log records the gate's decisions; SIGTERM stops it all.
 func TestRunInsideOPADecidesLikeServe(t *testing.T) {
-	bin := authzBinary(t)
 	embedded, err := decision.New(t.Context(), decision.Options{})
 	require.NoError(t, err)
 	dir := t.TempDir()
-	factsPath := writeFile(t, dir, "facts.json", specFacts)
+	factsPath := testutil.WriteFile(t, dir, "facts.json", specFacts)
 	bundlePath := writePolicyBundle(t, dir, embedded.Revision())
-	cfgPath := writeFile(t, dir, "opa.yaml", "plugins:\n  authz:\n    addr: 127.0.0.1:0\n    facts: "+factsPath+
+	cfgPath := testutil.WriteFile(t, dir, "opa.yaml", "plugins:\n  authz:\n    addr: 127.0.0.1:0\n    facts: "+factsPath+
 		"\ndecision_logs:\n  console: true\n")
 	opaAddr := freeLoopbackAddr(t)
 
-	ar := startRun(t, bin, "--server", "--addr", opaAddr, "--config-file", cfgPath, "--bundle", bundlePath)
-	gate := "http://" + waitListening(t, ar.stderr)
+	ar := startRun(t, "--server", "--addr", opaAddr, "--config-file", cfgPath, "--bundle", bundlePath)
+	gate := "http://" + waitListening(t, ar.Stderr)
 	opa := "http://" + opaAddr
 	c := &http.Client{Timeout: 10 * time.Second}
-	ar.waitHealthy(t, c, opa)
+	testutil.WaitOK(t, c, opa+"/health?plugins", 60*time.Second, ar.Stderr)
 
 	serveErr, _ := startServe(t, "--facts", factsPath, "--addr", "127.0.0.1:0")
 	serve := "http://" + waitListening(t, serveErr)
@@ -98,13 +82,13 @@ func TestRunInsideOPADecidesLikeServe(t *testing.T) {
 		compared++
 		t.Run(ex.Name, func(t *testing.T) {
 			for _, path := range []string{"/v1/authorize", "/v1/capabilities"} {
-				wantStatus, want := postJSON(t, c, serve+path, string(reqJSON))
-				gotStatus, got := postJSON(t, c, gate+path, string(reqJSON))
+				wantStatus, want := testutil.PostJSON(t, c, serve+path, string(reqJSON))
+				gotStatus, got := testutil.PostJSON(t, c, gate+path, string(reqJSON))
 				assert.Equal(t, wantStatus, gotStatus, path)
 				require.NotEmpty(t, got["decision_id"])
 				assert.Equal(t, withoutID(want), withoutID(got), path)
 			}
-			status, doc := postJSON(t, c, gate+"/v1/authorize", string(reqJSON))
+			status, doc := testutil.PostJSON(t, c, gate+"/v1/authorize", string(reqJSON))
 			require.Equal(t, http.StatusOK, status)
 			assert.Equal(t, ex.Allow, doc["allow"])
 			assert.Equal(t, ex.Code, doc["code"])
@@ -114,7 +98,7 @@ func TestRunInsideOPADecidesLikeServe(t *testing.T) {
 			// OPA's own Data API, on OPA's port, decides the input the gate assembles.
 			code, input, errOut := runCLI(t, string(reqJSON), "decide", "--facts", factsPath, "--print-input")
 			require.Equal(t, 0, code, errOut)
-			status, opaAnswer := postJSON(t, c, opa+"/v1/data/authz/decision", `{"input": `+input+`}`)
+			status, opaAnswer := testutil.PostJSON(t, c, opa+"/v1/data/authz/decision", `{"input": `+input+`}`)
 			require.Equal(t, http.StatusOK, status, "%v", opaAnswer)
 			result, ok := opaAnswer["result"].(map[string]any)
 			require.True(t, ok, "OPA's answer: %v", opaAnswer)
@@ -126,69 +110,19 @@ func TestRunInsideOPADecidesLikeServe(t *testing.T) {
 	require.GreaterOrEqual(t, compared, 3, "rows on the fixture's facts")
 	c.CloseIdleConnections()
 
-	ar.terminate(t)
-	log := ar.stderr.String()
+	ar.Terminate(t)
+	log := ar.Stderr.String()
 	for _, id := range ids {
 		assert.Contains(t, log, `"decision_id":"`+id+`"`, "OPA's decision log records the gate's decision")
 	}
 	assert.Contains(t, log, `"path":"authz/decision"`)
-	assertLogOrder(t, log, "shutting down", "HTTP server stopped", "stopped")
-}
-
-// runProcess is an `authz run` process.
-type runProcess struct {
-	cmd    *exec.Cmd
-	stderr *testutil.SyncBuffer
-	exited chan error
+	testutil.AssertLogOrder(t, log, "shutting down", "HTTP server stopped", "stopped")
 }
 
 // startRun starts `authz run args...`; it is killed when the test ends, if still running.
-func startRun(t *testing.T, bin string, args ...string) *runProcess {
+func startRun(t testing.TB, args ...string) *testutil.Process {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	cmd := exec.CommandContext(ctx, bin, append([]string{"run"}, args...)...)
-	cmd.Stdout = io.Discard
-	stderrPipe, err := cmd.StderrPipe()
-	require.NoError(t, err)
-	require.NoError(t, cmd.Start())
-	r := &runProcess{cmd: cmd, stderr: &testutil.SyncBuffer{}, exited: make(chan error, 1)}
-	go func() {
-		_, _ = io.Copy(r.stderr, stderrPipe)
-		r.exited <- cmd.Wait()
-	}()
-	t.Cleanup(func() {
-		_ = cmd.Process.Kill()
-		err := <-r.exited
-		r.exited <- err
-		cancel()
-	})
-	return r
-}
-
-// waitHealthy waits until OPA's health check, plugins included, answers 200 on opa.
-func (r *runProcess) waitHealthy(t *testing.T, c *http.Client, opa string) {
-	t.Helper()
-	require.Eventually(t, func() bool {
-		resp, err := c.Get(opa + "/health?plugins")
-		if err != nil {
-			return false
-		}
-		resp.Body.Close()
-		return resp.StatusCode == http.StatusOK
-	}, 60*time.Second, 50*time.Millisecond, "OPA never healthy with its plugins; stderr:\n%s", r.stderr)
-}
-
-// terminate sends SIGTERM and requires a clean exit within 30s.
-func (r *runProcess) terminate(t *testing.T) {
-	t.Helper()
-	require.NoError(t, r.cmd.Process.Signal(syscall.SIGTERM))
-	select {
-	case err := <-r.exited:
-		r.exited <- err // for the cleanup
-		require.NoError(t, err, "exit status after SIGTERM; stderr:\n%s", r.stderr)
-	case <-time.After(30 * time.Second):
-		t.Fatalf("authz run did not stop within 30s of SIGTERM; stderr:\n%s", r.stderr)
-	}
+	return testutil.StartProcess(t, "", authzBinary(t), append([]string{"run"}, args...)...)
 }
 
 // TestRunInsideOPAWithExampleDriver: with an empty plugins.authz section, `authz run` starts
@@ -197,41 +131,18 @@ func (r *runProcess) terminate(t *testing.T) {
 // denied; OPA's health counts the gate only once the driver has started; SIGTERM stops the
 // gate, then the driver.
 func TestRunInsideOPAWithExampleDriver(t *testing.T) {
-	bin := authzBinary(t)
-	cfgPath := writeFile(t, t.TempDir(), "opa.yaml", "plugins:\n  authz:\n    addr: 127.0.0.1:0\n")
+	cfgPath := testutil.WriteFile(t, t.TempDir(), "opa.yaml", "plugins:\n  authz:\n    addr: 127.0.0.1:0\n")
 	opaAddr := freeLoopbackAddr(t)
-	ar := startRun(t, bin, "--server", "--addr", opaAddr, "--config-file", cfgPath, "--bundle", filepath.Join("..", "..", "policies"))
-	gate := "http://" + waitListening(t, ar.stderr)
+	ar := startRun(t, "--server", "--addr", opaAddr, "--config-file", cfgPath, "--bundle", filepath.Join("..", "..", "policies"))
+	gate := "http://" + waitListening(t, ar.Stderr)
 	c := &http.Client{Timeout: 10 * time.Second}
-	ar.waitHealthy(t, c, "http://"+opaAddr)
+	testutil.WaitOK(t, c, "http://"+opaAddr+"/health?plugins", 60*time.Second, ar.Stderr)
 
-	for _, tt := range []struct {
-		name      string
-		file      string
-		wantAllow bool
-	}{
-		{name: "grant", file: "grant.json", wantAllow: true},
-		{name: "deny", file: "deny.json", wantAllow: false},
-	} {
-		t.Run(tt.name, func(t *testing.T) {
-			b, err := os.ReadFile(filepath.Join("..", "..", "examples", tt.file))
-			require.NoError(t, err)
-			status, doc := postJSON(t, c, gate+"/v1/authorize", string(b))
-			require.Equal(t, http.StatusOK, status)
-			assert.Equal(t, tt.wantAllow, doc["allow"], "%v", doc)
-			assert.Regexp(t, `^sha256:[0-9a-f]{16}$`, doc["revision"], "a bundle without a revision: a digest of its modules")
-		})
-	}
+	assertExampleAnswers(t, c, gate, func(t testing.TB, doc map[string]any) {
+		assert.Regexp(t, `^sha256:[0-9a-f]{16}$`, doc["revision"], "a bundle without a revision: a digest of its modules")
+	})
 
-	resp, err := c.Get(gate + "/v1/plugins")
-	require.NoError(t, err)
-	var plugins struct {
-		Plugins []pluginhost.PluginState `json:"plugins"`
-	}
-	require.NoError(t, json.NewDecoder(resp.Body).Decode(&plugins))
-	resp.Body.Close()
-	require.Len(t, plugins.Plugins, 1)
-	p := plugins.Plugins[0]
+	p := onlyPlugin(t, c, gate)
 	assert.Equal(t, "example.sandbox", p.ID)
 	assert.Equal(t, "ready", p.Status)
 	require.NotNil(t, p.Worker)
@@ -239,9 +150,9 @@ func TestRunInsideOPAWithExampleDriver(t *testing.T) {
 	require.Positive(t, pluginPID)
 	c.CloseIdleConnections()
 
-	ar.terminate(t)
+	ar.Terminate(t)
 	assert.Error(t, syscall.Kill(pluginPID, 0), "the driver process is gone after shutdown")
-	assertLogOrder(t, ar.stderr.String(), "shutting down", "HTTP server stopped", "stopping plugins", "plugins stopped")
+	testutil.AssertLogOrder(t, ar.Stderr.String(), "shutting down", "HTTP server stopped", "stopping plugins", "plugins stopped")
 }
 
 // TestRunRefusesBadPluginConfig: a plugins.authz section OPA's runtime cannot start fails
@@ -249,7 +160,7 @@ func TestRunInsideOPAWithExampleDriver(t *testing.T) {
 func TestRunRefusesBadPluginConfig(t *testing.T) {
 	bin := authzBinary(t)
 	dir := t.TempDir()
-	facts := writeFile(t, dir, "facts.json", specFacts)
+	facts := testutil.WriteFile(t, dir, "facts.json", specFacts)
 	busy, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
 	defer busy.Close()
@@ -270,7 +181,7 @@ func TestRunRefusesBadPluginConfig(t *testing.T) {
 			ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
 			defer cancel()
 			cmd := exec.CommandContext(ctx, bin, "run", "--server", "--addr", "127.0.0.1:0",
-				"--config-file", writeFile(t, t.TempDir(), "opa.yaml", tt.cfg))
+				"--config-file", testutil.WriteFile(t, t.TempDir(), "opa.yaml", tt.cfg))
 			out, err := cmd.CombinedOutput()
 			var ee *exec.ExitError
 			require.ErrorAs(t, err, &ee, "output:\n%s", out)

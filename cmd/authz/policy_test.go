@@ -14,18 +14,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/authz-dev/authz/internal/policy/policytest"
+	"github.com/authz-dev/authz/internal/testutil"
 )
-
-// getJSON GETs url and decodes its JSON body.
-func getJSON(t *testing.T, c *http.Client, url string) (int, map[string]any) {
-	t.Helper()
-	resp, err := c.Get(url)
-	require.NoError(t, err)
-	defer resp.Body.Close()
-	var m map[string]any
-	require.NoError(t, json.NewDecoder(resp.Body).Decode(&m))
-	return resp.StatusCode, m
-}
 
 // remoteServeConfig is a configuration file whose opa section downloads bundle "authz" from
 // url with long polling, verified with the public key pub.
@@ -43,7 +33,7 @@ func remoteServeConfig(t *testing.T, dir, url, pub string) string {
 	}
 	b, err := json.Marshal(cfg) // JSON is YAML
 	require.NoError(t, err)
-	return writeFile(t, dir, "config.yaml", string(b))
+	return testutil.WriteFile(t, dir, "config.yaml", string(b))
 }
 
 // TestReplicasFollowOneBundleServer runs two `authz serve` processes against one loopback
@@ -54,7 +44,7 @@ func TestReplicasFollowOneBundleServer(t *testing.T) {
 	good := policytest.Signing{Key: a.Private, KeyID: "default"}
 	srv := policytest.NewBundleServer(t)
 	dir := t.TempDir()
-	facts := writeFile(t, dir, "facts.json", specFacts)
+	facts := testutil.WriteFile(t, dir, "facts.json", specFacts)
 	cfg := remoteServeConfig(t, dir, srv.URL, a.Public)
 	c := &http.Client{Timeout: 15 * time.Second}
 	defer c.CloseIdleConnections()
@@ -64,11 +54,11 @@ func TestReplicasFollowOneBundleServer(t *testing.T) {
 		startServeProcess(t, "", "--config", cfg, "--facts", facts, "--addr", "127.0.0.1:0"),
 	}
 	for _, p := range replicas {
-		status, ready := getJSON(t, c, "http://"+p.addr+"/health/ready")
+		status, ready := testutil.GetJSON(t, c, "http://"+p.addr+"/health/ready")
 		assert.Equal(t, http.StatusServiceUnavailable, status, "ready before any bundle: %v", ready)
 	}
 	revisionOf := func(p *serveProcess) string {
-		status, doc := postJSON(t, c, "http://"+p.addr+"/v1/authorize", specRequest)
+		status, doc := testutil.PostJSON(t, c, "http://"+p.addr+"/v1/authorize", specRequest)
 		if status != http.StatusOK {
 			return ""
 		}
@@ -78,8 +68,8 @@ func TestReplicasFollowOneBundleServer(t *testing.T) {
 		srv.Publish(policytest.MakeBundle(t, policytest.BundleSpec{Revision: rev, Sign: good}))
 		for i, p := range replicas {
 			require.Eventually(t, func() bool { return revisionOf(p) == rev }, 30*time.Second, 20*time.Millisecond,
-				"replica %d did not move to %s; stderr:\n%s", i, rev, p.stderr)
-			status, _ := getJSON(t, c, "http://"+p.addr+"/health/ready")
+				"replica %d did not move to %s; stderr:\n%s", i, rev, p.Stderr)
+			status, _ := testutil.GetJSON(t, c, "http://"+p.addr+"/health/ready")
 			assert.Equal(t, http.StatusOK, status)
 		}
 	}
@@ -87,19 +77,19 @@ func TestReplicasFollowOneBundleServer(t *testing.T) {
 		Tamper: map[string]string{"authz/decision.rego": "package authz\n\ndecision := {\"allow\": true}\n"}}))
 	for i, p := range replicas {
 		require.Eventually(t, func() bool {
-			_, st := getJSON(t, c, "http://"+p.addr+"/v1/status")
+			_, st := testutil.GetJSON(t, c, "http://"+p.addr+"/v1/status")
 			b, _ := st["bundles"].(map[string]any)["authz"].(map[string]any)
 			return b != nil && b["code"] == "bundle_error"
-		}, 30*time.Second, 20*time.Millisecond, "replica %d did not refuse the tampered bundle; stderr:\n%s", i, p.stderr)
+		}, 30*time.Second, 20*time.Millisecond, "replica %d did not refuse the tampered bundle; stderr:\n%s", i, p.Stderr)
 		assert.Equal(t, "v2", revisionOf(p), "replica %d left its revision", i)
-		_, st := getJSON(t, c, "http://"+p.addr+"/v1/status")
+		_, st := testutil.GetJSON(t, c, "http://"+p.addr+"/v1/status")
 		assert.Equal(t, "v2", st["revision"])
 		assert.Equal(t, "remote:authz", st["origin"])
-		assert.Contains(t, p.stderr.String(), "bundle refused; the active policy stays")
+		assert.Contains(t, p.Stderr.String(), "bundle refused; the active policy stays")
 	}
 	for _, p := range replicas {
-		p.signal(t, syscall.SIGTERM)
-		assert.NoError(t, p.waitExit(t, 30*time.Second))
+		p.Signal(t, syscall.SIGTERM)
+		assert.NoError(t, p.WaitExit(t, 30*time.Second))
 	}
 }
 
@@ -107,43 +97,43 @@ func TestReplicasFollowOneBundleServer(t *testing.T) {
 // revision decides; a broken file then leaves the revision as it was.
 func TestServeReloadsBundleFileOnSIGHUP(t *testing.T) {
 	dir := t.TempDir()
-	facts := writeFile(t, dir, "facts.json", specFacts)
+	facts := testutil.WriteFile(t, dir, "facts.json", specFacts)
 	path := filepath.Join(dir, "bundle.tar.gz")
 	require.NoError(t, os.WriteFile(path, policytest.MakeBundle(t, policytest.BundleSpec{Revision: "file-1"}), 0o600))
 	p := startServeProcess(t, "", "--bundle", path, "--facts", facts, "--addr", "127.0.0.1:0")
 	c := &http.Client{Timeout: 15 * time.Second}
 	defer c.CloseIdleConnections()
 	revision := func() string {
-		status, doc := postJSON(t, c, "http://"+p.addr+"/v1/authorize", specRequest)
+		status, doc := testutil.PostJSON(t, c, "http://"+p.addr+"/v1/authorize", specRequest)
 		require.Equal(t, http.StatusOK, status, "%v", doc)
 		return doc["revision"].(string)
 	}
 	require.Equal(t, "file-1", revision())
 
 	require.NoError(t, os.WriteFile(path, policytest.MakeBundle(t, policytest.BundleSpec{Revision: "file-2"}), 0o600))
-	p.signal(t, syscall.SIGHUP)
-	require.Eventually(t, func() bool { return revision() == "file-2" }, 20*time.Second, 20*time.Millisecond, "stderr:\n%s", p.stderr)
+	p.Signal(t, syscall.SIGHUP)
+	require.Eventually(t, func() bool { return revision() == "file-2" }, 20*time.Second, 20*time.Millisecond, "stderr:\n%s", p.Stderr)
 
 	require.NoError(t, os.WriteFile(path, []byte("not a bundle"), 0o600))
-	p.signal(t, syscall.SIGHUP)
-	require.Eventually(t, func() bool { return strings.Contains(p.stderr.String(), "bundle refused") }, 20*time.Second, 20*time.Millisecond)
+	p.Signal(t, syscall.SIGHUP)
+	require.Eventually(t, func() bool { return strings.Contains(p.Stderr.String(), "bundle refused") }, 20*time.Second, 20*time.Millisecond)
 	assert.Equal(t, "file-2", revision())
-	_, st := getJSON(t, c, "http://"+p.addr+"/v1/status")
+	_, st := testutil.GetJSON(t, c, "http://"+p.addr+"/v1/status")
 	assert.Equal(t, "file:"+path, st["origin"])
 
-	p.signal(t, syscall.SIGTERM)
-	assert.NoError(t, p.waitExit(t, 30*time.Second))
+	p.Signal(t, syscall.SIGTERM)
+	assert.NoError(t, p.WaitExit(t, 30*time.Second))
 }
 
 // TestDecideWithBundle decides with a draft bundle, verified when a key is given.
 func TestDecideWithBundle(t *testing.T) {
 	a, b := policytest.Keys(t)
 	dir := t.TempDir()
-	facts := writeFile(t, dir, "facts.json", specFacts)
-	pub := writeFile(t, dir, "key.pem", a.Public)
-	signed := writeFile(t, dir, "signed.tar.gz", string(policytest.MakeBundle(t, policytest.BundleSpec{Revision: "draft-1",
+	facts := testutil.WriteFile(t, dir, "facts.json", specFacts)
+	pub := testutil.WriteFile(t, dir, "key.pem", a.Public)
+	signed := testutil.WriteFile(t, dir, "signed.tar.gz", string(policytest.MakeBundle(t, policytest.BundleSpec{Revision: "draft-1",
 		Sign: policytest.Signing{Key: a.Private, KeyID: "default"}})))
-	otherKey := writeFile(t, dir, "other.tar.gz", string(policytest.MakeBundle(t, policytest.BundleSpec{Revision: "draft-2",
+	otherKey := testutil.WriteFile(t, dir, "other.tar.gz", string(policytest.MakeBundle(t, policytest.BundleSpec{Revision: "draft-2",
 		Sign: policytest.Signing{Key: b.Private, KeyID: "default"}})))
 	for _, tc := range []struct {
 		name     string

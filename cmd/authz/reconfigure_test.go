@@ -1,11 +1,7 @@
 package main
 
 import (
-	"crypto/sha256"
-	"encoding/hex"
-	"encoding/json"
 	"fmt"
-	"io"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -18,51 +14,13 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/authz-dev/authz/internal/pluginhost"
+	"github.com/authz-dev/authz/internal/testutil"
 )
-
-// copyBinary copies src to dir/name with extra bytes appended (the same program under another
-// pin) and returns its path and SHA-256.
-func copyBinary(t testing.TB, src, dir, name string) (path, sum string) {
-	t.Helper()
-	b, err := os.ReadFile(src)
-	require.NoError(t, err)
-	b = append(b, []byte("\nanother build: "+name+"\n")...)
-	path = filepath.Join(dir, name)
-	require.NoError(t, os.WriteFile(path, b, 0o755))
-	h := sha256.Sum256(b)
-	return path, hex.EncodeToString(h[:])
-}
-
-func fileSum(t testing.TB, path string) string {
-	t.Helper()
-	b, err := os.ReadFile(path)
-	require.NoError(t, err)
-	h := sha256.Sum256(b)
-	return hex.EncodeToString(h[:])
-}
 
 // pluginConfig is one entry of the plugins list of a configuration file: the example driver
 // at path under pin, reporting plugin key key.
 func pluginConfig(id, path, pin, key string) string {
 	return fmt.Sprintf("  - id: %s\n    path: %s\n    sha256: %s\n    args: [example-driver, --plugin-key, %s]\n", id, path, pin, key)
-}
-
-func pluginStates(t *testing.T, c *http.Client, base string) map[string]pluginhost.PluginState {
-	t.Helper()
-	resp, err := c.Get(base + "/v1/plugins")
-	require.NoError(t, err)
-	defer resp.Body.Close()
-	body, err := io.ReadAll(resp.Body)
-	require.NoError(t, err)
-	var a struct {
-		Plugins []pluginhost.PluginState `json:"plugins"`
-	}
-	require.NoError(t, json.Unmarshal(body, &a), "%s", body)
-	out := map[string]pluginhost.PluginState{}
-	for _, p := range a.Plugins {
-		out[p.ID] = p
-	}
-	return out
 }
 
 // TestServeRepinsPluginsOnSIGHUP edits the configuration file of a running `authz serve` and
@@ -72,9 +30,10 @@ func pluginStates(t *testing.T, c *http.Client, base string) map[string]pluginho
 func TestServeRepinsPluginsOnSIGHUP(t *testing.T) {
 	bin := authzBinary(t)
 	dir := t.TempDir()
-	first, firstSum := copyBinary(t, bin, dir, "driver-1")
-	second, secondSum := copyBinary(t, bin, dir, "driver-2")
-	binSum := fileSum(t, bin)
+	first, firstSum := testutil.CopyWithTrailer(t, bin, dir, "driver-1", "\nanother build: driver-1\n")
+	second, secondSum := testutil.CopyWithTrailer(t, bin, dir, "driver-2", "\nanother build: driver-2\n")
+	binSum, err := pluginhost.FileSHA256(bin)
+	require.NoError(t, err)
 	conf := filepath.Join(dir, "authz.yaml")
 	write := func(plugins ...string) {
 		require.NoError(t, os.WriteFile(conf, []byte("addr: 127.0.0.1:0\nplugins:\n"+strings.Join(plugins, "")), 0o600))
@@ -97,44 +56,44 @@ func TestServeRepinsPluginsOnSIGHUP(t *testing.T) {
 			return true
 		}
 	}
-	require.Eventually(t, ready("steady", "moving", "leaving"), 60*time.Second, 50*time.Millisecond, "stderr:\n%s", p.stderr)
+	require.Eventually(t, ready("steady", "moving", "leaving"), 60*time.Second, 50*time.Millisecond, "stderr:\n%s", p.Stderr)
 	before := pluginStates(t, c, base)
 
 	// Re-pin "moving" to another binary, add "joining", remove "leaving".
 	write(steady, pluginConfig("moving", second, secondSum, "acme.moving"), pluginConfig("joining", bin, binSum, "acme.joining"))
-	p.signal(t, syscall.SIGHUP)
+	p.Signal(t, syscall.SIGHUP)
 	require.Eventually(t, func() bool {
 		st := pluginStates(t, c, base)
 		_, left := st["leaving"]
 		m := st["moving"]
 		return !left && ready("steady", "moving", "joining")() && m.Worker.Generation > before["moving"].Worker.Generation
-	}, 60*time.Second, 50*time.Millisecond, "stderr:\n%s", p.stderr)
+	}, 60*time.Second, 50*time.Millisecond, "stderr:\n%s", p.Stderr)
 	after := pluginStates(t, c, base)
 	assert.Equal(t, before["steady"].Worker.PID, after["steady"].Worker.PID, "an unchanged plugin keeps its worker")
 	assert.Equal(t, before["steady"].Worker.Generation, after["steady"].Worker.Generation)
 	assert.NotEqual(t, before["moving"].Worker.PID, after["moving"].Worker.PID, "a re-pinned plugin runs a new worker")
 	assert.False(t, processAlive(before["leaving"].Worker.PID), "a removed plugin's worker has ended")
-	assert.Contains(t, p.stderr.String(), "SIGHUP: plugins reconfigured")
+	assert.Contains(t, p.Stderr.String(), "SIGHUP: plugins reconfigured")
 
 	// A file that does not validate changes nothing.
 	require.NoError(t, os.WriteFile(conf, []byte("plugins:\n  - id: moving\n    path: relative/driver\n"), 0o600))
-	p.signal(t, syscall.SIGHUP)
-	require.Eventually(t, func() bool { return strings.Contains(p.stderr.String(), "the configuration was not applied") },
-		20*time.Second, 20*time.Millisecond, "stderr:\n%s", p.stderr)
+	p.Signal(t, syscall.SIGHUP)
+	require.Eventually(t, func() bool { return strings.Contains(p.Stderr.String(), "the configuration was not applied") },
+		20*time.Second, 20*time.Millisecond, "stderr:\n%s", p.Stderr)
 	assert.Equal(t, after["moving"].Worker.PID, pluginStates(t, c, base)["moving"].Worker.PID)
 
 	// A pin that does not match the binary: that plugin stops with PIN_MISMATCH, the others run on.
 	write(steady, pluginConfig("moving", first, secondSum, "acme.moving"), pluginConfig("joining", bin, binSum, "acme.joining"))
-	p.signal(t, syscall.SIGHUP)
+	p.Signal(t, syscall.SIGHUP)
 	require.Eventually(t, func() bool { return pluginStates(t, c, base)["moving"].LastErrorCode == "PIN_MISMATCH" },
-		60*time.Second, 50*time.Millisecond, "stderr:\n%s", p.stderr)
+		60*time.Second, 50*time.Millisecond, "stderr:\n%s", p.Stderr)
 	final := pluginStates(t, c, base)
 	assert.Nil(t, final["moving"].Worker)
 	assert.Equal(t, before["steady"].Worker.PID, final["steady"].Worker.PID)
 	assert.Equal(t, after["joining"].Worker.PID, final["joining"].Worker.PID)
 
-	p.signal(t, syscall.SIGTERM)
-	assert.NoError(t, p.waitExit(t, 30*time.Second))
+	p.Signal(t, syscall.SIGTERM)
+	assert.NoError(t, p.WaitExit(t, 30*time.Second))
 }
 
 // processAlive reports whether pid names a live process (not a zombie).

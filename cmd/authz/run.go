@@ -2,6 +2,8 @@ package main
 
 import (
 	"context"
+	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"slices"
@@ -31,6 +33,25 @@ func (e *exitError) Error() string { return e.msg }
 // usageError is a mistake in the command line: exit 2.
 func usageError(format string, args ...any) error {
 	return &exitError{code: 2, msg: fmt.Sprintf(format, args...)}
+}
+
+// parseFlags parses a subcommand's arguments into fs, writing the usage text and fs's
+// defaults on -h or a bad flag to stderr. ok is false when there is nothing to run: the help
+// was asked for (err nil), a flag was bad (exit 2), or there was a positional argument (exit 2;
+// the message names it and adds hint).
+func parseFlags(fs *flag.FlagSet, usage string, args []string, stderr io.Writer, hint string) (ok bool, err error) {
+	fs.SetOutput(stderr)
+	fs.Usage = func() { fmt.Fprint(stderr, usage); fs.PrintDefaults() }
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return false, nil
+		}
+		return false, &exitError{code: 2}
+	}
+	if fs.NArg() > 0 {
+		return false, usageError("%s: unexpected argument %q (%s)", fs.Name(), fs.Arg(0), hint)
+	}
+	return true, nil
 }
 
 // run is the whole program without the process: tests call it directly.

@@ -14,6 +14,7 @@ import (
 	"github.com/authz-dev/authz/internal/decision"
 	"github.com/authz-dev/authz/internal/server"
 	"github.com/authz-dev/authz/internal/service"
+	"github.com/authz-dev/authz/internal/testutil"
 )
 
 // TestHelpGoesToStdout: asked-for help is output (stdout, exit 0), for the program and for each
@@ -109,7 +110,7 @@ func TestCommands(t *testing.T) {
 // not given leaves it, and a list flag replaces the configured list.
 func TestServeFlagsOverrideTheFile(t *testing.T) {
 	dir := t.TempDir()
-	file := writeFile(t, dir, "config.yaml", "addr: 127.0.0.1:9\nmaxBodyBytes: 2048\nevalTimeout: 3s\n"+
+	file := testutil.WriteFile(t, dir, "config.yaml", "addr: 127.0.0.1:9\nmaxBodyBytes: 2048\nevalTimeout: 3s\n"+
 		"decisionLog: {path: /tmp/d.log, mask: [/input/a, /input/b]}\nauthentication: {allowedHosts: [a.example]}\n")
 	tests := []struct {
 		name  string

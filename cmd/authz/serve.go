@@ -32,10 +32,11 @@ Flags:
 
 // serveFlags is the flag set of `authz serve`: each flag is bound to the configuration field
 // it sets, so that parsing the arguments over cfg overrides exactly the fields of the flags
-// given. --config names the file and sets no field.
-func serveFlags(cfg *service.Config, configFile *string, stderr io.Writer) *flag.FlagSet {
+// given. --config names the file and sets no field. It writes nothing until parseFlags gives
+// it stderr.
+func serveFlags(cfg *service.Config, configFile *string) *flag.FlagSet {
 	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	fs.SetOutput(io.Discard)
 	s := &cfg.Server
 	fs.StringVar(configFile, "config", "", "YAML configuration file (optional; examples/config.yaml documents every field)")
 	fs.StringVar(&s.Addr, "addr", s.Addr, "listen address: host:port, or unix:///absolute/path")
@@ -55,7 +56,6 @@ func serveFlags(cfg *service.Config, configFile *string, stderr io.Writer) *flag
 	fs.StringVar(&s.Authentication.ClientCAFile, "tls-ca-cert-file", s.Authentication.ClientCAFile, "PEM CA certificate(s) that sign client certificates (--authentication tls)")
 	fs.Var(&listFlag{list: &s.Authentication.AllowedHosts}, "allowed-host", "host name accepted in the Host header on loopback, besides localhost, 127.0.0.1, [::1];\ncomma-separated or repeated; replaces the configured list; * accepts any")
 	policyFlags(fs, &cfg.Policy, true)
-	fs.Usage = func() { fmt.Fprint(stderr, serveUsage); fs.PrintDefaults() }
 	return fs
 }
 
@@ -87,15 +87,8 @@ func runServe(ctx context.Context, args []string, _ io.Reader, _, stderr io.Writ
 func serveConfig(args []string, stderr io.Writer) (cfg service.Config, serve bool, err error) {
 	cfg = service.DefaultConfig()
 	var file string
-	fs := serveFlags(&cfg, &file, stderr)
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return cfg, false, nil
-		}
-		return cfg, false, &exitError{code: 2}
-	}
-	if fs.NArg() > 0 {
-		return cfg, false, usageError("serve: unexpected argument %q (see authz serve -h)", fs.Arg(0))
+	if ok, err := parseFlags(serveFlags(&cfg, &file), serveUsage, args, stderr, "see authz serve -h"); !ok {
+		return cfg, false, err
 	}
 	if file == "" {
 		return cfg, true, nil
@@ -103,7 +96,7 @@ func serveConfig(args []string, stderr io.Writer) (cfg service.Config, serve boo
 	if cfg, err = service.LoadConfig(file); err != nil {
 		return cfg, false, usageError("serve: %v", err)
 	}
-	if err := serveFlags(&cfg, new(string), io.Discard).Parse(args); err != nil {
+	if err := serveFlags(&cfg, new(string)).Parse(args); err != nil {
 		return cfg, false, usageError("serve: %v", err)
 	}
 	return cfg, true, nil

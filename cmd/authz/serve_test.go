@@ -4,16 +4,13 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"errors"
 	"io"
 	"net"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -22,7 +19,6 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/authz-dev/authz/internal/pluginhost"
-	"github.com/authz-dev/authz/internal/server"
 	"github.com/authz-dev/authz/internal/specexamples"
 	"github.com/authz-dev/authz/internal/testutil"
 )
@@ -42,19 +38,12 @@ const specRequest = `{
   "command": ["sh", "-c", "echo hi"]
 }`
 
-func writeFile(t testing.TB, dir, name, content string) string {
-	t.Helper()
-	p := filepath.Join(dir, name)
-	require.NoError(t, os.WriteFile(p, []byte(content), 0o600))
-	return p
-}
-
 func TestServeRejectsBadConfiguration(t *testing.T) {
 	dir := t.TempDir()
-	facts := writeFile(t, dir, "facts.json", specFacts)
-	badPin := writeFile(t, dir, "bad-pin.yaml", "plugins:\n  - id: acme.daytona\n    path: /opt/daytona\n    sha256: abc\n")
-	unknown := writeFile(t, dir, "unknown.yaml", "adress: 127.0.0.1:1\n")
-	badFacts := writeFile(t, dir, "bad-facts.json", `{"plugins": null}`)
+	facts := testutil.WriteFile(t, dir, "facts.json", specFacts)
+	badPin := testutil.WriteFile(t, dir, "bad-pin.yaml", "plugins:\n  - id: acme.daytona\n    path: /opt/daytona\n    sha256: abc\n")
+	unknown := testutil.WriteFile(t, dir, "unknown.yaml", "adress: 127.0.0.1:1\n")
+	badFacts := testutil.WriteFile(t, dir, "bad-facts.json", `{"plugins": null}`)
 	tests := []struct {
 		name string
 		args []string
@@ -93,63 +82,29 @@ func TestServeRejectsBadConfiguration(t *testing.T) {
 
 // startServe runs `authz serve args...` in process until the test ends; stop cancels it and
 // returns run's error.
-func startServe(t *testing.T, args ...string) (stderr *testutil.SyncBuffer, stop func() error) {
+func startServe(t testing.TB, args ...string) (stderr *testutil.SyncBuffer, stop func() error) {
 	t.Helper()
 	stderr = &testutil.SyncBuffer{}
-	ctx, cancel := context.WithCancel(t.Context())
-	errc := make(chan error, 1)
-	go func() {
-		errc <- run(ctx, append([]string{"serve"}, args...), strings.NewReader(""), io.Discard, stderr)
-	}()
-	var once sync.Once
-	var err error
-	stop = func() error {
-		once.Do(func() {
-			cancel()
-			select {
-			case err = <-errc:
-			case <-time.After(30 * time.Second):
-				err = errors.New("serve did not stop within 30s of its context ending")
-			}
-		})
-		return err
-	}
-	t.Cleanup(func() { _ = stop() })
+	stop = testutil.RunUntilStopped(t, "serve", 30*time.Second, func(ctx context.Context) error {
+		return run(ctx, append([]string{"serve"}, args...), strings.NewReader(""), io.Discard, stderr)
+	})
 	return stderr, stop
 }
 
 var listeningAddr = regexp.MustCompile(`listening: addr=(\S+)`)
 
 // waitListening waits for the `listening addr=...` log line and returns the address.
-func waitListening(t *testing.T, stderr *testutil.SyncBuffer) string {
+func waitListening(t testing.TB, stderr *testutil.SyncBuffer) string {
 	t.Helper()
-	var addr string
-	require.Eventually(t, func() bool {
-		m := listeningAddr.FindStringSubmatch(stderr.String())
-		if m != nil {
-			addr = m[1]
-		}
-		return m != nil
-	}, 30*time.Second, 20*time.Millisecond, "no listening line; stderr:\n%s", stderr)
-	return addr
-}
-
-func postJSON(t *testing.T, c *http.Client, url, body string) (int, map[string]any) {
-	t.Helper()
-	resp, err := c.Post(url, "application/json", strings.NewReader(body))
-	require.NoError(t, err)
-	defer resp.Body.Close()
-	var m map[string]any
-	require.NoError(t, json.NewDecoder(resp.Body).Decode(&m))
-	return resp.StatusCode, m
+	return testutil.WaitLogged(t, stderr, listeningAddr, 30*time.Second)
 }
 
 func TestServeStaticFactsOverTCP(t *testing.T) {
 	dir := t.TempDir()
-	facts := writeFile(t, dir, "facts.json", specFacts)
+	facts := testutil.WriteFile(t, dir, "facts.json", specFacts)
 	logPath := filepath.Join(dir, "decisions.log")
 	// The file says one address and no mask; the flags override both.
-	cfgPath := writeFile(t, dir, "config.yaml", "addr: 127.0.0.1:1\ndecisionLog:\n  path: "+logPath+"\n  mask: []\n")
+	cfgPath := testutil.WriteFile(t, dir, "config.yaml", "addr: 127.0.0.1:1\ndecisionLog:\n  path: "+logPath+"\n  mask: []\n")
 
 	stderr, stop := startServe(t, "--config", cfgPath, "--facts", facts, "--addr", "127.0.0.1:0",
 		"--decision-log-mask", "/input/lease/metadata/token")
@@ -163,10 +118,10 @@ func TestServeStaticFactsOverTCP(t *testing.T) {
 	resp.Body.Close()
 	assert.Equal(t, http.StatusOK, resp.StatusCode, "a facts file is ready at once")
 
-	status, doc := postJSON(t, c, base+"/v1/authorize", specRequest)
+	status, doc := testutil.PostJSON(t, c, base+"/v1/authorize", specRequest)
 	require.Equal(t, http.StatusOK, status)
 	assert.Equal(t, true, doc["allow"])
-	status, doc = postJSON(t, c, base+"/v1/data/authz/decision", `{"input":`+specRequest+`}`)
+	status, doc = testutil.PostJSON(t, c, base+"/v1/data/authz/decision", `{"input":`+specRequest+`}`)
 	require.Equal(t, http.StatusOK, status)
 	assert.Equal(t, true, doc["result"].(map[string]any)["allow"])
 
@@ -181,7 +136,7 @@ func TestServeStaticFactsOverTCP(t *testing.T) {
 	var line map[string]any
 	require.NoError(t, json.Unmarshal([]byte(lines[0]), &line))
 	md := line["input"].(map[string]any)["lease"].(map[string]any)["metadata"].(map[string]any)
-	assert.Equal(t, server.MaskedValue, md["token"], "--decision-log-mask replaced the file's empty list")
+	assert.Equal(t, "[MASKED]", md["token"], "--decision-log-mask replaced the file's empty list")
 	env := line["input"].(map[string]any)["environment"].(map[string]any)
 	assert.Equal(t, map[string]any{"provider": "daytona"}, env["config"], "the flag's list replaced the default mask too")
 }
@@ -190,7 +145,7 @@ func TestServeUnixSocket(t *testing.T) {
 	dir, err := os.MkdirTemp("", "authz") // short: unix socket paths are limited to ~100 bytes
 	require.NoError(t, err)
 	t.Cleanup(func() { os.RemoveAll(dir) })
-	facts := writeFile(t, dir, "facts.json", specFacts)
+	facts := testutil.WriteFile(t, dir, "facts.json", specFacts)
 	sock := filepath.Join(dir, "authz.sock")
 
 	stderr, stop := startServe(t, "--facts", facts, "--addr", "unix://"+sock)
@@ -202,7 +157,7 @@ func TestServeUnixSocket(t *testing.T) {
 			return d.DialContext(ctx, "unix", sock)
 		},
 	}}
-	status, doc := postJSON(t, c, "http://authz/v1/authorize", specRequest)
+	status, doc := testutil.PostJSON(t, c, "http://authz/v1/authorize", specRequest)
 	require.Equal(t, http.StatusOK, status)
 	assert.Equal(t, true, doc["allow"])
 	c.CloseIdleConnections()
@@ -218,37 +173,33 @@ func TestServeUnixSocket(t *testing.T) {
 // and its plugin.
 func TestServeEndToEndWithExampleDriver(t *testing.T) {
 	require.Contains(t, commands, "example-driver", "the default service needs the example driver")
-	bin := authzBinary(t)
-
-	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, bin, "serve", "--addr", "127.0.0.1:0", "--decision-log", "-")
-	stderrPipe, err := cmd.StderrPipe()
-	require.NoError(t, err)
-	require.NoError(t, cmd.Start())
-	exited := make(chan error, 1)
-	stderr := &testutil.SyncBuffer{}
-	go func() {
-		_, _ = io.Copy(stderr, stderrPipe)
-		exited <- cmd.Wait()
-	}()
-	defer func() {
-		_ = cmd.Process.Kill()
-		t.Logf("the service ended: %v", <-exited)
-	}()
-
-	addr := waitListening(t, stderr)
-	base := "http://" + addr
+	proc := startServeProcess(t, "", "--addr", "127.0.0.1:0", "--decision-log", "-")
+	base := "http://" + proc.addr
 	c := &http.Client{Timeout: 10 * time.Second}
-	require.Eventually(t, func() bool {
-		resp, err := c.Get(base + "/health/ready")
-		if err != nil {
-			return false
-		}
-		resp.Body.Close()
-		return resp.StatusCode == http.StatusOK
-	}, 60*time.Second, 100*time.Millisecond, "never ready; stderr:\n%s", stderr)
+	testutil.WaitReady(t, c, base, 60*time.Second, proc.Stderr)
 
+	assertExampleAnswers(t, c, base, nil)
+
+	p := onlyPlugin(t, c, base)
+	assert.Equal(t, "example.sandbox", p.ID)
+	assert.Equal(t, "ready", p.Status)
+	require.NotNil(t, p.Worker)
+	assert.Contains(t, p.Worker.SupportedMethods, "duplexChannelOpen")
+	pluginPID := p.Worker.PID
+	require.Positive(t, pluginPID)
+	c.CloseIdleConnections()
+
+	proc.Terminate(t)
+	stderr := proc.Stderr.String()
+	assert.Contains(t, stderr, `"decision_id"`, "decision log on stderr")
+	assert.Error(t, syscall.Kill(pluginPID, 0), "the plugin process is gone after shutdown")
+	testutil.AssertLogOrder(t, stderr, "shutting down", "HTTP server stopped", "stopping plugins", "plugins stopped", "stopped: exiting")
+}
+
+// assertExampleAnswers posts examples/grant.json and examples/deny.json to base/v1/authorize:
+// the first is granted, the second denied; check, when not nil, looks at each answer too.
+func assertExampleAnswers(t *testing.T, c *http.Client, base string, check func(t testing.TB, doc map[string]any)) {
+	t.Helper()
 	for _, tt := range []struct {
 		name      string
 		file      string
@@ -260,51 +211,43 @@ func TestServeEndToEndWithExampleDriver(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			b, err := os.ReadFile(filepath.Join("..", "..", "examples", tt.file))
 			require.NoError(t, err)
-			status, doc := postJSON(t, c, base+"/v1/authorize", string(b))
+			status, doc := testutil.PostJSON(t, c, base+"/v1/authorize", string(b))
 			require.Equal(t, http.StatusOK, status)
 			assert.Equal(t, tt.wantAllow, doc["allow"], "%v", doc)
+			if check != nil {
+				check(t, doc)
+			}
 		})
 	}
-
-	resp, err := c.Get(base + "/v1/plugins")
-	require.NoError(t, err)
-	var plugins struct {
-		Plugins []pluginhost.PluginState `json:"plugins"`
-	}
-	require.NoError(t, json.NewDecoder(resp.Body).Decode(&plugins))
-	resp.Body.Close()
-	require.Len(t, plugins.Plugins, 1)
-	p := plugins.Plugins[0]
-	assert.Equal(t, "example.sandbox", p.ID)
-	assert.Equal(t, "ready", p.Status)
-	require.NotNil(t, p.Worker)
-	assert.Contains(t, p.Worker.SupportedMethods, "duplexChannelOpen")
-	pluginPID := p.Worker.PID
-	require.Positive(t, pluginPID)
-	c.CloseIdleConnections()
-
-	require.NoError(t, cmd.Process.Signal(syscall.SIGTERM))
-	select {
-	case err := <-exited:
-		exited <- err // for the deferred wait
-		require.NoError(t, err, "exit status after SIGTERM; stderr:\n%s", stderr)
-	case <-time.After(30 * time.Second):
-		t.Fatalf("serve did not stop within 30s of SIGTERM; stderr:\n%s", stderr)
-	}
-	assert.Contains(t, stderr.String(), `"decision_id"`, "decision log on stderr")
-	assert.Error(t, syscall.Kill(pluginPID, 0), "the plugin process is gone after shutdown")
-	assertLogOrder(t, stderr.String(), "shutting down", "HTTP server stopped", "stopping plugins", "plugins stopped", "stopped: exiting")
 }
 
-// assertLogOrder checks that each message appears in the log, in this order.
-func assertLogOrder(t testing.TB, log string, messages ...string) {
+// pluginStates is GET base/v1/plugins by plugin id.
+func pluginStates(t testing.TB, c *http.Client, base string) map[string]pluginhost.PluginState {
 	t.Helper()
-	at := 0
-	for _, m := range messages {
-		i := strings.Index(log[at:], m)
-		if !assert.GreaterOrEqual(t, i, 0, "%q should come after the messages before it; log:\n%s", m, log) {
-			return
-		}
-		at += i + len(m)
+	resp, err := c.Get(base + "/v1/plugins")
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	require.NoError(t, err)
+	var a struct {
+		Plugins []pluginhost.PluginState `json:"plugins"`
 	}
+	require.NoError(t, json.Unmarshal(body, &a), "%s", body)
+	out := map[string]pluginhost.PluginState{}
+	for _, p := range a.Plugins {
+		out[p.ID] = p
+	}
+	require.Len(t, out, len(a.Plugins), "plugin ids are unique: %s", body)
+	return out
+}
+
+// onlyPlugin is the one plugin GET base/v1/plugins shows.
+func onlyPlugin(t testing.TB, c *http.Client, base string) pluginhost.PluginState {
+	t.Helper()
+	states := pluginStates(t, c, base)
+	require.Len(t, states, 1)
+	for _, p := range states {
+		return p
+	}
+	panic("unreachable")
 }

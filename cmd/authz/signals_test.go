@@ -12,66 +12,76 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/authz-dev/authz/internal/testutil"
 )
 
 // TestServeSurvivesClosedStderr closes the reading end of the service's stderr, where its
 // required decision log goes: the next decision cannot be recorded, so it is answered 503, and
 // the process lives on (a write to a closed pipe is an error, not a SIGPIPE death).
 func TestServeSurvivesClosedStderr(t *testing.T) {
-	facts := writeFile(t, t.TempDir(), "facts.json", specFacts)
+	facts := testutil.WriteFile(t, t.TempDir(), "facts.json", specFacts)
 	p := startServeProcess(t, "", "--facts", facts, "--addr", "127.0.0.1:0",
 		"--decision-log", "-", "--decision-log-required")
 	c := &http.Client{Timeout: 10 * time.Second}
 	base := "http://" + p.addr
 
-	status, doc := postJSON(t, c, base+"/v1/authorize", specRequest)
+	status, doc := testutil.PostJSON(t, c, base+"/v1/authorize", specRequest)
 	require.Equal(t, http.StatusOK, status, "%v", doc)
 
-	require.NoError(t, p.pipe.Close())
+	require.NoError(t, p.Pipe.Close())
 	for range 3 {
-		status, doc = postJSON(t, c, base+"/v1/authorize", specRequest)
+		status, doc = testutil.PostJSON(t, c, base+"/v1/authorize", specRequest)
 		assert.Equal(t, http.StatusServiceUnavailable, status)
 		assert.Equal(t, "DECISION_LOG_UNAVAILABLE", doc["code"])
 		assert.Equal(t, false, doc["allow"])
 	}
-	require.True(t, p.alive(), "the service died after its stderr reader went away")
+	require.True(t, p.Alive(), "the service died after its stderr reader went away")
 
-	p.signal(t, syscall.SIGTERM)
-	assert.NoError(t, p.waitExit(t, 30*time.Second), "exit status after SIGTERM")
+	p.Signal(t, syscall.SIGTERM)
+	assert.NoError(t, p.WaitExit(t, 30*time.Second), "exit status after SIGTERM")
+}
+
+// startServeWithLog runs `authz serve` as a process on the contract's facts with a required
+// decision log file in a fresh directory; it returns the process and the log's path.
+func startServeWithLog(t testing.TB) (p *serveProcess, logPath string) {
+	t.Helper()
+	dir := t.TempDir()
+	facts := testutil.WriteFile(t, dir, "facts.json", specFacts)
+	logPath = filepath.Join(dir, "decisions.log")
+	p = startServeProcess(t, "", "--facts", facts, "--addr", "127.0.0.1:0",
+		"--decision-log", logPath, "--decision-log-required")
+	return p, logPath
 }
 
 // TestServeReopensDecisionLogOnSIGHUP rotates the decision log the way logrotate does
 // (rename, then SIGHUP): the service lives on, and every decision is in exactly one of the
 // two files, the ones after the signal in the new file.
 func TestServeReopensDecisionLogOnSIGHUP(t *testing.T) {
-	dir := t.TempDir()
-	facts := writeFile(t, dir, "facts.json", specFacts)
-	logPath := filepath.Join(dir, "decisions.log")
-	p := startServeProcess(t, "", "--facts", facts, "--addr", "127.0.0.1:0",
-		"--decision-log", logPath, "--decision-log-required")
+	p, logPath := startServeWithLog(t)
 	c := &http.Client{Timeout: 10 * time.Second}
 	base := "http://" + p.addr
 
 	decide := func() string {
 		t.Helper()
-		status, doc := postJSON(t, c, base+"/v1/authorize", specRequest)
+		status, doc := testutil.PostJSON(t, c, base+"/v1/authorize", specRequest)
 		require.Equal(t, http.StatusOK, status, "%v", doc)
 		return doc["decision_id"].(string)
 	}
 	before := decide()
 	require.NoError(t, os.Rename(logPath, logPath+".1"))
-	p.signal(t, syscall.SIGHUP)
+	p.Signal(t, syscall.SIGHUP)
 	require.Eventually(t, func() bool { _, err := os.Stat(logPath); return err == nil }, 10*time.Second, 10*time.Millisecond,
-		"SIGHUP did not reopen %s; stderr:\n%s", logPath, p.stderr)
+		"SIGHUP did not reopen %s; stderr:\n%s", logPath, p.Stderr)
 	after := decide()
-	require.True(t, p.alive(), "SIGHUP killed the service")
-	assert.Contains(t, p.stderr.String(), "decision log reopened")
+	require.True(t, p.Alive(), "SIGHUP killed the service")
+	assert.Contains(t, p.Stderr.String(), "decision log reopened")
 
 	assert.Equal(t, []string{before}, decisionIDs(t, logPath+".1"))
 	assert.Equal(t, []string{after}, decisionIDs(t, logPath))
 
-	p.signal(t, syscall.SIGTERM)
-	assert.NoError(t, p.waitExit(t, 30*time.Second), "exit status after SIGTERM")
+	p.Signal(t, syscall.SIGTERM)
+	assert.NoError(t, p.WaitExit(t, 30*time.Second), "exit status after SIGTERM")
 }
 
 // decisionIDs reads the decision_id of every line of a decision log; every line must be a

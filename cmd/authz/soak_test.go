@@ -7,7 +7,6 @@ import (
 	"io"
 	"net/http"
 	"os"
-	"path/filepath"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -45,18 +44,14 @@ func (r *slowReader) Read(p []byte) (int, error) {
 // decision is refused for want of the log, and the peak resident memory stays within the
 // documented bound.
 func TestServeSoak(t *testing.T) {
-	dir := t.TempDir()
-	facts := writeFile(t, dir, "facts.json", specFacts)
-	logPath := filepath.Join(dir, "decisions.log")
-	p := startServeProcess(t, "", "--facts", facts, "--addr", "127.0.0.1:0",
-		"--decision-log", logPath, "--decision-log-required")
+	p, logPath := startServeWithLog(t)
 	base := "http://" + p.addr
 
 	bodies := []struct {
 		body  []byte
 		every int // one request in every this many has this body
 	}{
-		{bigRequest(t, server.DefaultMaxBodyBytes), 100},
+		{bigRequest(t, int(server.DefaultConfig().MaxBodyBytes)), 100},
 		{bigRequest(t, 64<<10), 10},
 		{[]byte(specRequest), 1},
 	}
@@ -169,7 +164,7 @@ func TestServeSoak(t *testing.T) {
 				return
 			}
 			if r.hup {
-				_ = p.cmd.Process.Signal(syscall.SIGHUP)
+				_ = p.Cmd.Process.Signal(syscall.SIGHUP)
 			}
 			rotations.Add(1)
 		}
@@ -185,9 +180,9 @@ func TestServeSoak(t *testing.T) {
 	loadTime := time.Since(began)
 	peak := p.peakRSS(t)
 
-	require.True(t, p.alive(), "the service died; stderr:\n%s", p.stderr)
-	p.signal(t, syscall.SIGTERM)
-	require.NoError(t, p.waitExit(t, 30*time.Second), "stderr:\n%s", p.stderr)
+	require.True(t, p.Alive(), "the service died; stderr:\n%s", p.Stderr)
+	p.Signal(t, syscall.SIGTERM)
+	require.NoError(t, p.WaitExit(t, 30*time.Second), "stderr:\n%s", p.Stderr)
 	t.Logf("load for %v, stopped %v later", loadTime.Round(time.Millisecond), (time.Since(began) - loadTime).Round(time.Millisecond))
 
 	logged := map[string]int{}

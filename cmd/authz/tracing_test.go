@@ -18,6 +18,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/authz-dev/authz/internal/specexamples"
+	"github.com/authz-dev/authz/internal/testutil"
 )
 
 // otlpSpans is a loopback OTLP/HTTP (protobuf) trace receiver; it returns its host:port and
@@ -53,18 +54,17 @@ func otlpSpans(t testing.TB) (addr string, spans func() []*tracepb.Span) {
 // TestRunInsideOPATracesTheGate: OPA's own distributed_tracing section covers the gate of
 // `authz run`: its decision spans reach OPA's collector in the caller's trace.
 func TestRunInsideOPATracesTheGate(t *testing.T) {
-	bin := authzBinary(t)
 	addr, spans := otlpSpans(t)
 	dir := t.TempDir()
-	factsPath := writeFile(t, dir, "facts.json", specFacts)
+	factsPath := testutil.WriteFile(t, dir, "facts.json", specFacts)
 	bundlePath := writePolicyBundle(t, dir, "rev-traced")
-	cfgPath := writeFile(t, dir, "opa.yaml", "plugins:\n  authz:\n    addr: 127.0.0.1:0\n    facts: "+factsPath+
+	cfgPath := testutil.WriteFile(t, dir, "opa.yaml", "plugins:\n  authz:\n    addr: 127.0.0.1:0\n    facts: "+factsPath+
 		"\ndistributed_tracing:\n  type: http\n  address: "+addr+"\n  batch_span_processor_options:\n    batch_timeout_ms: 50\n")
 	opaAddr := freeLoopbackAddr(t)
-	ar := startRun(t, bin, "--server", "--addr", opaAddr, "--config-file", cfgPath, "--bundle", bundlePath)
-	gate := "http://" + waitListening(t, ar.stderr)
+	ar := startRun(t, "--server", "--addr", opaAddr, "--config-file", cfgPath, "--bundle", bundlePath)
+	gate := "http://" + waitListening(t, ar.Stderr)
 	c := &http.Client{Timeout: 10 * time.Second}
-	ar.waitHealthy(t, c, "http://"+opaAddr)
+	testutil.WaitOK(t, c, "http://"+opaAddr+"/health?plugins", 60*time.Second, ar.Stderr)
 
 	const traceID, parentID = "3d2b8b3a1a0e4f5c9d8e7f6a5b4c3d2e", "1a2b3c4d5e6f7a8b"
 	reqJSON, _ := specexamples.NewFixture().JSON()
@@ -89,7 +89,7 @@ func TestRunInsideOPATracesTheGate(t *testing.T) {
 			}
 		}
 		return names["authz.decision"] && names["authz.evaluate"] && names["authz.input"]
-	}, 30*time.Second, 50*time.Millisecond, "spans of the caller's trace: %v; stderr:\n%s", names, ar.stderr)
+	}, 30*time.Second, 50*time.Millisecond, "spans of the caller's trace: %v; stderr:\n%s", names, ar.Stderr)
 	c.CloseIdleConnections()
-	ar.terminate(t)
+	ar.Terminate(t)
 }

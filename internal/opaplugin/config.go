@@ -16,13 +16,13 @@ import (
 	"github.com/authz-dev/authz/internal/service"
 )
 
-// DefaultAddr is where the gate's endpoints listen when plugins.authz names no addr: beside
+// defaultAddr is where the gate's endpoints listen when plugins.authz names no addr: beside
 // OPA's own default (localhost:8181), on loopback.
-const DefaultAddr = "127.0.0.1:8182"
+const defaultAddr = "127.0.0.1:8182"
 
 // Config is the plugins.authz section of an OPA configuration. It has the fields of the
 // `authz serve` configuration file (docs/service.md, "Configuration"), read the same way and
-// with the same defaults, except addr, whose default is DefaultAddr:
+// with the same defaults, except addr, whose default is defaultAddr:
 //
 //	plugins:
 //	  authz:
@@ -66,9 +66,9 @@ var fieldNames = func() []string {
 	return names
 }()
 
-// ParseConfig reads the plugins.authz section (the JSON OPA hands a plugin, or YAML) over the
+// parseConfig reads the plugins.authz section (the JSON OPA hands a plugin, or YAML) over the
 // defaults and checks it. Every error names its field below plugins.authz.
-func ParseConfig(raw []byte, startHost HostStarter) (*Config, error) {
+func parseConfig(raw []byte, startHost HostStarter) (*Config, error) {
 	var present map[string]any
 	if len(bytes.TrimSpace(raw)) > 0 {
 		if err := yaml.Unmarshal(raw, &present); err != nil {
@@ -98,7 +98,7 @@ func ParseConfig(raw []byte, startHost HostStarter) (*Config, error) {
 		return nil, renameConfigErr(err)
 	}
 	if _, ok := present["addr"]; !ok {
-		sc.Server.Addr = DefaultAddr
+		sc.Server.Addr = defaultAddr
 	}
 	if sc, err = sc.Resolve(); err != nil {
 		return nil, renameConfigErr(err)

@@ -23,8 +23,8 @@ import (
 	"github.com/authz-dev/authz/internal/snapshot"
 )
 
-// DecisionLogPath is the path of the gate's decisions in OPA's decision log.
-const DecisionLogPath = "authz/decision"
+// decisionLogPath is the path of the gate's decisions in OPA's decision log.
+const decisionLogPath = "authz/decision"
 
 var entrypoint = ast.MustParseRef(decision.Query)
 
@@ -176,7 +176,7 @@ func (g *gate) logDecision(ctx context.Context, lp *logs.Plugin, pol *activePoli
 		DecisionID: doc.DecisionID,
 		Revision:   doc.Revision,
 		Bundles:    pol.bundles,
-		Path:       DecisionLogPath,
+		Path:       decisionLogPath,
 		Timestamp:  start.UTC(),
 		Input:      &input,
 		Results:    &result,

@@ -55,7 +55,7 @@ var _ plugins.Factory = Factory{}
 
 // Validate parses and checks the plugins.authz section.
 func (f Factory) Validate(_ *plugins.Manager, config []byte) (any, error) {
-	return ParseConfig(config, f.StartHost)
+	return parseConfig(config, f.StartHost)
 }
 
 // New returns the plugin for a configuration that Validate returned. It starts nothing.

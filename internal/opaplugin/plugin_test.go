@@ -8,7 +8,6 @@ import (
 	"maps"
 	"net"
 	"net/http"
-	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"slices"
@@ -19,7 +18,6 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 	"github.com/open-policy-agent/opa/v1/bundle"
-	"github.com/open-policy-agent/opa/v1/loader"
 	"github.com/open-policy-agent/opa/v1/logging"
 	"github.com/open-policy-agent/opa/v1/plugins"
 	"github.com/open-policy-agent/opa/v1/plugins/logs"
@@ -31,9 +29,11 @@ import (
 
 	"github.com/authz-dev/authz/internal/coded"
 	"github.com/authz-dev/authz/internal/decision"
+	"github.com/authz-dev/authz/internal/policy/policytest"
 	"github.com/authz-dev/authz/internal/server"
 	"github.com/authz-dev/authz/internal/service"
 	"github.com/authz-dev/authz/internal/specexamples"
+	"github.com/authz-dev/authz/internal/testutil"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -56,7 +56,7 @@ func TestParseConfig(t *testing.T) {
 	facts := specFactsFile(t)
 	noHost := HostStarter(nil)
 	someHost := HostStarter(func(context.Context, service.Config, hclog.Logger) (server.FactsSource, func(), error) {
-		panic("not started by ParseConfig")
+		panic("not started by parseConfig")
 	})
 	tests := []struct {
 		name    string
@@ -66,7 +66,7 @@ func TestParseConfig(t *testing.T) {
 		check   func(t *testing.T, c *Config)
 	}{
 		{name: "facts, defaults", raw: `{"facts": "` + facts + `"}`, host: noHost, check: func(t *testing.T, c *Config) {
-			assert.Equal(t, DefaultAddr, c.Server.Addr)
+			assert.Equal(t, defaultAddr, c.Server.Addr)
 			assert.Equal(t, service.DefaultEvalTimeout, c.Decision.EvalTimeout)
 			assert.NotNil(t, c.staticFacts)
 			assert.Equal(t, []string{"/input/environment/config"}, c.Server.DecisionLog.Mask)
@@ -120,16 +120,10 @@ func TestParseConfig(t *testing.T) {
 	}
 }
 
-// policyBundle is the policies/ directory as a bundle with the given revision.
+// policyBundle is the shipped policy as a bundle with root authz and the given revision.
 func policyBundle(t testing.TB, revision string) *bundle.Bundle {
 	t.Helper()
-	b, err := loader.NewFileLoader().AsBundle(filepath.Join("..", "..", "policies"))
-	require.NoError(t, err)
-	require.NotEmpty(t, b.Modules)
-	roots := []string{"authz"}
-	b.Manifest.Roots = &roots
-	b.Manifest.Revision = revision
-	return b
+	return policytest.NewBundle(t, policytest.BundleSpec{Revision: revision, Roots: []string{"authz"}})
 }
 
 // newManager returns an initialized OPA plugin manager with b activated (none when nil),
@@ -180,17 +174,23 @@ func post(t testing.TB, url string, body []byte) (int, http.Header, map[string]a
 	return resp.StatusCode, resp.Header, doc
 }
 
-// serveHandler is the service of `authz serve --facts factsPath` with the embedded policy.
-func serveHandler(t testing.TB, eng *decision.Engine, factsPath string) *httptest.Server {
+// serveHandler serves the service of `authz serve --facts factsPath` with the embedded policy
+// on a loopback port until the test ends, and returns its URL.
+func serveHandler(t testing.TB, eng *decision.Engine, factsPath string) string {
 	t.Helper()
 	cfg := server.DefaultConfig()
 	facts, err := server.LoadStaticFacts(factsPath)
 	require.NoError(t, err)
 	srv, err := server.New(cfg, eng, facts, server.Options{})
 	require.NoError(t, err)
-	ts := httptest.NewServer(srv.Handler())
-	t.Cleanup(ts.Close)
-	return ts
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	stop := testutil.RunUntilStopped(t, "Serve", 20*time.Second, func(ctx context.Context) error { return srv.Serve(ctx, ln) })
+	t.Cleanup(func() {
+		assert.NoError(t, stop())
+		assert.NoError(t, srv.Close())
+	})
+	return "http://" + ln.Addr().String()
 }
 
 // sameDecision asserts two answers are the same decision: equal but for the decision id.
@@ -225,7 +225,7 @@ func TestDecidesLikeServe(t *testing.T) {
 			p.Reconfigure(t.Context(), cfg)
 			waitState(t, m, plugins.StateOK)
 			gateURL := "http://" + p.Addr().String()
-			serveURL := serveHandler(t, embedded, factsPath).URL
+			serveURL := serveHandler(t, embedded, factsPath)
 
 			for _, path := range []string{"/v1/authorize", "/v1/capabilities"} {
 				wantStatus, _, want := post(t, serveURL+path, reqJSON)
@@ -351,16 +351,6 @@ func (r consoleRecorder) Events() []map[string]any {
 	return slices.Clone(*r.events)
 }
 
-// asPlain turns v into plain JSON values.
-func asPlain(t testing.TB, v any) map[string]any {
-	t.Helper()
-	b, err := json.Marshal(v)
-	require.NoError(t, err)
-	var out map[string]any
-	require.NoError(t, json.Unmarshal(b, &out))
-	return out
-}
-
 // TestDecisionsInOPADecisionLog: with OPA's decision_logs configured (console here), every
 // gate decision is an OPA decision log event with its decision id, path, revision, bundles,
 // input and result, and the input is masked as the gate's own decision log masks it.
@@ -382,17 +372,17 @@ func TestDecisionsInOPADecisionLog(t *testing.T) {
 
 	events := console.Events()
 	require.Len(t, events, 1)
-	ev := asPlain(t, events[0])
+	ev := testutil.JSONObject(t, events[0])
 	assert.Equal(t, doc["decision_id"], ev["decision_id"])
-	assert.Equal(t, DecisionLogPath, ev["path"])
+	assert.Equal(t, decisionLogPath, ev["path"])
 	assert.Equal(t, "rev-7", ev["revision"])
 	assert.Equal(t, map[string]any{"authz": map[string]any{"revision": "rev-7"}}, ev["bundles"])
 	assert.Equal(t, doc, ev["result"], "the event's result is the answer")
 	input := ev["input"].(map[string]any)
 	assert.Equal(t, "openDuplexChannel", input["operation"])
-	assert.Equal(t, server.MaskedValue, input["environment"].(map[string]any)["config"], "masked by default, as the gate's own log")
+	assert.Equal(t, "[MASKED]", input["environment"].(map[string]any)["config"], "masked by default, as the gate's own log")
 	assert.NotContains(t, string(must(json.Marshal(input))), `"daytona"`, "no copy of the masked provider")
-	assert.Equal(t, server.MaskedValue, input["resolved"].(map[string]any)["providerKey"])
+	assert.Equal(t, "[MASKED]", input["resolved"].(map[string]any)["providerKey"])
 }
 
 func must[T any](v T, err error) T {

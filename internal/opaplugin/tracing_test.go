@@ -16,6 +16,7 @@ import (
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 
 	"github.com/authz-dev/authz/internal/specexamples"
+	"github.com/authz-dev/authz/internal/testutil"
 	"github.com/authz-dev/authz/internal/tracing"
 )
 
@@ -71,7 +72,7 @@ func TestGateTracesWithOPATracerProvider(t *testing.T) {
 
 	events := console.Events()
 	require.Len(t, events, 1)
-	ev := asPlain(t, events[0])
+	ev := testutil.JSONObject(t, events[0])
 	assert.Equal(t, traceID, ev["trace_id"], "OPA's decision log leads to the trace")
 	assert.Equal(t, root.SpanContext().SpanID().String(), ev["span_id"])
 }

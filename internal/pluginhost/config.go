@@ -2,7 +2,6 @@ package pluginhost
 
 import (
 	"encoding/hex"
-	"errors"
 	"fmt"
 	"maps"
 	"os"
@@ -15,6 +14,8 @@ import (
 	"time"
 
 	"github.com/hashicorp/go-hclog"
+
+	"github.com/authz-dev/authz/internal/configcheck"
 )
 
 // Defaults of Config. A zero duration in Config means its default.
@@ -22,7 +23,7 @@ const (
 	DefaultStartTimeout       = 10 * time.Second
 	DefaultConfigCheckTimeout = 2 * time.Second
 	DefaultMinBackoff         = 100 * time.Millisecond
-	DefaultMaxBackoff         = 5 * time.Second
+	defaultMaxBackoff         = 5 * time.Second
 )
 
 // SelfExecutable is the plugin path that stands for the running executable itself
@@ -33,53 +34,53 @@ const SelfExecutable = "@self"
 // names) and as the host runs it.
 type PluginConfig struct {
 	// ID is the plugin id that leases pin (lease.metadata.pluginId). Non-empty and unique.
-	ID string `json:"id" yaml:"id"`
+	ID string `yaml:"id"`
 	// Path is the driver binary: an absolute path once resolved (Resolve turns a relative path
 	// and SelfExecutable into one).
-	Path string `json:"path" yaml:"path"`
+	Path string `yaml:"path"`
 	// SHA256 is the hex SHA-256 of the binary at Path (64 hex characters). The host refuses to
 	// start a binary with another hash. Compute it with `sha256sum PATH`.
-	SHA256 string `json:"sha256" yaml:"sha256"`
+	SHA256 string `yaml:"sha256"`
 	// Key, when set, is the plugin key the driver must report: a driver that reports another key
 	// is refused, and no other plugin may report this one. Empty: the plugin key is whatever the
 	// driver reports, as long as no other plugin holds it.
-	Key string `json:"key,omitempty" yaml:"key"`
+	Key string `yaml:"key"`
 	// Args are passed to the binary.
-	Args []string `json:"args,omitempty" yaml:"args"`
+	Args []string `yaml:"args"`
 	// Enabled turns the plugin off when false; nil means enabled.
-	Enabled *bool `json:"enabled,omitempty" yaml:"enabled"`
+	Enabled *bool `yaml:"enabled"`
 	// AllowWritableBinary starts the plugin (with a loud warning at every start) even when its
 	// binary or the directory holding it is writable by group or others. By default the host
 	// refuses: whoever can write there can replace the driver.
-	AllowWritableBinary bool `json:"allowWritableBinary,omitempty" yaml:"allowWritableBinary"`
+	AllowWritableBinary bool `yaml:"allowWritableBinary"`
 
 	// Least privilege, all optional (Linux). See docs/drivers.md for the trade-offs.
 
 	// User and Group run the driver as this user and group (a name or a numeric id), with no
 	// supplementary groups. Empty means the host's. Switching needs the privilege to (root, or
 	// CAP_SETUID and CAP_SETGID). With User alone, the group is the user's primary group.
-	User  string `json:"user,omitempty" yaml:"user"`
-	Group string `json:"group,omitempty" yaml:"group"`
+	User  string `yaml:"user"`
+	Group string `yaml:"group"`
 	// NoNewPrivileges sets no_new_privs on the driver: neither it nor anything it executes can
 	// gain privileges (setuid binaries, file capabilities).
-	NoNewPrivileges bool `json:"noNewPrivileges,omitempty" yaml:"noNewPrivileges"`
+	NoNewPrivileges bool `yaml:"noNewPrivileges"`
 	// ResourceLimits are resource limits of the driver process; a zero field leaves the host's limit.
-	ResourceLimits ResourceLimits `json:"limits,omitzero" yaml:"limits"`
+	ResourceLimits ResourceLimits `yaml:"limits"`
 }
 
 // ResourceLimits are per-driver resource limits (setrlimit), applied to the driver process right after
 // it starts; its children inherit them.
 type ResourceLimits struct {
 	// AddressSpaceBytes is RLIMIT_AS: the driver's virtual memory, in bytes.
-	AddressSpaceBytes uint64 `json:"addressSpaceBytes,omitempty" yaml:"addressSpaceBytes"`
+	AddressSpaceBytes uint64 `yaml:"addressSpaceBytes"`
 	// Processes is RLIMIT_NPROC: counted per user, so it bounds every process of the driver's
 	// user, not the driver's alone; ignored by the kernel for root.
-	Processes uint64 `json:"processes,omitempty" yaml:"processes"`
+	Processes uint64 `yaml:"processes"`
 	// OpenFiles is RLIMIT_NOFILE: descriptors the driver may hold open.
-	OpenFiles uint64 `json:"openFiles,omitempty" yaml:"openFiles"`
+	OpenFiles uint64 `yaml:"openFiles"`
 	// CPUSeconds is RLIMIT_CPU: CPU time in seconds, after which the kernel ends the driver
 	// (the supervisor then restarts it).
-	CPUSeconds uint64 `json:"cpuSeconds,omitempty" yaml:"cpuSeconds"`
+	CPUSeconds uint64 `yaml:"cpuSeconds"`
 }
 
 // IsEnabled reports whether the plugin is enabled (Enabled nil or true).
@@ -105,7 +106,7 @@ type Config struct {
 	InsecureSkipPinCheck bool `yaml:"-"`
 	// MinBackoff and MaxBackoff bound the wait before a restart; it doubles after every failed
 	// or short-lived start and goes back to MinBackoff once a worker stayed up for at least
-	// twice MaxBackoff. Zero means DefaultMinBackoff / DefaultMaxBackoff.
+	// twice MaxBackoff. Zero means DefaultMinBackoff / defaultMaxBackoff.
 	MinBackoff time.Duration `yaml:"-"`
 	MaxBackoff time.Duration `yaml:"-"`
 	// Limits bound what a driver may report and how much of the host its output may use. Zero
@@ -125,7 +126,7 @@ func DefaultConfig() Config {
 		StartTimeout:       DefaultStartTimeout,
 		ConfigCheckTimeout: DefaultConfigCheckTimeout,
 		MinBackoff:         DefaultMinBackoff,
-		MaxBackoff:         DefaultMaxBackoff,
+		MaxBackoff:         defaultMaxBackoff,
 	}
 }
 
@@ -141,7 +142,7 @@ func (c Config) withDefaults() Config {
 		c.MinBackoff = DefaultMinBackoff
 	}
 	if c.MaxBackoff == 0 {
-		c.MaxBackoff = max(DefaultMaxBackoff, c.MinBackoff)
+		c.MaxBackoff = max(defaultMaxBackoff, c.MinBackoff)
 	}
 	if c.Logger == nil {
 		c.Logger = hclog.Default()
@@ -203,23 +204,16 @@ func selfExecutable() (path, sum string, err error) {
 // the configuration file spells it, e.g. "plugins[1].sha256: must be 64 hex characters".
 // Paths must be absolute: Resolve a configuration read from a file first.
 func (c Config) Validate() error {
-	v := &problems{}
+	v := &configcheck.Problems{}
 	c.validatePlugins(v)
 	c.validateBuiltinProviders(v)
 	c.validateDurations(v)
-	v.errs = append(v.errs, c.Limits.validate()...)
-	return errors.Join(v.errs...)
-}
-
-// problems collects the field-named problems of a configuration.
-type problems struct{ errs []error }
-
-func (v *problems) add(field, format string, args ...any) {
-	v.errs = append(v.errs, fmt.Errorf("%s: %s", field, fmt.Sprintf(format, args...)))
+	c.Limits.validate(v)
+	return v.Err()
 }
 
 // validatePlugins checks each plugin and that ids and configured keys are unique.
-func (c Config) validatePlugins(v *problems) {
+func (c Config) validatePlugins(v *configcheck.Problems) {
 	ids := map[string]int{}
 	keys := map[string]int{}
 	for i, p := range c.Plugins {
@@ -227,39 +221,39 @@ func (c Config) validatePlugins(v *problems) {
 		validatePluginID(v, field, p.ID, ids, i)
 		if p.Key != "" {
 			if prev, dup := keys[p.Key]; dup {
-				v.add(field+".key", "%q is already the key of plugins[%d]: plugin keys must be unique", p.Key, prev)
+				v.Add(field+".key", "%q is already the key of plugins[%d]: plugin keys must be unique", p.Key, prev)
 			} else {
 				keys[p.Key] = i
 			}
 		}
 		switch {
 		case p.Path == "":
-			v.add(field+".path", "must not be empty: name the driver executable (or %q for authz itself)", SelfExecutable)
+			v.Add(field+".path", "must not be empty: name the driver executable (or %q for authz itself)", SelfExecutable)
 		case !filepath.IsAbs(p.Path):
-			v.add(field+".path", "%q must be an absolute path", p.Path)
+			v.Add(field+".path", "%q must be an absolute path", p.Path)
 		}
 		if _, err := resolveCredential(p.User, p.Group); err != nil {
-			v.add(field+".user", "%v", err)
+			v.Add(field+".user", "%v", err)
 		}
 		switch {
 		case p.SHA256 == "" && c.InsecureSkipPinCheck:
 			// Allowed in development only; Start warns.
 		case !isSHA256Hex(p.SHA256):
-			v.add(field+".sha256", "must be 64 hex characters (compute it with: sha256sum %s)", orPlaceholder(p.Path))
+			v.Add(field+".sha256", "must be 64 hex characters (compute it with: sha256sum %s)", orPlaceholder(p.Path))
 		}
 	}
 }
 
 // validatePluginID checks one plugin id and records it in seen.
-func validatePluginID(v *problems, field, id string, seen map[string]int, i int) {
+func validatePluginID(v *configcheck.Problems, field, id string, seen map[string]int, i int) {
 	prev, dup := seen[id]
 	switch {
 	case id == "":
-		v.add(field+".id", "must not be empty")
+		v.Add(field+".id", "must not be empty")
 	case strings.TrimSpace(id) != id:
-		v.add(field+".id", "must not start or end with white space: %q", id)
+		v.Add(field+".id", "must not start or end with white space: %q", id)
 	case dup:
-		v.add(field+".id", "%q is already the id of plugins[%d]: plugin ids must be unique", id, prev)
+		v.Add(field+".id", "%q is already the id of plugins[%d]: plugin ids must be unique", id, prev)
 	default:
 		seen[id] = i
 	}
@@ -271,23 +265,23 @@ var builtinProviderFields = []string{"execute", "supportsReusableLeases"}
 // validateBuiltinProviders checks the built-in providers. The schema is closed: a built-in
 // provider has exactly the fields the facts give one, and anything else (a credential pasted in
 // by mistake) would be shown on GET /v1/facts and in every decision log line.
-func (c Config) validateBuiltinProviders(v *problems) {
+func (c Config) validateBuiltinProviders(v *configcheck.Problems) {
 	for _, name := range slices.Sorted(maps.Keys(c.BuiltinProviders)) {
 		b := c.BuiltinProviders[name]
 		if name == "" {
-			v.add("builtinProviders", "provider keys must not be empty")
+			v.Add("builtinProviders", "provider keys must not be empty")
 		}
 		if b == nil {
-			v.add("builtinProviders."+name, "must be an object such as {execute: true}, not empty")
+			v.Add("builtinProviders."+name, "must be an object such as {execute: true}, not empty")
 		}
 		for _, k := range slices.Sorted(maps.Keys(b)) {
 			field := fmt.Sprintf("builtinProviders.%s.%s", name, k)
 			if !slices.Contains(builtinProviderFields, k) {
-				v.add(field, "unknown field: a built-in provider has only %s", strings.Join(builtinProviderFields, " and "))
+				v.Add(field, "unknown field: a built-in provider has only %s", strings.Join(builtinProviderFields, " and "))
 				continue
 			}
 			if _, isBool := b[k].(bool); !isBool {
-				v.add(field, "must be true or false (unquoted), got %s", describeValue(b[k]))
+				v.Add(field, "must be true or false (unquoted), got %s", describeValue(b[k]))
 			}
 		}
 	}
@@ -310,7 +304,7 @@ func describeValue(v any) string {
 }
 
 // validateDurations checks the time-outs and the back-off.
-func (c Config) validateDurations(v *problems) {
+func (c Config) validateDurations(v *configcheck.Problems) {
 	for _, d := range []struct {
 		field string
 		v     time.Duration
@@ -321,11 +315,11 @@ func (c Config) validateDurations(v *problems) {
 		{"maxBackoff", c.MaxBackoff},
 	} {
 		if d.v < 0 {
-			v.add(d.field, "must not be negative (zero means the default)")
+			v.Add(d.field, "must not be negative (zero means the default)")
 		}
 	}
 	if c.MinBackoff > 0 && c.MaxBackoff > 0 && c.MaxBackoff < c.MinBackoff {
-		v.add("maxBackoff", "%s must be at least minBackoff (%s)", c.MaxBackoff, c.MinBackoff)
+		v.Add("maxBackoff", "%s must be at least minBackoff (%s)", c.MaxBackoff, c.MinBackoff)
 	}
 }
 

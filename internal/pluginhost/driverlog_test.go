@@ -68,7 +68,7 @@ func TestStderrFloodIsBounded(t *testing.T) {
 
 	// Over the window at most LogBurst + LogLinesPerSecond·window lines, each at most
 	// LogLineBytes plus hclog's prefix and fields.
-	maxBytes := float64(DefaultLogBurst+DefaultLogLinesPerSecond*int(window/time.Second)) * (DefaultLogLineBytes + 256)
+	maxBytes := float64(defaultLogBurst+defaultLogLinesPerSecond*int(window/time.Second)) * (defaultLogLineBytes + 256)
 	assert.LessOrEqual(t, bytesPerSec, maxBytes/window.Seconds())
 	logged := out.String()
 	// Short messages: the log is large.
@@ -79,7 +79,7 @@ func TestStderrFloodIsBounded(t *testing.T) {
 	for _, line := range strings.Split(logged, "\n") {
 		longest = max(longest, len(line))
 	}
-	assert.LessOrEqual(t, longest, DefaultLogLineBytes+512)
+	assert.LessOrEqual(t, longest, defaultLogLineBytes+512)
 }
 
 // TestDriverLogCannotForgeHostLines: control characters in a driver's log lines (carriage

@@ -46,9 +46,9 @@ const (
 // Errors of the host. They are wrapped with details; test with errors.Is.
 var (
 	ErrClosed        = errors.New("plugin host is closed")
-	ErrUnknownPlugin = errors.New("no such plugin")
-	ErrNoWorker      = errors.New("plugin has no running worker")
-	ErrStaleWorker   = errors.New("worker generation is no longer running")
+	errUnknownPlugin = errors.New("no such plugin")
+	errNoWorker      = errors.New("plugin has no running worker")
+	errStaleWorker   = errors.New("worker generation is no longer running")
 )
 
 // maxConfigCacheEntries bounds the CheckConfig result cache; past it the cache starts afresh.
@@ -408,10 +408,10 @@ func (h *Host) BuiltinProvider(key string) (map[string]any, bool) {
 func (h *Host) ConfigValid(ctx context.Context, pluginID string, w *snapshot.Worker, driverKey string, config any) (bool, error) {
 	m, ok := h.current().byID[pluginID]
 	if !ok {
-		return false, fmt.Errorf("%w: %q", ErrUnknownPlugin, pluginID)
+		return false, fmt.Errorf("%w: %q", errUnknownPlugin, pluginID)
 	}
 	if w == nil {
-		return false, fmt.Errorf("%w: plugin %q", ErrNoWorker, pluginID)
+		return false, fmt.Errorf("%w: plugin %q", errNoWorker, pluginID)
 	}
 	cfg, ok := config.(map[string]any)
 	if !ok {
@@ -419,11 +419,11 @@ func (h *Host) ConfigValid(ctx context.Context, pluginID string, w *snapshot.Wor
 	}
 	cur := m.state.Load().worker
 	if cur == nil || !cur.alive() {
-		return false, fmt.Errorf("%w: plugin %q", ErrNoWorker, pluginID)
+		return false, fmt.Errorf("%w: plugin %q", errNoWorker, pluginID)
 	}
 	if cur.generation != w.Generation {
 		return false, fmt.Errorf("%w: plugin %q was asked about generation %d, the running worker is generation %d",
-			ErrStaleWorker, pluginID, w.Generation, cur.generation)
+			errStaleWorker, pluginID, w.Generation, cur.generation)
 	}
 	canonical, err := json.Marshal(cfg) // map keys sorted: canonical
 	if err != nil {

@@ -500,12 +500,12 @@ func TestConfigValid(t *testing.T) {
 	t.Run("wrong generation", func(t *testing.T) {
 		valid, err := h.ConfigValid(t.Context(), "strict", snapshot.NewWorker(7, nil, nil), "example", map[string]any{})
 		assert.False(t, valid)
-		require.ErrorIs(t, err, ErrStaleWorker)
+		require.ErrorIs(t, err, errStaleWorker)
 	})
 	t.Run("unknown plugin", func(t *testing.T) {
 		valid, err := h.ConfigValid(t.Context(), "nope", strict, "example", map[string]any{})
 		assert.False(t, valid)
-		require.ErrorIs(t, err, ErrUnknownPlugin)
+		require.ErrorIs(t, err, errUnknownPlugin)
 	})
 	t.Run("rejected", func(t *testing.T) {
 		w, ok := h.Worker("rejecting")
@@ -578,7 +578,7 @@ func TestConfigValidCachePerGeneration(t *testing.T) {
 
 	// The cached answer belonged to generation 1 only.
 	valid, err = h.ConfigValid(t.Context(), "gen", w1, "example", map[string]any{"a": 1})
-	require.ErrorIs(t, err, ErrStaleWorker)
+	require.ErrorIs(t, err, errStaleWorker)
 	require.False(t, valid)
 	h.cacheMu.Lock()
 	for k := range h.cache {

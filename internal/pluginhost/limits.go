@@ -12,22 +12,23 @@ import (
 
 	"github.com/authz-dev/authz/driverplugin"
 	"github.com/authz-dev/authz/internal/coded"
+	"github.com/authz-dev/authz/internal/configcheck"
 )
 
 // Defaults of Limits. They are far above what an honest driver reports (a handful of methods,
 // a few manifest entries, the nine capability keys) and small enough that no driver can make
 // the host's per-decision work, memory or log grow without bound.
 const (
-	DefaultMaxMethods         = 64
-	DefaultMaxManifestEntries = 256
-	DefaultMaxCapabilityKeys  = 32
-	DefaultMaxStringBytes     = 256
-	DefaultMaxMessageBytes    = 4 << 20
-	DefaultMaxLastErrorBytes  = 1024
-	DefaultLogLinesPerSecond  = 100
-	DefaultLogBurst           = 500
-	DefaultLogLineBytes       = 1024
-	DefaultMaxBrokerMessages  = 16
+	defaultMaxMethods         = 64
+	defaultMaxManifestEntries = 256
+	defaultMaxCapabilityKeys  = 32
+	defaultMaxStringBytes     = 256
+	defaultMaxMessageBytes    = 4 << 20
+	defaultMaxLastErrorBytes  = 1024
+	defaultLogLinesPerSecond  = 100
+	defaultLogBurst           = 500
+	defaultLogLineBytes       = 1024
+	defaultMaxBrokerMessages  = 16
 )
 
 // Limits bound what a driver may report and how much of the host its output may use. A zero
@@ -65,22 +66,21 @@ func (l Limits) withDefaults() Limits {
 			*v = d
 		}
 	}
-	def(&l.MaxMethods, DefaultMaxMethods)
-	def(&l.MaxManifestEntries, DefaultMaxManifestEntries)
-	def(&l.MaxCapabilityKeys, DefaultMaxCapabilityKeys)
-	def(&l.MaxStringBytes, DefaultMaxStringBytes)
-	def(&l.MaxMessageBytes, DefaultMaxMessageBytes)
-	def(&l.MaxLastErrorBytes, DefaultMaxLastErrorBytes)
-	def(&l.LogLinesPerSecond, DefaultLogLinesPerSecond)
-	def(&l.LogBurst, DefaultLogBurst)
-	def(&l.LogLineBytes, DefaultLogLineBytes)
-	def(&l.MaxBrokerMessages, DefaultMaxBrokerMessages)
+	def(&l.MaxMethods, defaultMaxMethods)
+	def(&l.MaxManifestEntries, defaultMaxManifestEntries)
+	def(&l.MaxCapabilityKeys, defaultMaxCapabilityKeys)
+	def(&l.MaxStringBytes, defaultMaxStringBytes)
+	def(&l.MaxMessageBytes, defaultMaxMessageBytes)
+	def(&l.MaxLastErrorBytes, defaultMaxLastErrorBytes)
+	def(&l.LogLinesPerSecond, defaultLogLinesPerSecond)
+	def(&l.LogBurst, defaultLogBurst)
+	def(&l.LogLineBytes, defaultLogLineBytes)
+	def(&l.MaxBrokerMessages, defaultMaxBrokerMessages)
 	return l
 }
 
 // validate returns a field-named error per negative limit.
-func (l Limits) validate() []error {
-	var errs []error
+func (l Limits) validate(v *configcheck.Problems) {
 	for _, f := range []struct {
 		name string
 		v    int
@@ -92,10 +92,9 @@ func (l Limits) validate() []error {
 		{"logLineBytes", l.LogLineBytes}, {"maxBrokerMessages", l.MaxBrokerMessages},
 	} {
 		if f.v < 0 {
-			errs = append(errs, fmt.Errorf("limits.%s: must not be negative (zero means the default)", f.name))
+			v.Add("limits."+f.name, "must not be negative (zero means the default)")
 		}
 	}
-	return errs
 }
 
 // limitsHint ends every bounds error: what to do next.

@@ -79,7 +79,7 @@ func TestDriverBeyondLimitsIsRefused(t *testing.T) {
 			assert.Contains(t, st.LastError, tt.wantErr)
 			assert.Contains(t, st.LastError, `see "Limits" in docs/drivers.md`)
 			assert.Equal(t, coded.LimitExceeded, st.LastErrorCode)
-			assert.LessOrEqual(t, len(st.LastError), DefaultMaxLastErrorBytes+64)
+			assert.LessOrEqual(t, len(st.LastError), defaultMaxLastErrorBytes+64)
 			assert.Nil(t, st.Worker)
 			_, ok := h.Worker(id)
 			assert.False(t, ok)
@@ -131,7 +131,7 @@ func TestLastErrorIsCapped(t *testing.T) {
 	require.Equal(t, StatusError, st.Status)
 	assert.Contains(t, st.LastError, "invalid manifest")
 	assert.Contains(t, st.LastError, "must be a boolean")
-	assert.LessOrEqual(t, len(st.LastError), DefaultMaxLastErrorBytes+64)
+	assert.LessOrEqual(t, len(st.LastError), defaultMaxLastErrorBytes+64)
 	assert.NotContains(t, st.LastError, "\n")
 	t.Logf("lastError (%d bytes): %s", len(st.LastError), st.LastError)
 }

@@ -106,16 +106,16 @@ func (h *Host) launch(ctx context.Context, m *managed) {
 // (Removed in the order of the configuration it left).
 type PluginChanges struct {
 	// Added plugins were not configured before; those enabled are started.
-	Added []string `json:"added"`
+	Added []string
 	// Removed plugins are no longer configured: their worker and its descendants were ended,
 	// and they are gone from Plugins, FactsFile and the decisions' facts.
-	Removed []string `json:"removed"`
+	Removed []string
 	// Changed plugins had another configuration (pin, path, args, key, enabled flag, user,
 	// group, noNewPrivileges, limits, allowWritableBinary): the old worker was ended and, when
 	// enabled, the plugin starts again as a new generation under its new configuration.
-	Changed []string `json:"changed"`
+	Changed []string
 	// Unchanged plugins kept their worker, its pid and generation.
-	Unchanged []string `json:"unchanged"`
+	Unchanged []string
 }
 
 // Empty reports whether nothing was added, removed or changed.

@@ -5,8 +5,6 @@ package pluginhost
 import (
 	"context"
 	"errors"
-	"io"
-	"os"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -20,6 +18,7 @@ import (
 
 	"github.com/authz-dev/authz/internal/coded"
 	"github.com/authz-dev/authz/internal/decision"
+	"github.com/authz-dev/authz/internal/testutil"
 )
 
 // driverCopy writes a copy of the test binary with other bytes (a trailer appended) to
@@ -27,20 +26,7 @@ import (
 func driverCopy(tb testing.TB, dir, name string) (path, sum string) {
 	tb.Helper()
 	self, _ := selfBinary(tb)
-	src, err := os.Open(self)
-	require.NoError(tb, err)
-	defer func() { _ = src.Close() }()
-	path = filepath.Join(dir, name)
-	dst, err := os.OpenFile(path, os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o700)
-	require.NoError(tb, err)
-	_, err = io.Copy(dst, src)
-	require.NoError(tb, err)
-	_, err = dst.WriteString("\x00another build of the driver")
-	require.NoError(tb, err)
-	require.NoError(tb, dst.Close())
-	sum, err = FileSHA256(path)
-	require.NoError(tb, err)
-	return path, sum
+	return testutil.CopyWithTrailer(tb, self, dir, name, "\x00another build of the driver")
 }
 
 // keyedDriver is the example driver reporting plugin key key.

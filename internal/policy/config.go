@@ -16,6 +16,8 @@ import (
 	"github.com/open-policy-agent/opa/v1/bundle"
 	opaconfig "github.com/open-policy-agent/opa/v1/config"
 	"github.com/open-policy-agent/opa/v1/keys"
+
+	"github.com/authz-dev/authz/internal/configcheck"
 )
 
 // Defaults of the verification flags, those of `opa run`.
@@ -74,16 +76,13 @@ func (c Config) remoteBundles() bool {
 // Validate checks the configuration. Every problem is reported, one per line, naming the key the
 // way the file spells it, and saying what to do.
 func (c Config) Validate() error {
-	var errs []error
-	add := func(field, format string, args ...any) {
-		errs = append(errs, fmt.Errorf("%s: %s", field, fmt.Sprintf(format, args...)))
-	}
+	v := &configcheck.Problems{}
 	if c.Bundle != "" && c.remoteBundles() {
-		add("bundle", "the policy comes from one source at a time: remove bundle (--bundle) to use the bundles of the opa section, or remove opa.bundles to use %s", c.Bundle)
+		v.Add("bundle", "the policy comes from one source at a time: remove bundle (--bundle) to use the bundles of the opa section, or remove opa.bundles to use %s", c.Bundle)
 	}
 	if c.Bundle != "" {
 		if _, err := os.Stat(c.Bundle); err != nil {
-			add("bundle", "%v: give a bundle file (.tar.gz from `opa build`) or a bundle directory", err)
+			v.Add("bundle", "%v: give a bundle file (.tar.gz from `opa build`) or a bundle directory", err)
 		}
 	}
 	if c.Bundle == "" {
@@ -95,13 +94,13 @@ func (c Config) Validate() error {
 			{"signingAlg", c.SigningAlg != ""}, {"scope", c.Scope != ""},
 		} {
 			if f.set {
-				add(f.name, "applies to a bundle file or directory only: set bundle (--bundle PATH) too, or use keys and bundles.*.signing in the opa section for remote bundles")
+				v.Add(f.name, "applies to a bundle file or directory only: set bundle (--bundle PATH) too, or use keys and bundles.*.signing in the opa section for remote bundles")
 			}
 		}
 	}
 	if c.VerificationKey != "" {
 		if _, err := os.Stat(c.VerificationKey); err != nil {
-			add("verificationKey", "%v: give the file of the public key (PEM) or HMAC secret that signed the bundle", err)
+			v.Add("verificationKey", "%v: give the file of the public key (PEM) or HMAC secret that signed the bundle", err)
 		}
 	} else {
 		for _, f := range []struct {
@@ -109,22 +108,22 @@ func (c Config) Validate() error {
 			set  bool
 		}{{"verificationKeyId", c.VerificationKeyID != ""}, {"signingAlg", c.SigningAlg != ""}, {"scope", c.Scope != ""}} {
 			if f.set && c.Bundle != "" {
-				add(f.name, "needs verificationKey (--verification-key FILE): without a key no signature is verified")
+				v.Add(f.name, "needs verificationKey (--verification-key FILE): without a key no signature is verified")
 			}
 		}
 	}
 	if c.SigningAlg != "" && !keys.IsSupportedAlgorithm(c.SigningAlg) {
-		add("signingAlg", "%q is not an algorithm OPA verifies: use RS256, RS384, RS512, PS256, PS384, PS512, ES256, ES384, ES512, HS256, HS384 or HS512", c.SigningAlg)
+		v.Add("signingAlg", "%q is not an algorithm OPA verifies: use RS256, RS384, RS512, PS256, PS384, PS512, ES256, ES384, ES512, HS256, HS384 or HS512", c.SigningAlg)
 	}
 	if len(c.OPA) > 0 {
 		if _, err := c.opaConfig(); err != nil {
-			add("opa", "%v", err)
+			v.Add("opa", "%v", err)
 		}
 		if _, err := c.Tracing(); err != nil {
-			errs = append(errs, err) // each line names its opa.distributed_tracing key
+			v.Include(err) // each line names its opa.distributed_tracing key
 		}
 	}
-	return errors.Join(errs...)
+	return v.Err()
 }
 
 // opaRaw is the opa section as the JSON document OPA's plugin manager reads.

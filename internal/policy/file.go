@@ -19,9 +19,9 @@ import (
 	"github.com/authz-dev/authz/internal/decision"
 )
 
-// ReadBundle reads a bundle file or directory as `opa run --bundle` does, verifying its
+// readBundle reads a bundle file or directory as `opa run --bundle` does, verifying its
 // signature with vc when vc is not nil (every file must be covered by the signature).
-func ReadBundle(path string, vc *bundle.VerificationConfig) (*bundle.Bundle, error) {
+func readBundle(path string, vc *bundle.VerificationConfig) (*bundle.Bundle, error) {
 	fl := loader.NewFileLoader().WithProcessAnnotation(true).WithRegoVersion(ast.RegoV1)
 	if vc != nil {
 		fl = fl.WithBundleVerificationConfig(vc)
@@ -35,34 +35,14 @@ func ReadBundle(path string, vc *bundle.VerificationConfig) (*bundle.Bundle, err
 	return b, nil
 }
 
-// CompileBundle compiles and checks a bundle into a policy under its manifest revision (a
+// compileBundle compiles and checks a bundle into a policy under its manifest revision (a
 // digest of its content when it has none).
-func CompileBundle(b *bundle.Bundle) (*decision.Policy, error) {
+func compileBundle(b *bundle.Bundle) (*decision.Policy, error) {
 	mods := make(map[string]*ast.Module, len(b.Modules))
 	for _, m := range b.Modules {
 		mods[m.Path] = m.Parsed
 	}
 	return decision.CompileModules(mods, b.Data, bundleRevision(b))
-}
-
-// LoadBundle reads, verifies, compiles and checks the bundle of cfg (for `authz decide`).
-func LoadBundle(cfg Config) (*decision.Policy, error) {
-	if err := cfg.Validate(); err != nil {
-		return nil, err
-	}
-	vc, err := cfg.verification()
-	if err != nil {
-		return nil, &coded.Error{Code: coded.PolicyBundleLoad, Err: err}
-	}
-	b, err := ReadBundle(cfg.Bundle, vc)
-	if err != nil {
-		return nil, &coded.Error{Code: coded.PolicyBundleLoad, Err: fmt.Errorf("%s: %w", cfg.Bundle, err)}
-	}
-	p, err := CompileBundle(b)
-	if err != nil {
-		return nil, &coded.Error{Code: coded.PolicyBundleCheck, Err: fmt.Errorf("%s: %w", cfg.Bundle, err)}
-	}
-	return p, nil
 }
 
 // loadFile reads the bundle file or directory and activates it; on any failure the active
@@ -87,13 +67,13 @@ func (s *Source) loadFile(ctx context.Context) error {
 		}
 		return e
 	}
-	b, err := ReadBundle(path, s.vc)
+	b, err := readBundle(path, s.vc)
 	if err != nil {
 		return fail(coded.PolicyBundleLoad, err)
 	}
 	st.SetDownloadSuccess()
 	st.Type = b.Type()
-	p, err := CompileBundle(b)
+	p, err := compileBundle(b)
 	if err != nil {
 		return fail(coded.PolicyBundleCheck, err)
 	}

@@ -15,6 +15,7 @@ import (
 	"github.com/authz-dev/authz/internal/decision"
 	"github.com/authz-dev/authz/internal/policy/policytest"
 	"github.com/authz-dev/authz/internal/snapshot"
+	"github.com/authz-dev/authz/internal/testutil"
 )
 
 func TestMain(m *testing.M) {
@@ -60,7 +61,7 @@ func TestFileBundleSignatureShapesRefused(t *testing.T) {
 		t.Run(layout, func(t *testing.T) {
 			a, _ := policytest.Keys(t)
 			dir := t.TempDir()
-			pub := policytest.WriteFile(t, dir, "key.pem", a.Public)
+			pub := testutil.WriteFile(t, dir, "key.pem", a.Public)
 			path := filepath.Join(dir, "bundle.tar.gz")
 			if layout == "directory" {
 				path = filepath.Join(dir, "bundle")
@@ -144,7 +145,7 @@ func TestFileBundleRefusedAtStartLeavesNoPolicy(t *testing.T) {
 	path := filepath.Join(dir, "bundle.tar.gz")
 	require.NoError(t, os.WriteFile(path, policytest.MakeBundle(t, policytest.BundleSpec{Revision: "unsigned"}), 0o600))
 	eng := decision.NewEmpty(decision.Options{})
-	src, err := New(Config{Bundle: path, VerificationKey: policytest.WriteFile(t, dir, "key.pem", a.Public)}, eng, Options{})
+	src, err := New(Config{Bundle: path, VerificationKey: testutil.WriteFile(t, dir, "key.pem", a.Public)}, eng, Options{})
 	require.NoError(t, err)
 	require.Error(t, src.Start(t.Context()), "an unsigned bundle must not start the service")
 	assert.False(t, src.Ready())
@@ -164,13 +165,13 @@ func TestWatchedBundleDirectoryEditTakesEffect(t *testing.T) {
 	require.Equal(t, "M1", doc.Code)
 
 	// A broken edit is refused and the policy stays; the fix then takes effect.
-	policytest.WriteFile(t, dir, "authz/decision.rego", "package authz\n\ndecision if { broken }\n")
+	testutil.WriteFile(t, dir, "authz/decision.rego", "package authz\n\ndecision if { broken }\n")
 	policytest.WaitFor(t, "the broken edit to be refused", 10*time.Second, func() bool { return src.Status().LastError != "" })
 	doc, err = eng.Evaluate(t.Context(), snapshot.Input{})
 	require.NoError(t, err)
 	require.Equal(t, "M1", doc.Code)
 
-	policytest.WriteFile(t, dir, "authz/decision.rego", policytest.MarkerModules("M2")["authz/decision.rego"])
+	testutil.WriteFile(t, dir, "authz/decision.rego", policytest.MarkerModules("M2")["authz/decision.rego"])
 	policytest.WaitFor(t, "the edit to take effect", 10*time.Second, func() bool {
 		doc, err := eng.Evaluate(t.Context(), snapshot.Input{})
 		return err == nil && doc.Code == "M2"
@@ -192,7 +193,7 @@ func TestEmbeddedSourceKeepsTheEmbeddedRevision(t *testing.T) {
 
 func TestConfigValidate(t *testing.T) {
 	dir := t.TempDir()
-	bundlePath := policytest.WriteFile(t, dir, "b.tar.gz", "x")
+	bundlePath := testutil.WriteFile(t, dir, "b.tar.gz", "x")
 	for _, tc := range []struct {
 		name string
 		cfg  Config

@@ -19,6 +19,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 
 	"github.com/authz-dev/authz/internal/coded"
+	"github.com/authz-dev/authz/internal/configcheck"
 )
 
 // Authentication modes (authentication.mode, --authentication), as OPA names them.
@@ -270,32 +271,32 @@ func tlsServerConfig(cfg Config) (*tls.Config, error) {
 }
 
 // validate checks the authentication block; add reports a field's problem.
-func (c AuthConfig) validate(tlsOn bool, add func(field, format string, args ...any)) {
+func (c AuthConfig) validate(tlsOn bool, v *configcheck.Problems) {
 	switch c.mode() {
 	case AuthOff:
 	case AuthToken:
 		if c.TokensFile == "" {
-			add("authentication.tokensFile", "needed with authentication.mode %s: a file of bearer tokens and their scopes", AuthToken)
+			v.Add("authentication.tokensFile", "needed with authentication.mode %s: a file of bearer tokens and their scopes", AuthToken)
 		}
 	case AuthTLS:
 		if !tlsOn {
-			add("authentication.mode", "%s needs tls.cert and tls.key: client certificates are checked in the TLS handshake", AuthTLS)
+			v.Add("authentication.mode", "%s needs tls.cert and tls.key: client certificates are checked in the TLS handshake", AuthTLS)
 		}
 		if c.ClientCAFile == "" {
-			add("authentication.clientCAFile", "needed with authentication.mode %s: the PEM CA certificate(s) that sign client certificates", AuthTLS)
+			v.Add("authentication.clientCAFile", "needed with authentication.mode %s: the PEM CA certificate(s) that sign client certificates", AuthTLS)
 		}
 	default:
-		add("authentication.mode", "must be %s, %s or %s; got %q", AuthOff, AuthToken, AuthTLS, c.Mode)
+		v.Add("authentication.mode", "must be %s, %s or %s; got %q", AuthOff, AuthToken, AuthTLS, c.Mode)
 	}
 	if c.mode() != AuthToken && c.TokensFile != "" {
-		add("authentication.tokensFile", "is used only with authentication.mode %s", AuthToken)
+		v.Add("authentication.tokensFile", "is used only with authentication.mode %s", AuthToken)
 	}
 	if c.mode() != AuthTLS && c.ClientCAFile != "" {
-		add("authentication.clientCAFile", "is used only with authentication.mode %s", AuthTLS)
+		v.Add("authentication.clientCAFile", "is used only with authentication.mode %s", AuthTLS)
 	}
 	for i, h := range c.AllowedHosts {
 		if h == "" || (strings.ContainsAny(h, ":/ []") && net.ParseIP(h) == nil) {
-			add(fmt.Sprintf("authentication.allowedHosts[%d]", i), "must be a host name or IP address without port or scheme, or *; got %q", h)
+			v.Add(fmt.Sprintf("authentication.allowedHosts[%d]", i), "must be a host name or IP address without port or scheme, or *; got %q", h)
 		}
 	}
 }

@@ -14,6 +14,7 @@ import (
 	"github.com/authz-dev/authz/internal/coded"
 	"github.com/authz-dev/authz/internal/server"
 	"github.com/authz-dev/authz/internal/snapshot"
+	"github.com/authz-dev/authz/internal/testutil"
 )
 
 // An endpoint is reached only by its path as written: a percent-encoded separator or letter
@@ -119,7 +120,7 @@ func TestServedFactsReplayEveryDecision(t *testing.T) {
 			replayed, _, err := testEngine(t).Decide(t.Context(), req, replayFacts)
 			require.NoError(t, err)
 			got := live.json(t)
-			want := toMap(t, replayed)
+			want := testutil.JSONObject(t, replayed)
 			for _, k := range []string{"allow", "code", "message", "reasons", "capabilities"} {
 				assert.Equal(t, want[k], got[k], k)
 			}
@@ -127,15 +128,6 @@ func TestServedFactsReplayEveryDecision(t *testing.T) {
 	}
 	assert.Equal(t, false, post(t, url+"/v1/authorize", requests["duplex on the disabled plugin"]).json(t)["allow"],
 		"the plugin the decisions read is disabled")
-}
-
-func toMap(t testing.TB, v any) map[string]any {
-	t.Helper()
-	b, err := json.Marshal(v)
-	require.NoError(t, err)
-	var m map[string]any
-	require.NoError(t, json.Unmarshal(b, &m))
-	return m
 }
 
 // A masked value is masked everywhere it appears in the decision log line: in the input's
@@ -163,9 +155,9 @@ func TestDecisionLogMasksEveryCopy(t *testing.T) {
 	require.Len(t, lines, 1)
 	in := lines[0]["input"].(map[string]any)
 	resolved := in["resolved"].(map[string]any)
-	assert.Equal(t, server.MaskedValue, resolved["driver"], "copy of lease.metadata.driver")
-	assert.Equal(t, server.MaskedValue, resolved["providerKey"], "copy of environment.config.provider")
-	assert.Equal(t, server.MaskedValue, in["environment"].(map[string]any)["config"])
+	assert.Equal(t, masked, resolved["driver"], "copy of lease.metadata.driver")
+	assert.Equal(t, masked, resolved["providerKey"], "copy of environment.config.provider")
+	assert.Equal(t, masked, in["environment"].(map[string]any)["config"])
 	assert.Equal(t, `Environment driver "[MASKED]" is not registered in the environment runtime yet.`,
 		lines[0]["result"].(map[string]any)["message"])
 	assert.Equal(t, "test.plugin", resolved["pluginId"], "values that were not masked stay")

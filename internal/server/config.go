@@ -1,18 +1,19 @@
 package server
 
 import (
-	"errors"
 	"fmt"
 	"net"
 	"strings"
 	"time"
+
+	"github.com/authz-dev/authz/internal/configcheck"
 )
 
 // Defaults of the server (docs/service.md, "Configuration").
 const (
-	DefaultAddr            = "127.0.0.1:8181"
-	DefaultMaxBodyBytes    = 1 << 20 // 1 MiB
-	DefaultShutdownTimeout = 15 * time.Second
+	defaultAddr            = "127.0.0.1:8181"
+	defaultMaxBodyBytes    = 1 << 20 // 1 MiB
+	defaultShutdownTimeout = 15 * time.Second
 )
 
 // Config is what the HTTP server reads: its address, TLS, access control, request limits and
@@ -89,15 +90,15 @@ type LimitsConfig struct {
 
 // Defaults of LimitsConfig.
 const (
-	DefaultMaxConnections = 256
-	DefaultFDReserve      = 64
-	DefaultMaxReading     = 32
-	DefaultMaxDeciding    = 4
-	DefaultQueueWait      = time.Second
+	defaultMaxConnections = 256
+	defaultFDReserve      = 64
+	defaultMaxReading     = 32
+	defaultMaxDeciding    = 4
+	defaultQueueWait      = time.Second
 )
 
 // validateLimits checks the Limits block.
-func (c Config) validateLimits(add func(field, format string, args ...any)) {
+func (c Config) validateLimits(v *configcheck.Problems) {
 	for _, f := range []struct {
 		field string
 		v     int
@@ -107,17 +108,17 @@ func (c Config) validateLimits(add func(field, format string, args ...any)) {
 		{"limits.maxDeciding", c.Limits.MaxDeciding},
 	} {
 		if f.v <= 0 {
-			add(f.field, "must be a positive number, got %d", f.v)
+			v.Add(f.field, "must be a positive number, got %d", f.v)
 		}
 	}
 	if c.Limits.FDReserve < 16 {
-		add("limits.fdReserve", "must be at least 16 (plugin restarts need descriptors), got %d", c.Limits.FDReserve)
+		v.Add("limits.fdReserve", "must be at least 16 (plugin restarts need descriptors), got %d", c.Limits.FDReserve)
 	}
 	if c.Limits.MaxDeciding > c.Limits.MaxReading && c.Limits.MaxReading > 0 {
-		add("limits.maxDeciding", "must not be more than limits.maxReading (%d): a request is decided only after it was admitted to be read", c.Limits.MaxReading)
+		v.Add("limits.maxDeciding", "must not be more than limits.maxReading (%d): a request is decided only after it was admitted to be read", c.Limits.MaxReading)
 	}
 	if c.Limits.QueueWait <= 0 {
-		add("limits.queueWait", "must be a positive duration such as 1s, got %v", c.Limits.QueueWait)
+		v.Add("limits.queueWait", "must be a positive duration such as 1s, got %v", c.Limits.QueueWait)
 	}
 }
 
@@ -135,7 +136,7 @@ type DecisionLogConfig struct {
 	// DECISION_LOG_UNAVAILABLE instead of the decision.
 	Required bool `yaml:"required"`
 	// Mask lists JSON pointers into the log line, below /input, whose values are replaced by
-	// MaskedValue. A segment "*" matches every member of an object or element of an array.
+	// maskedValue. A segment "*" matches every member of an object or element of an array.
 	Mask []string `yaml:"mask"`
 }
 
@@ -152,13 +153,13 @@ type HTTPConfig struct {
 // out: 127.0.0.1:8181, no TLS, no authentication, no decision log.
 func DefaultConfig() Config {
 	return Config{
-		Addr: DefaultAddr,
+		Addr: defaultAddr,
 		DecisionLog: DecisionLogConfig{
 			// Sandbox provider configs commonly carry credentials.
 			Mask: []string{"/input/environment/config"},
 		},
-		MaxBodyBytes:    DefaultMaxBodyBytes,
-		ShutdownTimeout: DefaultShutdownTimeout,
+		MaxBodyBytes:    defaultMaxBodyBytes,
+		ShutdownTimeout: defaultShutdownTimeout,
 		HTTP: HTTPConfig{
 			ReadHeaderTimeout: 5 * time.Second,
 			ReadTimeout:       10 * time.Second,
@@ -168,11 +169,11 @@ func DefaultConfig() Config {
 		},
 		Authentication: AuthConfig{Mode: AuthOff},
 		Limits: LimitsConfig{
-			MaxConnections: DefaultMaxConnections,
-			FDReserve:      DefaultFDReserve,
-			MaxReading:     DefaultMaxReading,
-			MaxDeciding:    DefaultMaxDeciding,
-			QueueWait:      DefaultQueueWait,
+			MaxConnections: defaultMaxConnections,
+			FDReserve:      defaultFDReserve,
+			MaxReading:     defaultMaxReading,
+			MaxDeciding:    defaultMaxDeciding,
+			QueueWait:      defaultQueueWait,
 		},
 	}
 }
@@ -180,48 +181,45 @@ func DefaultConfig() Config {
 // Validate checks the configuration. Every problem is reported, one per line, each naming its
 // field the way the YAML file spells it (e.g. "tls.key: must be set together with tls.cert").
 func (c Config) Validate() error {
-	var errs []error
-	add := func(field, format string, args ...any) {
-		errs = append(errs, fmt.Errorf("%s: %s", field, fmt.Sprintf(format, args...)))
-	}
-	c.validateListener(add)
-	c.Authentication.validate(c.TLS.Cert != "" && c.TLS.Key != "", add)
-	c.DecisionLog.validate(add)
-	c.validateHTTP(add)
-	c.validateLimits(add)
-	return errors.Join(errs...)
+	v := &configcheck.Problems{}
+	c.validateListener(v)
+	c.Authentication.validate(c.TLS.Cert != "" && c.TLS.Key != "", v)
+	c.DecisionLog.validate(v)
+	c.validateHTTP(v)
+	c.validateLimits(v)
+	return v.Err()
 }
 
 // validateListener checks the address and the TLS pair.
-func (c Config) validateListener(add func(field, format string, args ...any)) {
-	if _, _, err := ParseAddr(c.Addr); err != nil {
-		add("addr", "%v", err)
+func (c Config) validateListener(v *configcheck.Problems) {
+	if _, _, err := parseAddr(c.Addr); err != nil {
+		v.Add("addr", "%v", err)
 	}
 	if (c.TLS.Cert == "") != (c.TLS.Key == "") {
 		if c.TLS.Cert == "" {
-			add("tls.cert", "must be set together with tls.key")
+			v.Add("tls.cert", "must be set together with tls.key")
 		} else {
-			add("tls.key", "must be set together with tls.cert")
+			v.Add("tls.key", "must be set together with tls.cert")
 		}
 	}
 }
 
 // validate checks the masks and that a required log has a destination.
-func (c DecisionLogConfig) validate(add func(field, format string, args ...any)) {
+func (c DecisionLogConfig) validate(v *configcheck.Problems) {
 	for i, m := range c.Mask {
 		if _, err := parseMask(m); err != nil {
-			add(fmt.Sprintf("decisionLog.mask[%d]", i), "%v", err)
+			v.Add(fmt.Sprintf("decisionLog.mask[%d]", i), "%v", err)
 		}
 	}
 	if c.Required && c.Path == "" {
-		add("decisionLog.required", "needs decisionLog.path (a file, or - for stderr)")
+		v.Add("decisionLog.required", "needs decisionLog.path (a file, or - for stderr)")
 	}
 }
 
 // validateHTTP checks the body limit, the time-outs and the header limit.
-func (c Config) validateHTTP(add func(field, format string, args ...any)) {
+func (c Config) validateHTTP(v *configcheck.Problems) {
 	if c.MaxBodyBytes <= 0 {
-		add("maxBodyBytes", "must be positive, got %d", c.MaxBodyBytes)
+		v.Add("maxBodyBytes", "must be positive, got %d", c.MaxBodyBytes)
 	}
 	for _, p := range []struct {
 		field string
@@ -234,17 +232,17 @@ func (c Config) validateHTTP(add func(field, format string, args ...any)) {
 		{"http.idleTimeout", c.HTTP.IdleTimeout},
 	} {
 		if p.d <= 0 {
-			add(p.field, "must be a positive duration such as 5s, got %v", p.d)
+			v.Add(p.field, "must be a positive duration such as 5s, got %v", p.d)
 		}
 	}
 	if c.HTTP.MaxHeaderBytes < 1024 {
-		add("http.maxHeaderBytes", "must be at least 1024, got %d", c.HTTP.MaxHeaderBytes)
+		v.Add("http.maxHeaderBytes", "must be at least 1024, got %d", c.HTTP.MaxHeaderBytes)
 	}
 }
 
-// ParseAddr splits a listen address into a network ("tcp" or "unix") and an address:
+// parseAddr splits a listen address into a network ("tcp" or "unix") and an address:
 // "host:port" or "unix:///absolute/path".
-func ParseAddr(addr string) (network, address string, err error) {
+func parseAddr(addr string) (network, address string, err error) {
 	if rest, ok := strings.CutPrefix(addr, "unix://"); ok {
 		if !strings.HasPrefix(rest, "/") {
 			return "", "", fmt.Errorf("%q: a unix socket address is unix:///absolute/path", addr)

@@ -16,8 +16,8 @@ import (
 	"github.com/authz-dev/authz/internal/decision"
 )
 
-// MaskedValue replaces every masked value in the decision log.
-const MaskedValue = "[MASKED]"
+// maskedValue replaces every masked value in the decision log.
+const maskedValue = "[MASKED]"
 
 // logEntry is one line of the decision log.
 type logEntry struct {
@@ -285,7 +285,7 @@ func maskEntry(e logEntry, masks [][]string) logEntry {
 	}
 	e.Input = maskCopies(e.Input, secrets)
 	for s := range secrets {
-		e.Result.Message = strings.ReplaceAll(e.Result.Message, s, MaskedValue)
+		e.Result.Message = strings.ReplaceAll(e.Result.Message, s, maskedValue)
 	}
 	return e
 }
@@ -336,7 +336,7 @@ func collectStrings(v any, into map[string]struct{}) {
 	}
 }
 
-// maskCopies returns v with every string in secrets replaced by MaskedValue. Like maskValue it
+// maskCopies returns v with every string in secrets replaced by maskedValue. Like maskValue it
 // never modifies v: the objects and arrays on the way to a replaced value are copied.
 func maskCopies(v any, secrets map[string]struct{}) any {
 	out, _ := maskCopiesChanged(v, secrets)
@@ -347,7 +347,7 @@ func maskCopiesChanged(v any, secrets map[string]struct{}) (any, bool) {
 	switch t := v.(type) {
 	case string:
 		if _, ok := secrets[t]; ok {
-			return MaskedValue, true
+			return maskedValue, true
 		}
 	case map[string]any:
 		var out map[string]any
@@ -403,12 +403,12 @@ func parseMask(p string) ([]string, error) {
 	return segs, nil
 }
 
-// maskValue returns v with the value at path replaced by MaskedValue. It never modifies v:
+// maskValue returns v with the value at path replaced by maskedValue. It never modifies v:
 // the objects and arrays along the path are copied (the input shares maps with the request
 // and with the live facts). A path that does not exist leaves v as it is.
 func maskValue(v any, path []string) any {
 	if len(path) == 0 {
-		return MaskedValue
+		return maskedValue
 	}
 	seg, rest := path[0], path[1:]
 	switch t := v.(type) {

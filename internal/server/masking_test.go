@@ -25,10 +25,10 @@ func TestNewMasker(t *testing.T) {
 	doc := decision.Document{Code: "X", Message: `provider "daytona" is not usable`}
 	gotIn, gotDoc := mask(input, doc)
 	assert.Equal(t, map[string]any{
-		"environment": map[string]any{"config": server.MaskedValue},
-		"resolved":    map[string]any{"providerKey": server.MaskedValue},
+		"environment": map[string]any{"config": masked},
+		"resolved":    map[string]any{"providerKey": masked},
 	}, gotIn)
-	assert.Equal(t, `provider "`+server.MaskedValue+`" is not usable`, gotDoc.Message)
+	assert.Equal(t, `provider "`+masked+`" is not usable`, gotDoc.Message)
 	assert.Equal(t, "daytona", input["resolved"].(map[string]any)["providerKey"], "the input is not modified")
 	assert.Contains(t, doc.Message, "daytona")
 }

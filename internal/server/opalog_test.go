@@ -111,7 +111,7 @@ func TestOPADecisionLogsBesideTheLocalLog(t *testing.T) {
 	in := ev["input"].(map[string]any)
 	_, hasID := in["lease"].(map[string]any)["id"]
 	assert.False(t, hasID, "system.log.mask removed /input/lease/id")
-	assert.Equal(t, server.MaskedValue, in["environment"].(map[string]any)["config"], "the local masks apply too")
+	assert.Equal(t, masked, in["environment"].(map[string]any)["config"], "the local masks apply too")
 	assert.Contains(t, out.String(), id, "console: true prints the event in the service log")
 	assert.Contains(t, local.String(), id, "the local decision log has the decision too")
 }

@@ -115,9 +115,6 @@ func New(cfg Config, d Decider, facts FactsSource, opts Options) (*Server, error
 	return s, nil
 }
 
-// Handler is the HTTP API, for tests and for mounting in another server.
-func (s *Server) Handler() http.Handler { return s.handler }
-
 // Close closes the decision log file the server opened. Call it after Serve returned.
 func (s *Server) Close() error { return s.dlog.close() }
 
@@ -207,7 +204,7 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 // Listen opens a listener for "host:port" or "unix:///path". A stale unix socket (a socket
 // file nobody answers on) is replaced; a live one or any other file is an error.
 func Listen(addr string) (net.Listener, error) {
-	network, address, err := ParseAddr(addr)
+	network, address, err := parseAddr(addr)
 	if err != nil {
 		return nil, fmt.Errorf("addr: %w", err)
 	}

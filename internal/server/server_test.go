@@ -34,6 +34,9 @@ func TestMain(m *testing.M) {
 	goleak.VerifyTestMain(m)
 }
 
+// masked is what the decision log writes in place of a masked value.
+const masked = "[MASKED]"
+
 var engine = sync.OnceValues(func() (*decision.Engine, error) {
 	return decision.New(context.Background(), decision.Options{EvalTimeout: 5 * time.Second})
 })
@@ -692,11 +695,11 @@ func TestDecisionLog(t *testing.T) {
 
 	in := l["input"].(map[string]any)
 	md := in["lease"].(map[string]any)["metadata"].(map[string]any)
-	assert.Equal(t, server.MaskedValue, md["token"], "masked by configuration")
+	assert.Equal(t, masked, md["token"], "masked by configuration")
 	assert.Equal(t, "test.plugin", md["pluginId"], "other fields are kept")
-	assert.Equal(t, server.MaskedValue, in["environment"].(map[string]any)["config"], "masked by default")
-	assert.Equal(t, []any{"sh", "-c", server.MaskedValue}, in["command"])
-	assert.Equal(t, server.MaskedValue, in["facts"].(map[string]any)["plugin"].(map[string]any)["key"])
+	assert.Equal(t, masked, in["environment"].(map[string]any)["config"], "masked by default")
+	assert.Equal(t, []any{"sh", "-c", masked}, in["command"])
+	assert.Equal(t, masked, in["facts"].(map[string]any)["plugin"].(map[string]any)["key"])
 	assert.Contains(t, in, "resolved")
 	assert.Contains(t, in, "narrowing")
 

@@ -14,6 +14,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 	"go.yaml.in/yaml/v3"
 
+	"github.com/authz-dev/authz/internal/configcheck"
 	"github.com/authz-dev/authz/internal/pluginhost"
 	"github.com/authz-dev/authz/internal/policy"
 	"github.com/authz-dev/authz/internal/server"
@@ -145,26 +146,26 @@ func (c Config) Resolve() (Config, error) {
 // spells it (e.g. "plugins[0].sha256: must be 64 hex characters"). Plugin paths must have
 // been resolved (Resolve).
 func (c Config) Validate() error {
-	errs := []error{c.Server.Validate(), c.Host.Validate(), c.Policy.Validate()}
-	add := func(field, format string, args ...any) {
-		errs = append(errs, fmt.Errorf("%s: %s", field, fmt.Sprintf(format, args...)))
-	}
+	v := &configcheck.Problems{}
+	v.Include(c.Server.Validate())
+	v.Include(c.Host.Validate())
+	v.Include(c.Policy.Validate())
 	if c.Decision.Cache != "on" && c.Decision.Cache != "off" {
-		add("decisionCache", "must be on or off, got %q", c.Decision.Cache)
+		v.Add("decisionCache", "must be on or off, got %q", c.Decision.Cache)
 	}
 	if c.Decision.EvalTimeout <= 0 {
-		add("evalTimeout", "must be a positive duration such as 5s, got %v", c.Decision.EvalTimeout)
+		v.Add("evalTimeout", "must be a positive duration such as 5s, got %v", c.Decision.EvalTimeout)
 	}
 	if hclog.LevelFromString(c.Log.Level) == hclog.NoLevel {
-		add("log.level", "must be one of trace, debug, info, warn, error, off; got %q", c.Log.Level)
+		v.Add("log.level", "must be one of trace, debug, info, warn, error, off; got %q", c.Log.Level)
 	}
-	c.validateTimeouts(add)
-	return errors.Join(errs...)
+	c.validateTimeouts(v)
+	return v.Err()
 }
 
 // validateTimeouts relates the decision's time-out to the driver's config check inside it and
 // to the time the server gives a response.
-func (c Config) validateTimeouts(add func(field, format string, args ...any)) {
+func (c Config) validateTimeouts(v *configcheck.Problems) {
 	eval := c.Decision.EvalTimeout
 	if eval <= 0 {
 		return
@@ -174,10 +175,10 @@ func (c Config) validateTimeouts(add func(field, format string, args ...any)) {
 		check = pluginhost.DefaultConfigCheckTimeout
 	}
 	if check >= eval {
-		add("configCheckTimeout", "must be shorter than evalTimeout (%v), or a slow driver config check would use up the whole decision and every such decision would fail with EVAL_TIMEOUT", eval)
+		v.Add("configCheckTimeout", "must be shorter than evalTimeout (%v), or a slow driver config check would use up the whole decision and every such decision would fail with EVAL_TIMEOUT", eval)
 	}
 	if w := c.Server.HTTP.WriteTimeout; w > 0 && w <= eval {
-		add("http.writeTimeout", "must be longer than evalTimeout (%v), or a slow decision could never be answered", eval)
+		v.Add("http.writeTimeout", "must be longer than evalTimeout (%v), or a slow decision could never be answered", eval)
 	}
 }
 

@@ -2,8 +2,6 @@ package service_test
 
 import (
 	"context"
-	"encoding/json"
-	"errors"
 	"io"
 	"net"
 	"net/http"
@@ -36,51 +34,15 @@ func loopback(t testing.TB) net.Listener {
 
 // startRun runs the service of cfg on a loopback listener until the test stops it; stop
 // cancels its context and returns Run's error (or fails when Run does not return in time).
-func startRun(t *testing.T, cfg service.Config, log io.Writer) (base string, stop func() error) {
+func startRun(t testing.TB, cfg service.Config, log io.Writer) (base string, stop func() error) {
 	t.Helper()
 	ln := loopback(t)
-	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
-	errc := make(chan error, 1)
-	go func() { errc <- service.Run(ctx, cfg, service.Options{LogOutput: log, Listener: ln}) }()
-	stopped := false
-	var err error
-	stop = func() error {
-		if !stopped {
-			stopped = true
-			cancel()
-			select {
-			case err = <-errc:
-			case <-time.After(30 * time.Second):
-				err = errors.New("Run did not return within 30s of its context ending")
-			}
-		}
-		return err
-	}
-	t.Cleanup(func() { _ = stop() })
+	stop = testutil.RunUntilStopped(t, "Run", 30*time.Second, func(ctx context.Context) error {
+		ctx, cancel := context.WithTimeout(ctx, time.Minute)
+		defer cancel()
+		return service.Run(ctx, cfg, service.Options{LogOutput: log, Listener: ln})
+	})
 	return "http://" + ln.Addr().String(), stop
-}
-
-func getJSON(t testing.TB, c *http.Client, url string) (int, map[string]any) {
-	t.Helper()
-	resp, err := c.Get(url)
-	require.NoError(t, err)
-	defer resp.Body.Close()
-	var doc map[string]any
-	require.NoError(t, json.NewDecoder(resp.Body).Decode(&doc))
-	return resp.StatusCode, doc
-}
-
-// assertLogOrder checks that each message appears in the log, in this order.
-func assertLogOrder(t testing.TB, log string, messages ...string) {
-	t.Helper()
-	at := 0
-	for _, m := range messages {
-		i := strings.Index(log[at:], m)
-		if !assert.GreaterOrEqual(t, i, 0, "%q should come after the messages before it; log:\n%s", m, log) {
-			return
-		}
-		at += i + len(m)
-	}
 }
 
 // TestRun serves the composed service on loopback, with static facts and with a live plugin
@@ -114,16 +76,9 @@ func TestRun(t *testing.T) {
 			log := &testutil.SyncBuffer{}
 			base, stop := startRun(t, cfg, log)
 			c := &http.Client{Timeout: 10 * time.Second}
-			require.Eventually(t, func() bool {
-				resp, err := c.Get(base + "/health/ready")
-				if err != nil {
-					return false
-				}
-				resp.Body.Close()
-				return resp.StatusCode == http.StatusOK
-			}, 30*time.Second, 20*time.Millisecond, "never ready; log:\n%s", log)
+			testutil.WaitReady(t, c, base, 30*time.Second, log)
 
-			status, plugins := getJSON(t, c, base+"/v1/plugins")
+			status, plugins := testutil.GetJSON(t, c, base+"/v1/plugins")
 			require.Equal(t, http.StatusOK, status)
 			assert.Len(t, plugins["plugins"], tt.wantPlugins)
 
@@ -141,7 +96,7 @@ func TestRun(t *testing.T) {
 			c.CloseIdleConnections()
 
 			require.NoError(t, stop())
-			assertLogOrder(t, log.String(), tt.wantLog...)
+			testutil.AssertLogOrder(t, log.String(), tt.wantLog...)
 			logged, err := os.ReadFile(cfg.Server.DecisionLog.Path)
 			require.NoError(t, err)
 			assert.Contains(t, string(logged), `"decision_id"`, "the decision was logged")
@@ -207,10 +162,10 @@ func TestRunNotReadyWhilePluginsHaveNotStarted(t *testing.T) {
 		return strings.Contains(log.String(), "plugins have not started yet")
 	}, 30*time.Second, 20*time.Millisecond, "log:\n%s", log)
 	assert.Contains(t, log.String(), "not ready yet: never.ready (status ")
-	status, doc := getJSON(t, c, base+"/health/ready")
+	status, doc := testutil.GetJSON(t, c, base+"/health/ready")
 	assert.Equal(t, http.StatusServiceUnavailable, status)
 	assert.Equal(t, false, doc["pluginsStarted"])
 	c.CloseIdleConnections()
 	require.NoError(t, stop())
-	assertLogOrder(t, log.String(), "HTTP server stopped", "stopping plugins", "plugins stopped", "stopped: exiting")
+	testutil.AssertLogOrder(t, log.String(), "HTTP server stopped", "stopping plugins", "plugins stopped", "stopped: exiting")
 }

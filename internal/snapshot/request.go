@@ -52,17 +52,17 @@ func ParseRequest(r io.Reader) (*Request, error) {
 			return nil, badRequest("request is not valid JSON: %v", err)
 		}
 	}
-	return RequestFromValue(doc)
+	return requestFromValue(doc)
 }
 
-// RequestFromValue checks a decoded JSON value (as encoding/json decodes into any, numbers as
+// requestFromValue checks a decoded JSON value (as encoding/json decodes into any, numbers as
 // json.Number or float64) and returns the request. The value's maps are used, not copied.
 //
 // The request is bounded (MaxRequestDepth, MaxRequestStringBytes). A number the policy engine
 // cannot represent (a binary exponent beyond what OPA accepts, such as 1e40000) is replaced, in
 // place, by the string of its literal: the policy reads no number of the request, so the
 // request is still decided, and the input document (and its log line) stays evaluable.
-func RequestFromValue(doc any) (*Request, error) {
+func requestFromValue(doc any) (*Request, error) {
 	top, ok := doc.(map[string]any)
 	if !ok {
 		return nil, badRequest("request must be a JSON object, got %s", typeName(doc))

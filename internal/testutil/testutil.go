@@ -5,16 +5,21 @@ package testutil
 import (
 	"bytes"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"net/http"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
 
@@ -72,9 +77,24 @@ func PostJSON(tb testing.TB, c *http.Client, url, body string) (int, map[string]
 	tb.Helper()
 	resp, err := c.Post(url, "application/json", strings.NewReader(body))
 	require.NoError(tb, err)
+	return decodeAnswer(tb, resp)
+}
+
+// GetJSON gets url and returns the status and the decoded JSON object of the answer.
+func GetJSON(tb testing.TB, c *http.Client, url string) (int, map[string]any) {
+	tb.Helper()
+	resp, err := c.Get(url)
+	require.NoError(tb, err)
+	return decodeAnswer(tb, resp)
+}
+
+func decodeAnswer(tb testing.TB, resp *http.Response) (int, map[string]any) {
+	tb.Helper()
 	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	require.NoError(tb, err)
 	var m map[string]any
-	require.NoError(tb, json.NewDecoder(resp.Body).Decode(&m))
+	require.NoError(tb, json.Unmarshal(body, &m), "status %d, body %s", resp.StatusCode, body)
 	return resp.StatusCode, m
 }
 
@@ -82,14 +102,67 @@ func PostJSON(tb testing.TB, c *http.Client, url, body string) (int, map[string]
 // does not.
 func WaitReady(tb testing.TB, c *http.Client, base string, timeout time.Duration, log fmt.Stringer) {
 	tb.Helper()
+	WaitOK(tb, c, base+"/health/ready", timeout, log)
+}
+
+// WaitOK waits up to timeout for GET url to answer 200; log is shown when it does not.
+func WaitOK(tb testing.TB, c *http.Client, url string, timeout time.Duration, log fmt.Stringer) {
+	tb.Helper()
 	require.Eventually(tb, func() bool {
-		resp, err := c.Get(base + "/health/ready")
+		resp, err := c.Get(url)
 		if err != nil {
 			return false
 		}
 		_ = resp.Body.Close()
 		return resp.StatusCode == http.StatusOK
-	}, timeout, 50*time.Millisecond, "never ready; log:\n%s", log)
+	}, timeout, 50*time.Millisecond, "%s never answered 200; log:\n%s", url, log)
+}
+
+// AssertLogOrder checks that each message appears in log, in this order.
+func AssertLogOrder(tb testing.TB, log string, messages ...string) {
+	tb.Helper()
+	at := 0
+	for _, m := range messages {
+		i := strings.Index(log[at:], m)
+		if !assert.GreaterOrEqual(tb, i, 0, "%q should come after the messages before it; log:\n%s", m, log) {
+			return
+		}
+		at += i + len(m)
+	}
+}
+
+// WriteFile writes content to dir/name (name may hold directories, made as needed) and returns
+// its path.
+func WriteFile(tb testing.TB, dir, name, content string) string {
+	tb.Helper()
+	p := filepath.Join(dir, name)
+	require.NoError(tb, os.MkdirAll(filepath.Dir(p), 0o755))
+	require.NoError(tb, os.WriteFile(p, []byte(content), 0o600))
+	return p
+}
+
+// CopyWithTrailer copies the program src to dir/name with trailer appended: the same program
+// under another pin. It returns the copy's path and hex SHA-256.
+func CopyWithTrailer(tb testing.TB, src, dir, name, trailer string) (path, sum string) {
+	tb.Helper()
+	b, err := os.ReadFile(src)
+	require.NoError(tb, err)
+	b = append(b, trailer...)
+	path = filepath.Join(dir, name)
+	require.NoError(tb, os.WriteFile(path, b, 0o700))
+	h := sha256.Sum256(b)
+	return path, hex.EncodeToString(h[:])
+}
+
+// JSONObject is v as encoding/json writes and reads it back: plain maps, slices, strings,
+// float64 numbers and booleans.
+func JSONObject(tb testing.TB, v any) map[string]any {
+	tb.Helper()
+	b, err := json.Marshal(v)
+	require.NoError(tb, err)
+	var m map[string]any
+	require.NoError(tb, json.Unmarshal(b, &m))
+	return m
 }
 
 // DecodeOneJSON reports whether b is exactly one JSON value, and decodes it into v with

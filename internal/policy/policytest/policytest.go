@@ -18,7 +18,6 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -31,6 +30,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/authz-dev/authz/internal/decision"
+	"github.com/authz-dev/authz/internal/testutil"
 	"github.com/authz-dev/authz/policies"
 )
 
@@ -49,12 +49,12 @@ var (
 func Keys(tb testing.TB) (a, b KeyPair) {
 	tb.Helper()
 	keysOnce.Do(func() {
-		keyA, keyB = NewKeyPair(tb), NewKeyPair(tb)
+		keyA, keyB = newKeyPair(tb), newKeyPair(tb)
 	})
 	return keyA, keyB
 }
 
-func NewKeyPair(tb testing.TB) KeyPair {
+func newKeyPair(tb testing.TB) KeyPair {
 	tb.Helper()
 	k, err := rsa.GenerateKey(rand.Reader, 2048)
 	require.NoError(tb, err)
@@ -64,15 +64,6 @@ func NewKeyPair(tb testing.TB) KeyPair {
 		Private: string(pem.EncodeToMemory(&pem.Block{Type: "RSA PRIVATE KEY", Bytes: x509.MarshalPKCS1PrivateKey(k)})),
 		Public:  string(pem.EncodeToMemory(&pem.Block{Type: "PUBLIC KEY", Bytes: pub})),
 	}
-}
-
-// WriteFile writes content to a new file in dir and returns its path.
-func WriteFile(tb testing.TB, dir, name, content string) string {
-	tb.Helper()
-	p := filepath.Join(dir, name)
-	require.NoError(tb, os.MkdirAll(filepath.Dir(p), 0o755))
-	require.NoError(tb, os.WriteFile(p, []byte(content), 0o600))
-	return p
 }
 
 // Signing says how a test bundle is signed; the zero value leaves it unsigned.
@@ -86,6 +77,7 @@ type Signing struct {
 // BundleSpec describes a test bundle.
 type BundleSpec struct {
 	Revision string
+	Roots    []string          // the manifest's roots; none (all of data) when nil
 	Modules  map[string]string // path → source; the embedded policy when nil
 	Data     map[string]any
 	Sign     Signing
@@ -110,11 +102,22 @@ func EmbeddedModules(tb testing.TB) map[string]string {
 // .tar.gz with data.json, the modules, .manifest and, when signed, .signatures.json.
 func MakeBundle(tb testing.TB, spec BundleSpec) []byte {
 	tb.Helper()
+	var buf bytes.Buffer
+	require.NoError(tb, bundle.NewWriter(&buf).Write(*NewBundle(tb, spec)))
+	return buf.Bytes()
+}
+
+// NewBundle is the bundle of spec, before it is written (see MakeBundle).
+func NewBundle(tb testing.TB, spec BundleSpec) *bundle.Bundle {
+	tb.Helper()
 	mods := spec.Modules
 	if mods == nil {
 		mods = EmbeddedModules(tb)
 	}
 	b := bundle.Bundle{Manifest: bundle.Manifest{Revision: spec.Revision}, Data: spec.Data}
+	if spec.Roots != nil {
+		b.Manifest.Roots = &spec.Roots
+	}
 	if b.Data == nil {
 		b.Data = map[string]any{}
 	}
@@ -132,7 +135,7 @@ func MakeBundle(tb testing.TB, spec BundleSpec) []byte {
 		}
 		claims := ""
 		if spec.Sign.Scope != "" {
-			claims = WriteFile(tb, tb.TempDir(), "claims.json", fmt.Sprintf(`{"scope": %q}`, spec.Sign.Scope))
+			claims = testutil.WriteFile(tb, tb.TempDir(), "claims.json", fmt.Sprintf(`{"scope": %q}`, spec.Sign.Scope))
 		}
 		require.NoError(tb, b.GenerateSignature(bundle.NewSigningConfig(spec.Sign.Key, alg, claims), spec.Sign.KeyID, false))
 	}
@@ -146,9 +149,7 @@ func MakeBundle(tb testing.TB, spec BundleSpec) []byte {
 	for p, src := range spec.Extra {
 		add(p, src)
 	}
-	var buf bytes.Buffer
-	require.NoError(tb, bundle.NewWriter(&buf).Write(b))
-	return buf.Bytes()
+	return &b
 }
 
 // Untar writes the files of a bundle .tar.gz into dir (a bundle directory).
@@ -165,7 +166,7 @@ func Untar(tb testing.TB, tgz []byte, dir string) {
 		require.NoError(tb, err)
 		b, err := io.ReadAll(tr)
 		require.NoError(tb, err)
-		WriteFile(tb, dir, strings.TrimPrefix(h.Name, "/"), string(b))
+		testutil.WriteFile(tb, dir, strings.TrimPrefix(h.Name, "/"), string(b))
 	}
 }
 
@@ -279,10 +280,10 @@ func WriteBundleDir(tb testing.TB, dir string, spec BundleSpec) {
 		signDir(tb, dir, sign)
 	}
 	for p, src := range tamper {
-		WriteFile(tb, dir, p, src)
+		testutil.WriteFile(tb, dir, p, src)
 	}
 	for p, src := range extra {
-		WriteFile(tb, dir, p, src)
+		testutil.WriteFile(tb, dir, p, src)
 	}
 }
 
@@ -321,11 +322,11 @@ func signDir(tb testing.TB, dir string, sign Signing) {
 	}
 	claims := ""
 	if sign.Scope != "" {
-		claims = WriteFile(tb, tb.TempDir(), "claims.json", fmt.Sprintf(`{"scope": %q}`, sign.Scope))
+		claims = testutil.WriteFile(tb, tb.TempDir(), "claims.json", fmt.Sprintf(`{"scope": %q}`, sign.Scope))
 	}
 	token, err := bundle.GenerateSignedToken(files, bundle.NewSigningConfig(sign.Key, alg, claims), sign.KeyID)
 	require.NoError(tb, err)
 	b, err := json.Marshal(map[string]any{"signatures": []string{token}})
 	require.NoError(tb, err)
-	WriteFile(tb, dir, ".signatures.json", string(b))
+	testutil.WriteFile(tb, dir, ".signatures.json", string(b))
 }

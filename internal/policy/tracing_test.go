@@ -142,7 +142,7 @@ func TestTracingConfigInvalid(t *testing.T) {
 		{"unknown type", "  distributed_tracing: {type: zipkin}\n", []string{`opa.distributed_tracing.type: "zipkin" is not a transport`}},
 		{"no type", "  distributed_tracing: {address: collector:4317}\n", []string{"opa.distributed_tracing.type: is not set"}},
 		{"unknown key", "  distributed_tracing: {type: grpc, adress: collector:4317}\n", []string{"opa.distributed_tracing.adress: is not a key"}},
-		{"unknown resource key", "  distributed_tracing: {type: grpc, resource: {service_verison: x}}\n", []string{"opa.distributed_tracing.resource.service_verison: is not a key"}},
+		{"unknown resource key", "  distributed_tracing: {type: grpc, resource: {service_vers: x}}\n", []string{"opa.distributed_tracing.resource.service_vers: is not a key"}},
 		{"unknown batch key", "  distributed_tracing: {type: grpc, batch_span_processor_options: {queue: 1}}\n", []string{"opa.distributed_tracing.batch_span_processor_options.queue: is not a key"}},
 		{"resource not a mapping", "  distributed_tracing: {type: grpc, resource: x}\n", []string{"opa.distributed_tracing.resource: is a string, want a mapping"}},
 		{"address with a scheme", "  distributed_tracing: {type: http, address: 'http://collector:4318'}\n", []string{"opa.distributed_tracing.address:", "give host:port"}},

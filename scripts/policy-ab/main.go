@@ -41,6 +41,7 @@ func main() {
 	readAST := flag.Bool("read-ast-values-from-store", false, "read base documents (data.json files) from the store as AST values, as `opa bench --read-ast-values-from-store` does")
 	cpuprofile := flag.String("cpuprofile", "", "write a CPU profile of the run to this file")
 	flag.Parse()
+	stopProfile := func() {}
 	if *cpuprofile != "" {
 		f, err := os.Create(*cpuprofile)
 		if err != nil {
@@ -51,14 +52,15 @@ func main() {
 			fmt.Fprintln(os.Stderr, "policy-ab:", err)
 			os.Exit(1)
 		}
-		defer func() {
+		stopProfile = func() {
 			pprof.StopCPUProfile()
 			_ = f.Close()
-		}()
+		}
 	}
-	if err := run(*input, *query, flag.Args(), *rounds, *batch, *readAST); err != nil {
+	err := run(*input, *query, flag.Args(), *rounds, *batch, *readAST)
+	stopProfile()
+	if err != nil {
 		fmt.Fprintln(os.Stderr, "policy-ab:", err)
-		pprof.StopCPUProfile()
 		os.Exit(1)
 	}
 }

@@ -38,9 +38,6 @@ type Config struct {
 
 	// staticFacts is the facts file, loaded by Validate, when Facts is set.
 	staticFacts *server.StaticFacts
-	// mask masks the decisions OPA's decision log records, as decisionLog.mask does the
-	// gate's own (by default /input/environment/config, which commonly carries credentials).
-	mask server.Masker
 }
 
 // fieldNames are the fields of plugins.authz, as the YAML and JSON spell them.
@@ -107,9 +104,6 @@ func parseConfig(raw []byte, startHost HostStarter) (*Config, error) {
 		return nil, renameConfigErr(err)
 	}
 	cfg := &Config{Config: sc}
-	if cfg.mask, err = server.NewMasker(sc.Server.DecisionLog.Mask); err != nil {
-		return nil, fmt.Errorf("%s.decisionLog.mask: %w", section, err)
-	}
 	switch {
 	case sc.Facts != "":
 		if cfg.staticFacts, err = server.LoadStaticFacts(sc.Facts); err != nil {

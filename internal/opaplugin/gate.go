@@ -1,14 +1,11 @@
 package opaplugin
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
 	"fmt"
 	"slices"
 	"strings"
 	"sync/atomic"
-	"time"
 
 	"github.com/open-policy-agent/opa/v1/ast"
 	"github.com/open-policy-agent/opa/v1/bundle"
@@ -19,12 +16,10 @@ import (
 	"github.com/open-policy-agent/opa/v1/storage"
 
 	"github.com/authz-dev/authz/internal/decision"
+	"github.com/authz-dev/authz/internal/policy"
 	"github.com/authz-dev/authz/internal/server"
 	"github.com/authz-dev/authz/internal/snapshot"
 )
-
-// decisionLogPath is the path of the gate's decisions in OPA's decision log.
-const decisionLogPath = "authz/decision"
 
 var entrypoint = ast.MustParseRef(decision.Query)
 
@@ -39,8 +34,6 @@ type gate struct {
 // settings are what the gate takes from the plugins.authz section.
 type settings struct {
 	opts decision.Options
-	// mask masks what OPA's decision log records as decisionLog.mask masks the gate's own.
-	mask server.Masker
 }
 
 // activePolicy is one prepared policy and the bundles it came from.
@@ -49,7 +42,10 @@ type activePolicy struct {
 	bundles map[string]opaserver.BundleInfo
 }
 
-var _ server.Decider = (*gate)(nil)
+var (
+	_ server.Decider           = (*gate)(nil)
+	_ server.OPADecisionLogger = (*gate)(nil)
+)
 
 func newGate(m *plugins.Manager) *gate {
 	g := &gate{m: m}
@@ -133,72 +129,25 @@ func activeRevision(ctx context.Context, store storage.Store, txn storage.Transa
 // Revision implements server.Decider: the prepared policy's revision, "" while none is.
 func (g *gate) Revision() string { return g.active.Load().engine.Revision() }
 
-// Decide implements server.Decider with the prepared policy (a decision that has begun ends
-// on the policy it began with), and records the decision in OPA's decision log when OPA has
-// one configured (decision_logs).
+// Decide implements server.Decider with the prepared policy: a decision that has begun ends
+// on the policy it began with.
 func (g *gate) Decide(ctx context.Context, req *snapshot.Request, facts snapshot.Facts) (decision.Document, snapshot.Input, error) {
-	start := time.Now()
-	pol := g.active.Load()
-	doc, in, err := pol.engine.Decide(ctx, req, facts)
-	if lp := logs.Lookup(g.m); lp != nil {
-		g.logDecision(context.WithoutCancel(ctx), lp, pol, start, req, doc, in, err)
-	}
-	return doc, in, err
+	return g.active.Load().engine.Decide(ctx, req, facts)
 }
 
-// logDecision hands one decision to OPA's decision log: the document the gate answers (the
-// fail-closed deny when the decision could not be evaluated), its input, revision and bundles.
-// OPA's log is best effort (it buffers, uploads in batches and may drop); the decision stands
-// whatever it does. The gate's own decisionLog, when required, is the one that holds answers
-// back.
-func (g *gate) logDecision(ctx context.Context, lp *logs.Plugin, pol *activePolicy, start time.Time, req *snapshot.Request, doc decision.Document, in snapshot.Input, evalErr error) {
-	if evalErr != nil {
-		failed := decision.FailedDocument(req.Operation)
-		failed.DecisionID, failed.Revision = doc.DecisionID, doc.Revision
-		doc = failed
-	}
-	if doc.Reasons == nil {
-		doc.Reasons = []string{}
-	}
-	input, err := asJSONValue(in)
-	var result any
-	if err == nil {
-		var masked any
-		masked, doc = g.settings.Load().mask(input, doc)
-		input = masked
-		result, err = asJSONValue(doc)
-	}
-	if err != nil {
-		g.m.Logger().WithFields(map[string]any{"decision_id": doc.DecisionID, "err": err}).Error("The gate's decision could not be written to the decision log.")
-		return
-	}
-	info := &opaserver.Info{
-		DecisionID: doc.DecisionID,
-		Revision:   doc.Revision,
-		Bundles:    pol.bundles,
-		Path:       decisionLogPath,
-		Timestamp:  start.UTC(),
-		Input:      &input,
-		Results:    &result,
-		Error:      evalErr,
-	}
-	withTrace(ctx, info)
-	if err := lp.Log(ctx, info); err != nil {
-		g.m.Logger().WithFields(map[string]any{"decision_id": doc.DecisionID, "err": err}).Error("The gate's decision could not be written to the decision log.")
-	}
-}
+// DecisionLogs implements server.OPADecisionLogger: whether OPA has decision_logs configured.
+func (g *gate) DecisionLogs() bool { return logs.Lookup(g.m) != nil }
 
-// asJSONValue turns v into the plain JSON values OPA's decision log reads.
-func asJSONValue(v any) (any, error) {
-	b, err := json.Marshal(v)
-	if err != nil {
-		return nil, err
+// LogDecision implements server.OPADecisionLogger: the server hands it every decision it
+// answered, masked like its own log, as it does in `authz serve`. The bundles recorded are
+// those of the active policy when it is the one that decided.
+func (g *gate) LogDecision(ctx context.Context, d policy.Decision) error {
+	lp := logs.Lookup(g.m)
+	if lp == nil {
+		return nil
 	}
-	dec := json.NewDecoder(bytes.NewReader(b))
-	dec.UseNumber()
-	var out any
-	if err := dec.Decode(&out); err != nil {
-		return nil, err
+	if pol := g.active.Load(); pol.engine.Revision() == d.Revision {
+		d.Bundles = pol.bundles
 	}
-	return out, nil
+	return policy.LogToOPA(ctx, lp, d)
 }

@@ -212,7 +212,7 @@ func (p *Plugin) startServing(cfg *Config) error {
 		}
 		facts, stopFacts = f, stop
 	}
-	srv, err := server.New(cfg.Server, p.gate, facts, server.Options{Logger: log, Tracing: gateTracing(p.m)})
+	srv, err := server.New(cfg.Server, p.gate, facts, server.Options{Logger: log, Tracing: gateTracing(p.m), OPADecisionLog: p.gate})
 	if err != nil {
 		stopFacts()
 		cancel()
@@ -339,7 +339,6 @@ func gateSettings(cfg *Config) *settings {
 			MaxConcurrent: runtime.GOMAXPROCS(0),
 			Cache:         decision.CacheOptions{Disabled: cfg.Decision.Cache == "off"},
 		},
-		mask: cfg.mask,
 	}
 }
 

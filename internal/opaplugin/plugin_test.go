@@ -374,7 +374,7 @@ func TestDecisionsInOPADecisionLog(t *testing.T) {
 	require.Len(t, events, 1)
 	ev := testutil.JSONObject(t, events[0])
 	assert.Equal(t, doc["decision_id"], ev["decision_id"])
-	assert.Equal(t, decisionLogPath, ev["path"])
+	assert.Equal(t, "authz/decision", ev["path"])
 	assert.Equal(t, "rev-7", ev["revision"])
 	assert.Equal(t, map[string]any{"authz": map[string]any{"revision": "rev-7"}}, ev["bundles"])
 	assert.Equal(t, doc, ev["result"], "the event's result is the answer")

@@ -1,11 +1,7 @@
 package opaplugin
 
 import (
-	"context"
-
 	"github.com/open-policy-agent/opa/v1/plugins"
-	opaserver "github.com/open-policy-agent/opa/v1/server"
-	"go.opentelemetry.io/otel/trace"
 
 	"github.com/authz-dev/authz/internal/server"
 )
@@ -19,12 +15,4 @@ func gateTracing(m *plugins.Manager) server.Tracing {
 		return server.Tracing{}
 	}
 	return server.Tracing{Provider: tp}
-}
-
-// withTrace adds the decision's trace and span ids to its entry in OPA's decision log, as OPA
-// does for its own decisions, so that a log entry leads to its trace.
-func withTrace(ctx context.Context, info *opaserver.Info) {
-	if sc := trace.SpanContextFromContext(ctx); sc.IsValid() {
-		info.TraceID, info.SpanID = sc.TraceID().String(), sc.SpanID().String()
-	}
 }

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/open-policy-agent/opa/v1/metrics"
+	"github.com/open-policy-agent/opa/v1/plugins/logs"
 	opaserver "github.com/open-policy-agent/opa/v1/server"
 	"go.opentelemetry.io/otel/trace"
 )
@@ -21,6 +22,8 @@ type Decision struct {
 	RemoteAddr string
 	// Error is the evaluation failure's code when the decision could not be evaluated.
 	Error string
+	// Bundles are the active bundles and their revisions (filled in by the source that logs).
+	Bundles map[string]opaserver.BundleInfo
 }
 
 // DecisionLogs reports whether the opa section configures decision_logs.
@@ -34,6 +37,19 @@ func (s *Source) LogDecision(ctx context.Context, d Decision) error {
 	if !s.DecisionLogs() {
 		return nil
 	}
+	d.Bundles = map[string]opaserver.BundleInfo{}
+	for n, b := range s.Status().Bundles {
+		if b.ActiveRevision != "" {
+			d.Bundles[n] = opaserver.BundleInfo{Revision: b.ActiveRevision}
+		}
+	}
+	return LogToOPA(ctx, s.remote.logs, d)
+}
+
+// LogToOPA hands d to lp, OPA's decision-log plugin, as OPA records its own decisions: with
+// the decision's trace and span ids when it is traced, so that an entry leads to its trace.
+// `authz serve` (Source.LogDecision) and `authz run` (the gate inside OPA) both log through it.
+func LogToOPA(ctx context.Context, lp *logs.Plugin, d Decision) error {
 	info := &opaserver.Info{
 		DecisionID: d.ID,
 		Path:       d.Path,
@@ -43,12 +59,10 @@ func (s *Source) LogDecision(ctx context.Context, d Decision) error {
 		Revision:   d.Revision,
 		RemoteAddr: d.RemoteAddr,
 		Metrics:    metrics.New(),
-		Bundles:    map[string]opaserver.BundleInfo{},
+		Bundles:    d.Bundles,
 	}
-	for n, b := range s.Status().Bundles {
-		if b.ActiveRevision != "" {
-			info.Bundles[n] = opaserver.BundleInfo{Revision: b.ActiveRevision}
-		}
+	if info.Bundles == nil {
+		info.Bundles = map[string]opaserver.BundleInfo{}
 	}
 	if d.Error != "" {
 		info.Error = errors.New(d.Error)
@@ -57,5 +71,5 @@ func (s *Source) LogDecision(ctx context.Context, d Decision) error {
 	if sc := trace.SpanContextFromContext(ctx); sc.IsValid() {
 		info.TraceID, info.SpanID = sc.TraceID().String(), sc.SpanID().String()
 	}
-	return s.remote.logs.Log(ctx, info)
+	return lp.Log(ctx, info)
 }

@@ -48,6 +48,9 @@ type Options struct {
 	Policy PolicyStatus
 	// Tracing, when its Provider is set, makes every decision a span (tracing.go).
 	Tracing Tracing
+	// OPADecisionLog, when not nil, receives every decision for OPA's decision-log plugin,
+	// masked like the local log; Policy serves as it when it is an OPADecisionLogger.
+	OPADecisionLog OPADecisionLogger
 }
 
 // Server answers the HTTP API. Create it with New, serve it with Serve or Run, and Close it
@@ -64,6 +67,8 @@ type Server struct {
 	access  *access
 	admit   *admission
 	policy  PolicyStatus
+	// opaLog receives the decisions for OPA's decision-log plugin (nil: none).
+	opaLog OPADecisionLogger
 	// opaMasks are the decision log's masks, applied to the decisions handed to OPA's
 	// decision-log plugin (nil when it is not configured).
 	opaMasks [][]string
@@ -106,7 +111,11 @@ func New(cfg Config, d Decider, facts FactsSource, opts Options) (*Server, error
 	if err != nil {
 		return nil, fmt.Errorf("decisionLog.mask: %w", err)
 	}
-	if s.opaMasks, err = opaLogMasks(cfg, opts.Policy); err != nil {
+	s.opaLog = opts.OPADecisionLog
+	if l, ok := opts.Policy.(OPADecisionLogger); ok && s.opaLog == nil {
+		s.opaLog = l
+	}
+	if s.opaMasks, err = opaLogMasks(cfg, s.opaLog); err != nil {
 		return nil, fmt.Errorf("decisionLog.mask: %w", err)
 	}
 	s.admit = newAdmission(cfg.Limits)

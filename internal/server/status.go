@@ -56,10 +56,10 @@ type OPADecisionLogger interface {
 
 var _ OPADecisionLogger = (*policy.Source)(nil)
 
-// opaLogMasks parses the decision log's masks for the OPA decision log, when p logs decisions
+// opaLogMasks parses the decision log's masks for the OPA decision log, when l logs decisions
 // through OPA: the masks of the local log apply there too, before OPA's system.log.mask.
-func opaLogMasks(cfg Config, p PolicyStatus) ([][]string, error) {
-	if _, ok := p.(OPADecisionLogger); !ok {
+func opaLogMasks(cfg Config, l OPADecisionLogger) ([][]string, error) {
+	if l == nil {
 		return nil, nil
 	}
 	var out [][]string
@@ -77,8 +77,8 @@ func opaLogMasks(cfg Config, p PolicyStatus) ([][]string, error) {
 // opa section configures decision_logs. OPA buffers and uploads it in the background; a failure
 // is logged and never changes the answer (the local log is the one a decision can require).
 func (s *Server) logToOPA(ctx context.Context, r *http.Request, start time.Time, e logEntry) {
-	l, ok := s.policy.(OPADecisionLogger)
-	if !ok || !l.DecisionLogs() {
+	l := s.opaLog
+	if l == nil || !l.DecisionLogs() {
 		return
 	}
 	if len(s.opaMasks) > 0 {

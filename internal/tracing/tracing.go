@@ -70,14 +70,12 @@ func End(span trace.Span, err error) {
 	span.End()
 }
 
-// EndConfigCheck ends the span of a driver's config check with its outcome.
+// EndConfigCheck ends the span of a driver's config check with its outcome. A failure is
+// recorded by its code only, as End records it: the error's text comes from the driver, and a
+// span is no place for what a driver chose to say.
 func EndConfigCheck(span trace.Span, pluginID, driverKey string, valid bool, err error) {
 	if span.IsRecording() {
 		span.SetAttributes(AttrPluginID.String(pluginID), AttrDriverKey.String(driverKey), AttrConfigValid.Bool(err == nil && valid))
-		if err != nil {
-			span.RecordError(err)
-			span.SetStatus(codes.Error, err.Error())
-		}
 	}
-	span.End()
+	End(span, err)
 }

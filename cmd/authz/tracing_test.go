@@ -3,58 +3,22 @@ package main
 import (
 	"bytes"
 	"encoding/hex"
-	"io"
 	"net/http"
-	"net/http/httptest"
-	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
-	collectortrace "go.opentelemetry.io/proto/otlp/collector/trace/v1"
-	tracepb "go.opentelemetry.io/proto/otlp/trace/v1"
-	"google.golang.org/protobuf/proto"
 
 	"github.com/authz-dev/authz/internal/specexamples"
 	"github.com/authz-dev/authz/internal/testutil"
 )
 
-// otlpSpans is a loopback OTLP/HTTP (protobuf) trace receiver; it returns its host:port and
-// a function that lists the spans received so far.
-func otlpSpans(t testing.TB) (addr string, spans func() []*tracepb.Span) {
-	t.Helper()
-	var mu sync.Mutex
-	var got []*tracepb.Span
-	ts := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		body, err := io.ReadAll(io.LimitReader(r.Body, 16<<20))
-		msg := &collectortrace.ExportTraceServiceRequest{}
-		if err == nil && proto.Unmarshal(body, msg) == nil {
-			mu.Lock()
-			for _, rs := range msg.GetResourceSpans() {
-				for _, ss := range rs.GetScopeSpans() {
-					got = append(got, ss.GetSpans()...)
-				}
-			}
-			mu.Unlock()
-		}
-		out, _ := proto.Marshal(&collectortrace.ExportTraceServiceResponse{})
-		w.Header().Set("Content-Type", "application/x-protobuf")
-		_, _ = w.Write(out)
-	}))
-	t.Cleanup(ts.Close)
-	return strings.TrimPrefix(ts.URL, "http://"), func() []*tracepb.Span {
-		mu.Lock()
-		defer mu.Unlock()
-		return append([]*tracepb.Span(nil), got...)
-	}
-}
-
 // TestRunInsideOPATracesTheGate: OPA's own distributed_tracing section covers the gate of
 // `authz run`: its decision spans reach OPA's collector in the caller's trace.
 func TestRunInsideOPATracesTheGate(t *testing.T) {
-	addr, spans := otlpSpans(t)
+	recv := testutil.StartOTLPReceiver(t)
+	addr := recv.Addr
 	dir := t.TempDir()
 	factsPath := testutil.WriteFile(t, dir, "facts.json", specFacts)
 	bundlePath := writePolicyBundle(t, dir, "rev-traced")
@@ -79,7 +43,8 @@ func TestRunInsideOPATracesTheGate(t *testing.T) {
 
 	names := map[string]bool{}
 	require.Eventually(t, func() bool {
-		for _, s := range spans() {
+		spans, _, _ := recv.Received()
+		for _, s := range spans {
 			if hex.EncodeToString(s.GetTraceId()) != traceID {
 				continue
 			}

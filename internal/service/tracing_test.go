@@ -5,74 +5,24 @@ import (
 	"encoding/hex"
 	"io"
 	"net/http"
-	"net/http/httptest"
 	"os"
 	"path/filepath"
-	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
-	collectortrace "go.opentelemetry.io/proto/otlp/collector/trace/v1"
 	tracepb "go.opentelemetry.io/proto/otlp/trace/v1"
-	"google.golang.org/protobuf/proto"
 
 	"github.com/authz-dev/authz/internal/service"
 	"github.com/authz-dev/authz/internal/testutil"
 )
 
-// otlpReceiver is a loopback OTLP/HTTP (protobuf) trace receiver: it keeps the spans it is sent.
-type otlpReceiver struct {
-	mu       sync.Mutex
-	spans    []*tracepb.Span
-	services []string
-	errs     []error
-}
-
-func startOTLPReceiver(t testing.TB) (*otlpReceiver, string) {
-	t.Helper()
-	r := &otlpReceiver{}
-	ts := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
-		body, err := io.ReadAll(io.LimitReader(req.Body, 16<<20))
-		msg := &collectortrace.ExportTraceServiceRequest{}
-		if err == nil {
-			err = proto.Unmarshal(body, msg)
-		}
-		r.mu.Lock()
-		if err != nil || req.URL.Path != "/v1/traces" {
-			r.errs = append(r.errs, err)
-		}
-		for _, rs := range msg.GetResourceSpans() {
-			for _, a := range rs.GetResource().GetAttributes() {
-				if a.GetKey() == "service.name" {
-					r.services = append(r.services, a.GetValue().GetStringValue())
-				}
-			}
-			for _, ss := range rs.GetScopeSpans() {
-				r.spans = append(r.spans, ss.GetSpans()...)
-			}
-		}
-		r.mu.Unlock()
-		out, _ := proto.Marshal(&collectortrace.ExportTraceServiceResponse{})
-		w.Header().Set("Content-Type", "application/x-protobuf")
-		_, _ = w.Write(out)
-	}))
-	t.Cleanup(ts.Close)
-	return r, strings.TrimPrefix(ts.URL, "http://")
-}
-
-func (r *otlpReceiver) received() (spans []*tracepb.Span, services []string, errs []error) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return append([]*tracepb.Span(nil), r.spans...), append([]string(nil), r.services...), append([]error(nil), r.errs...)
-}
-
 // TestRunExportsDecisionSpans runs the service with opa.distributed_tracing pointing at a
 // loopback OTLP/HTTP receiver: the decision's spans arrive there, in the caller's trace.
 func TestRunExportsDecisionSpans(t *testing.T) {
-	recv, addr := startOTLPReceiver(t)
+	recv := testutil.StartOTLPReceiver(t)
+	addr := recv.Addr
 	cfg := service.DefaultConfig()
 	cfg.Facts = filepath.Join("..", "server", "testdata", "facts.json")
 	cfg.Policy.OPA = map[string]any{"distributed_tracing": map[string]any{
@@ -105,7 +55,7 @@ func TestRunExportsDecisionSpans(t *testing.T) {
 
 	var decision *tracepb.Span
 	require.Eventually(t, func() bool {
-		spans, _, _ := recv.received()
+		spans, _, _ := recv.Received()
 		for _, s := range spans {
 			if s.GetName() == "authz.decision" {
 				decision = s
@@ -116,7 +66,7 @@ func TestRunExportsDecisionSpans(t *testing.T) {
 	assert.Equal(t, traceID, hex.EncodeToString(decision.GetTraceId()), "the caller's trace id")
 	assert.Equal(t, parentID, hex.EncodeToString(decision.GetParentSpanId()), "the caller's span is the parent")
 
-	spans, services, errs := recv.received()
+	spans, services, errs := recv.Received()
 	assert.Empty(t, errs, "every export was OTLP/HTTP protobuf on /v1/traces")
 	assert.Contains(t, services, "authz-test")
 	children := map[string]bool{}

@@ -12,6 +12,7 @@ import (
 	"net"
 	"os"
 	"os/signal"
+	"reflect"
 	"runtime"
 	"runtime/debug"
 	"syscall"
@@ -130,7 +131,7 @@ func Run(ctx context.Context, cfg Config, opts Options) (err error) {
 		_ = srv.Reload()
 		_ = policySrc.Reload(ctx) // a bundle that fails is logged and the active policy stays
 		if host != nil && opts.Reread != nil {
-			reconfigurePlugins(ctx, host, opts.Reread, logger)
+			reconfigurePlugins(ctx, host, cfg, opts.Reread, logger)
 		}
 	})()
 	return srv.Serve(ctx, ln)
@@ -210,7 +211,7 @@ func stopPlugins(host *pluginhost.Host, logger hclog.Logger) {
 // builtinProviders to the running host: added, removed and re-pinned plugins take effect, the
 // others keep their workers. A configuration that does not validate changes nothing; the log
 // says why. The other settings take effect at the next start.
-func reconfigurePlugins(ctx context.Context, host *pluginhost.Host, reread func() (Config, error), logger hclog.Logger) {
+func reconfigurePlugins(ctx context.Context, host *pluginhost.Host, running Config, reread func() (Config, error), logger hclog.Logger) {
 	cfg, err := reread()
 	if err == nil {
 		cfg, err = cfg.Resolve()
@@ -222,9 +223,12 @@ func reconfigurePlugins(ctx context.Context, host *pluginhost.Host, reread func(
 		logger.Error("SIGHUP: the configuration was not applied; the plugins stay as they are", "error", err)
 		return
 	}
+	if later := changedAtRestartOnly(running, cfg); len(later) > 0 {
+		logger.Warn("SIGHUP: these settings changed and take effect at the next start only; the plugins are applied now",
+			"settings", later)
+	}
 	if cfg.Facts != "" {
-		logger.Warn("SIGHUP: the configuration now names a static facts file; that takes effect at the next start")
-		return
+		return // the plugin host stays; a facts file replaces it at the next start
 	}
 	changes, err := host.Reconfigure(ctx, cfg.Host.Plugins)
 	if err != nil && !errors.Is(err, pluginhost.ErrStillStopping) {
@@ -236,6 +240,29 @@ func reconfigurePlugins(ctx context.Context, host *pluginhost.Host, reread func(
 	if err := host.ReplaceBuiltinProviders(cfg.Host.BuiltinProviders); err != nil {
 		logger.Error("SIGHUP: builtinProviders not replaced; the previous ones stay", "error", err)
 	}
+}
+
+// changedAtRestartOnly names the parts of next that differ from running other than what a
+// SIGHUP applies (plugins and builtinProviders): they take effect at the next start.
+func changedAtRestartOnly(running, next Config) []string {
+	next.Host.Plugins, next.Host.BuiltinProviders = running.Host.Plugins, running.Host.BuiltinProviders
+	var changed []string
+	for _, part := range []struct {
+		name string
+		same bool
+	}{
+		{"server (addr, tls, authentication, limits, decisionLog, http, ...)", reflect.DeepEqual(running.Server, next.Server)},
+		{"plugin host timeouts", reflect.DeepEqual(running.Host, next.Host)},
+		{"policy (bundle, opa, ...)", reflect.DeepEqual(running.Policy, next.Policy)},
+		{"decision (evalTimeout, decisionCache)", running.Decision == next.Decision},
+		{"facts", running.Facts == next.Facts},
+		{"log", running.Log == next.Log},
+	} {
+		if !part.same {
+			changed = append(changed, part.name)
+		}
+	}
+	return changed
 }
 
 // reloadOn calls reload on every signal from hup until the returned stop is called.

@@ -86,7 +86,9 @@ func (s *Server) logToOPA(ctx context.Context, r *http.Request, start time.Time,
 	}
 	result, err := toJSONValue(e.Result)
 	if err == nil {
-		err = l.LogDecision(ctx, policy.Decision{ID: e.DecisionID, Path: decisionPath,
+		// Not cancelled with the request: a caller that hangs up after its answer does not take
+		// the decision's log entry (and OPA's masking of it) with it.
+		err = l.LogDecision(context.WithoutCancel(ctx), policy.Decision{ID: e.DecisionID, Path: decisionPath,
 			Timestamp: start.UTC(), Input: e.Input, Result: result, Revision: e.Revision, RemoteAddr: r.RemoteAddr, Error: e.Error})
 	}
 	if err != nil {

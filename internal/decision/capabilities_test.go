@@ -48,7 +48,7 @@ func TestUnknownCapabilityIsABadResult(t *testing.T) {
 	const table = "policies/authz/tables/tables.rego"
 	src, ok := mods[table]
 	require.True(t, ok)
-	row := "capabilities := {\n\t\"gpuPassthrough\": {\"methods\": [{\"duplexChannelOpen\"}], \"optIn\": false, \"narrowedBy\": []},\n"
+	row := "capabilities := {\n\t\"gpuPassthrough\": {\"methods\": {\"duplexChannelOpen\"}, \"optIn\": false, \"narrowedBy\": set()},\n"
 	mods[table] = strings.Replace(src, "capabilities := {\n", row, 1)
 	require.NotEqual(t, src, mods[table])
 	e := NewEmpty(Options{})

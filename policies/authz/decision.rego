@@ -37,6 +37,37 @@ decision := {
 	"reasons": [],
 	"capabilities": caps,
 } if {
+	# The common grant, a plugin-backed sandbox lease, with the identity checks of _confirmed
+	# spelled out rather than called (a call costs about as much as a rule).
+	driver := tables.drivers[input.resolved.driver]
+	driver.operations[input.operation]
+	driver.capabilities == true
+	driver.identity == "sandbox_provider"
+	input.resolved.pluginBacked == true
+	key := input.resolved.providerKey
+	is_string(key)
+	key != ""
+	pinned := input.resolved.pluginId
+	is_string(pinned)
+	pinned != ""
+	plugin := input.facts.plugin
+	plugin.id == pinned
+	plugin.status == "ready"
+	environment_drivers := plugin.manifest.environmentDrivers
+	is_array(environment_drivers)
+	[entry] := [e | some e in environment_drivers; e.driverKey == key; is_object(e)]
+	entry.kind == "sandbox_provider"
+	declarations := object.get(entry, "sandboxCapabilities", {})
+	is_object(declarations)
+	caps := _snapshot(_worker_methods, _entry_declarations(entry, declarations))
+	caps[tables.operations[input.operation].capability] == true
+} else := {
+	"allow": true,
+	"code": "",
+	"message": "",
+	"reasons": [],
+	"capabilities": caps,
+} if {
 	tables.drivers[input.resolved.driver].operations[input.operation]
 	caps := capabilities
 	caps[tables.operations[input.operation].capability] == true
@@ -110,19 +141,56 @@ reasons := capability_reasons(_operation.capability) if _first_failure == "capab
 # title: Capability snapshot
 # description: |
 #   Every capability of the capability table, each a boolean. A capability is granted when the
-#   driver class supports capabilities, the facts confirm the lease's identity (_confirmed), the
-#   declaration allows it, every requirement group has a verified method, and no narrowing flag
-#   removes it. This is the grant path: the conditions are set operations and comprehensions in
-#   this one rule (each narrowing the set the next one iterates), so a grant evaluates few rules
-#   and few expressions.
-capabilities := object.union({k: false | some k, _ in caps}, {k: true | some k in granted}) if {
+#   driver class supports capabilities, the facts confirm the lease's identity (_confirmed), and
+#   _snapshot grants it from the verified methods and the declarations.
+capabilities := _snapshot(methods, declarations) if {
 	tables.drivers[input.resolved.driver].capabilities == true
-	[methods, decl] := _confirmed
-	caps := tables.capabilities
-	declared := ({k | some k, cap in caps; cap.optIn == false} - object.keys(decl)) | {k | some k, v in decl; v == true; caps[k]}
-	verified := declared - {k | some k in declared; some group in caps[k].methods; group & methods == set()}
-	granted := verified - {k | some k in verified; some flag in caps[k].narrowedBy; input.narrowing[flag] == true}
+	[methods, declarations] := _confirmed
 } else := {k: false | some k, _ in tables.capabilities}
+
+# METADATA
+# title: Snapshot of confirmed facts
+# description: |
+#   The capability snapshot of a lease whose identity the facts confirm, from its verified methods
+#   (a set of strings) and declarations (an object without nulls). One pass over the capability
+#   table with one object.subset per capability: a capability is granted when its entry is a
+#   subset of the facts, {"optIn": false, "methods": the verified methods, "narrowedBy": the
+#   narrowing flags that are not true}. So its methods must all be verified, none of its flags
+#   true, and it must be ordinary; a declaration changes the facts for its key: declared exactly
+#   true, the facts carry the capability's own optIn (so opt-in is allowed); declared anything
+#   else, the facts are {} (never granted).
+_snapshot(methods, declarations) := {k: object.subset(object.get(declared, k, facts), cap) |
+	some k, cap in tables.capabilities
+} if {
+	unnarrowed := tables.narrowingFlags - {f | some f, v in input.narrowing; v == true}
+	facts := object.union({"optIn": false}, {"methods": methods, "narrowedBy": unnarrowed})
+	declared := {k: f |
+		some k, v in declarations
+		cap := tables.capabilities[k]
+		f := object.get({true: object.union(facts, {"optIn": cap.optIn})}, [v], {})
+	}
+}
+
+# METADATA
+# title: Worker methods
+# description: The string elements of the worker's live supportedMethods (none unless it is an array).
+_worker_methods := {m |
+	supported := input.facts.worker.supportedMethods
+	is_array(supported)
+	some m in supported
+	is_string(m)
+}
+
+# METADATA
+# title: Entry declarations
+# description: |
+#   The declarations of a manifest entry: its sandboxCapabilities (declarations) without nulls,
+#   with the legacy supportsReusableLeases standing for reusableLeases when that key is absent or
+#   null.
+_entry_declarations(entry, declarations) := object.union(
+	{"reusableLeases": v | v := entry.supportsReusableLeases; v != null},
+	{k: v | some k, v in declarations; v != null},
+)
 
 # METADATA
 # title: Confirmed identity
@@ -131,50 +199,17 @@ capabilities := object.union({k: false | some k, _ in caps}, {k: true | some k i
 #   confirm (every identity check of _identity_failure passes); undefined otherwise. Plugin paths:
 #   the pinned plugin is ready and has exactly one well-formed entry for the looked-up key (of
 #   kind sandbox_provider on the plugin-backed path); the worker's live methods (string elements
-#   only) verify; the entry's sandboxCapabilities without nulls declare, with the legacy
-#   supportsReusableLeases standing for reusableLeases when that key is absent or null. Built-in
-#   path: the provider record's flags verify (data.authz.tables.builtinProviderMethods) and its
-#   supportsReusableLeases, when a boolean, declares reusableLeases. The plugin-backed branch (the
-#   common lease) spells out the checks of _ready_entry instead of calling it: a call costs about
-#   as much as a rule.
-_confirmed := [methods, object.union(legacy, nested)] if {
+#   only) verify; the entry's declarations (_entry_declarations) declare. Built-in path: the
+#   provider record's flags verify (data.authz.tables.builtinProviderMethods) and its
+#   supportsReusableLeases, when a boolean, declares reusableLeases.
+_confirmed := [_worker_methods, _entry_declarations(entry, object.get(entry, "sandboxCapabilities", {}))] if {
 	tables.drivers[input.resolved.driver].identity == "sandbox_provider"
 	input.resolved.pluginBacked == true
-	key := input.resolved.providerKey
-	is_string(key)
-	key != ""
-	plugin := input.facts.plugin
-	plugin.status == "ready"
-	pinned := input.resolved.pluginId
-	is_string(pinned)
-	pinned != ""
-	plugin.id == pinned
-	environment_drivers := plugin.manifest.environmentDrivers
-	is_array(environment_drivers)
-	entries := [e | some e in environment_drivers; e.driverKey == key; is_object(e)]
-	count(entries) == 1
-	entry := entries[0]
-	is_object(object.get(entry, "sandboxCapabilities", {}))
+	entry := _ready_entry(input.resolved.providerKey)
 	entry.kind == "sandbox_provider"
-	methods := {m |
-		supported := input.facts.worker.supportedMethods
-		is_array(supported)
-		some m in supported
-		is_string(m)
-	}
-	nested := {k: v | some k, v in object.get(entry, "sandboxCapabilities", {}); v != null}
-	legacy := {"reusableLeases": v | v := entry.supportsReusableLeases; v != null}
-} else := [methods, object.union(legacy, nested)] if {
+} else := [_worker_methods, _entry_declarations(entry, object.get(entry, "sandboxCapabilities", {}))] if {
 	tables.drivers[input.resolved.driver].identity == "plugin_driver"
 	entry := _ready_entry(input.resolved.driverKey)
-	methods := {m |
-		supported := input.facts.worker.supportedMethods
-		is_array(supported)
-		some m in supported
-		is_string(m)
-	}
-	nested := {k: v | some k, v in object.get(entry, "sandboxCapabilities", {}); v != null}
-	legacy := {"reusableLeases": v | v := entry.supportsReusableLeases; v != null}
 } else := [_builtin_methods(provider), _builtin_declarations(provider)] if {
 	tables.drivers[input.resolved.driver].identity == "sandbox_provider"
 	not input.resolved.pluginBacked == true
@@ -200,9 +235,7 @@ _ready_entry(key) := entry if {
 	plugin.id == pinned
 	environment_drivers := plugin.manifest.environmentDrivers
 	is_array(environment_drivers)
-	entries := [e | some e in environment_drivers; e.driverKey == key; is_object(e)]
-	count(entries) == 1
-	entry := entries[0]
+	[entry] := [e | some e in environment_drivers; e.driverKey == key; is_object(e)]
 	is_object(object.get(entry, "sandboxCapabilities", {}))
 }
 
@@ -426,9 +459,8 @@ _worker_present if is_object(input.facts.worker)
 #   plugin paths, the methods of the provider's flags on the built-in path.
 default _methods := set()
 
-_methods := {m | some m in input.facts.worker.supportedMethods; is_string(m)} if {
+_methods := _worker_methods if {
 	_plugin_path
-	is_array(input.facts.worker.supportedMethods)
 } else := _builtin_methods(input.facts.builtinProvider) if {
 	_path == "builtin"
 }
@@ -438,22 +470,16 @@ _methods := {m | some m in input.facts.worker.supportedMethods; is_string(m)} if
 # description: As _confirmed reads them, whether or not the identity holds.
 default _declarations := {}
 
-_declarations := object.union(legacy, nested) if {
+_declarations := _entry_declarations(_entry, object.get(_entry, "sandboxCapabilities", {})) if {
 	_plugin_path
-	nested := {k: v | some k, v in object.get(_entry, "sandboxCapabilities", {}); v != null}
-	legacy := {"reusableLeases": v | v := _entry.supportsReusableLeases; v != null}
 } else := _builtin_declarations(input.facts.builtinProvider) if {
 	_path == "builtin"
 }
 
 # METADATA
 # title: Unverified capabilities
-# description: Capabilities with a requirement group none of whose methods is verified (as in capabilities).
-_unverified := {k |
-	some k, cap in tables.capabilities
-	some group in cap.methods
-	group & _methods == set()
-}
+# description: Capabilities with a method that is not verified (as in _snapshot).
+_unverified := {k | some k, cap in tables.capabilities; not object.subset(_methods, cap.methods)}
 
 # METADATA
 # title: Capabilities the declaration allows
@@ -464,11 +490,11 @@ _declared := {k | some k, cap in tables.capabilities; object.get(_declarations, 
 
 # METADATA
 # title: Narrowed capabilities
-# description: A narrowing flag of the capability is exactly true in the input (as in capabilities).
-_narrowed := {k |
-	some k, cap in tables.capabilities
-	some flag in cap.narrowedBy
-	input.narrowing[flag] == true
+# description: |
+#   A narrowing flag of the capability is exactly true in the input, or is not one of the
+#   narrowing flags (as in _snapshot).
+_narrowed := {k | some k, cap in tables.capabilities; not object.subset(unnarrowed, cap.narrowedBy)} if {
+	unnarrowed := tables.narrowingFlags - {f | some f, v in input.narrowing; v == true}
 }
 
 # METADATA
@@ -491,7 +517,7 @@ _capability_reason(k, "capability_narrowed") if k in _narrowed
 
 # METADATA
 # title: Capability verified
-# description: A capability of the table whose every requirement group has a verified method.
+# description: A capability of the table whose every method is verified.
 _verified(k) if {
 	tables.capabilities[k]
 	not k in _unverified

@@ -14,34 +14,30 @@ test_tables_capability_keys if {
 test_tables_every_capability_well_formed if {
 	every _, c in tables.capabilities {
 		object.keys(c) == {"methods", "optIn", "narrowedBy"}
-		is_array(c.methods)
+		is_set(c.methods)
 		count(c.methods) > 0
-		every group in c.methods {
-			is_set(group)
-			count(group) > 0
-			every m in group {
-				m in all_methods
-			}
+		every m in c.methods {
+			m in all_methods
 		}
 		is_boolean(c.optIn)
-		is_array(c.narrowedBy)
+		is_set(c.narrowedBy)
 		every flag in c.narrowedBy {
-			flag in {"leasePolicyNotReusable", "nativeSyncUnavailable", "configResolutionFailed"}
+			flag in tables.narrowingFlags
 		}
 	}
 }
 
 test_tables_capability_methods if {
 	{k: c.methods | some k, c in tables.capabilities} == {
-		"reusableLeases": [{"environmentResumeLease"}, {"environmentReleaseLease"}, {"environmentDestroyLease"}],
-		"nativeSyncIn": [{"environmentSyncIn"}],
-		"nativeSyncOut": [{"environmentSyncOut"}],
-		"persistentProcessSessions": [{"environmentExecute"}],
-		"independentControlCommands": [{"environmentExecute"}],
-		"incrementalSessionOutput": [{"environmentExecute"}],
-		"concurrentSyncOperations": [{"environmentSyncIn"}, {"environmentSyncOut"}],
-		"duplexCommandStream": [{"duplexChannelOpen"}],
-		"runnerWebSocketIngress": [{"environmentRunnerIngressEndpoint"}],
+		"reusableLeases": {"environmentResumeLease", "environmentReleaseLease", "environmentDestroyLease"},
+		"nativeSyncIn": {"environmentSyncIn"},
+		"nativeSyncOut": {"environmentSyncOut"},
+		"persistentProcessSessions": {"environmentExecute"},
+		"independentControlCommands": {"environmentExecute"},
+		"incrementalSessionOutput": {"environmentExecute"},
+		"concurrentSyncOperations": {"environmentSyncIn", "environmentSyncOut"},
+		"duplexCommandStream": {"duplexChannelOpen"},
+		"runnerWebSocketIngress": {"environmentRunnerIngressEndpoint"},
 	}
 }
 
@@ -56,16 +52,21 @@ test_tables_opt_in if {
 
 test_tables_narrowed_by if {
 	{k: c.narrowedBy | some k, c in tables.capabilities} == {
-		"reusableLeases": ["leasePolicyNotReusable"],
-		"nativeSyncIn": ["nativeSyncUnavailable"],
-		"nativeSyncOut": ["nativeSyncUnavailable"],
-		"persistentProcessSessions": ["configResolutionFailed"],
-		"independentControlCommands": [],
-		"incrementalSessionOutput": ["configResolutionFailed"],
-		"concurrentSyncOperations": [],
-		"duplexCommandStream": ["configResolutionFailed"],
-		"runnerWebSocketIngress": [],
+		"reusableLeases": {"leasePolicyNotReusable"},
+		"nativeSyncIn": {"nativeSyncUnavailable"},
+		"nativeSyncOut": {"nativeSyncUnavailable"},
+		"persistentProcessSessions": {"configResolutionFailed"},
+		"independentControlCommands": set(),
+		"incrementalSessionOutput": {"configResolutionFailed"},
+		"concurrentSyncOperations": set(),
+		"duplexCommandStream": {"configResolutionFailed"},
+		"runnerWebSocketIngress": set(),
 	}
+}
+
+test_tables_narrowing_flags if {
+	# the flags the host computes (docs/input-document.md)
+	tables.narrowingFlags == {"leasePolicyNotReusable", "nativeSyncUnavailable", "configResolutionFailed"}
 }
 
 test_tables_drivers if {
@@ -98,7 +99,7 @@ test_tables_driver_capabilities if {
 
 test_tables_capability_added_in_the_table_reaches_the_document if {
 	# a capability added to the table is in every document, supported by sandbox and plugin
-	caps := object.union(tables.capabilities, {"gpuPassthrough": {"methods": [{"duplexChannelOpen"}], "optIn": false, "narrowedBy": []}})
+	caps := object.union(tables.capabilities, {"gpuPassthrough": {"methods": {"duplexChannelOpen"}, "optIn": false, "narrowedBy": set()}})
 	d := data.authz.decision with input as fixture_f with data.authz.tables.capabilities as caps
 	d.allow == true
 	d.capabilities.gpuPassthrough == true

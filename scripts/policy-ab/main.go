@@ -8,7 +8,8 @@
 // allocations per evaluation. With -read-ast-values-from-store, base documents (data.json files
 // in a directory) are read from the in-memory store as AST values (as with `opa bench
 // --read-ast-values-from-store`); without it they are converted on every read, as `opa bench`
-// does by default. -cpuprofile writes a CPU profile of the whole run (preparation and rounds).
+// does by default. -cpuprofile writes a CPU profile of the whole run (preparation and rounds),
+// -memprofile a profile of every allocation of the run.
 //
 //	git show <commit>:policies/... # the policy to compare against, into a directory
 //	go run ./cmd/authz decide --facts internal/specexamples/facts.json --print-input \
@@ -40,7 +41,11 @@ func main() {
 	batch := flag.Duration("batch", 50*time.Millisecond, "how long each policy is evaluated per round (equal for all, so that a pause of the process falls on each with the same odds)")
 	readAST := flag.Bool("read-ast-values-from-store", false, "read base documents (data.json files) from the store as AST values, as `opa bench --read-ast-values-from-store` does")
 	cpuprofile := flag.String("cpuprofile", "", "write a CPU profile of the run to this file")
+	memprofile := flag.String("memprofile", "", "write a profile of every allocation of the run to this file (slows the run)")
 	flag.Parse()
+	if *memprofile != "" {
+		runtime.MemProfileRate = 1
+	}
 	stopProfile := func() {}
 	if *cpuprofile != "" {
 		f, err := os.Create(*cpuprofile)
@@ -59,6 +64,9 @@ func main() {
 	}
 	err := run(*input, *query, flag.Args(), *rounds, *batch, *readAST)
 	stopProfile()
+	if err == nil && *memprofile != "" {
+		err = writeMemProfile(*memprofile)
+	}
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "policy-ab:", err)
 		os.Exit(1)
@@ -127,6 +135,20 @@ func run(inputPath, query string, dirs []string, rounds int, batch time.Duration
 			median(cpu[i]), medianRatio(cpu[i], cpu[0]), allocs[i])
 	}
 	return nil
+}
+
+// writeMemProfile writes the allocations of the whole run (every one, -memprofile sets the rate).
+func writeMemProfile(path string) error {
+	runtime.GC() // the profile is as of the last collection
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	if err := pprof.Lookup("allocs").WriteTo(f, 0); err != nil {
+		_ = f.Close()
+		return err
+	}
+	return f.Close()
 }
 
 func median(v []float64) float64 {

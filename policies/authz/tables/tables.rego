@@ -20,57 +20,68 @@ package authz.tables
 # METADATA
 # title: Capability table
 # description: |
-#   Per capability (docs/contract.md section 2): `methods` is a list of requirement groups, each a set of
-#   alternative worker methods (every group needs one of its methods in the worker's live methods);
-#   `optIn` capabilities are false unless declared `true`; `narrowedBy` names the flags of
-#   `input.narrowing` that remove the capability when they are `true`.
+#   Per capability (docs/contract.md section 2): `methods` is the set of worker methods it requires
+#   (every one of them must be among the worker's live methods: each is a requirement group of one
+#   method); `optIn` capabilities are false unless declared `true`; `narrowedBy` is the set of flags
+#   of `input.narrowing` (each one of narrowingFlags) that remove the capability when `true`.
+#
+#   Each entry has exactly these three keys, `methods` and `narrowedBy` written as sets: the policy
+#   grants a capability when the facts contain its entry (object.subset), so an entry with another
+#   key or a list instead of a set is never granted.
 capabilities := {
 	"reusableLeases": {
-		"methods": [{"environmentResumeLease"}, {"environmentReleaseLease"}, {"environmentDestroyLease"}],
+		"methods": {"environmentResumeLease", "environmentReleaseLease", "environmentDestroyLease"},
 		"optIn": false,
-		"narrowedBy": ["leasePolicyNotReusable"],
+		"narrowedBy": {"leasePolicyNotReusable"},
 	},
 	"nativeSyncIn": {
-		"methods": [{"environmentSyncIn"}],
+		"methods": {"environmentSyncIn"},
 		"optIn": false,
-		"narrowedBy": ["nativeSyncUnavailable"],
+		"narrowedBy": {"nativeSyncUnavailable"},
 	},
 	"nativeSyncOut": {
-		"methods": [{"environmentSyncOut"}],
+		"methods": {"environmentSyncOut"},
 		"optIn": false,
-		"narrowedBy": ["nativeSyncUnavailable"],
+		"narrowedBy": {"nativeSyncUnavailable"},
 	},
 	"persistentProcessSessions": {
-		"methods": [{"environmentExecute"}],
+		"methods": {"environmentExecute"},
 		"optIn": false,
-		"narrowedBy": ["configResolutionFailed"],
+		"narrowedBy": {"configResolutionFailed"},
 	},
 	"independentControlCommands": {
-		"methods": [{"environmentExecute"}],
+		"methods": {"environmentExecute"},
 		"optIn": false,
-		"narrowedBy": [],
+		"narrowedBy": set(),
 	},
 	"incrementalSessionOutput": {
-		"methods": [{"environmentExecute"}],
+		"methods": {"environmentExecute"},
 		"optIn": true,
-		"narrowedBy": ["configResolutionFailed"],
+		"narrowedBy": {"configResolutionFailed"},
 	},
 	"concurrentSyncOperations": {
-		"methods": [{"environmentSyncIn"}, {"environmentSyncOut"}],
+		"methods": {"environmentSyncIn", "environmentSyncOut"},
 		"optIn": true,
-		"narrowedBy": [],
+		"narrowedBy": set(),
 	},
 	"duplexCommandStream": {
-		"methods": [{"duplexChannelOpen"}],
+		"methods": {"duplexChannelOpen"},
 		"optIn": true,
-		"narrowedBy": ["configResolutionFailed"],
+		"narrowedBy": {"configResolutionFailed"},
 	},
 	"runnerWebSocketIngress": {
-		"methods": [{"environmentRunnerIngressEndpoint"}],
+		"methods": {"environmentRunnerIngressEndpoint"},
 		"optIn": true,
-		"narrowedBy": [],
+		"narrowedBy": set(),
 	},
 }
+
+# METADATA
+# title: Narrowing flags
+# description: |
+#   The flags of input.narrowing that the host computes (docs/input-document.md). Every flag of a
+#   capability's `narrowedBy` must be one of them; a new flag needs a release of authz.
+narrowingFlags := {"leasePolicyNotReusable", "nativeSyncUnavailable", "configResolutionFailed"}
 
 # METADATA
 # title: Registered drivers

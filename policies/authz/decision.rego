@@ -37,8 +37,9 @@ decision := {
 	"reasons": [],
 	"capabilities": caps,
 } if {
-	# The common grant, a plugin-backed sandbox lease, with the identity checks of _confirmed
-	# spelled out rather than called (a call costs about as much as a rule).
+	# The common grant, a plugin-backed sandbox lease: _confirmed, _worker_methods,
+	# _entry_declarations and _snapshot spelled out rather than called (a call costs about as
+	# much as a rule).
 	driver := tables.drivers[input.resolved.driver]
 	driver.operations[input.operation]
 	driver.capabilities == true
@@ -55,11 +56,26 @@ decision := {
 	plugin.status == "ready"
 	environment_drivers := plugin.manifest.environmentDrivers
 	is_array(environment_drivers)
-	[entry] := [e | some e in environment_drivers; e.driverKey == key; is_object(e)]
+	[entry] := [e | some e in environment_drivers; e.driverKey == key]
 	entry.kind == "sandbox_provider"
-	declarations := object.get(entry, "sandboxCapabilities", {})
-	is_object(declarations)
-	caps := _snapshot(_worker_methods, _entry_declarations(entry, declarations))
+	sandbox_capabilities := object.get(entry, "sandboxCapabilities", {})
+	is_object(sandbox_capabilities)
+	facts := object.union({"optIn": false}, {
+		"methods": {m | supported := input.facts.worker.supportedMethods; is_array(supported); some m in supported},
+		"narrowedBy": tables.narrowingFlags - {f | some f, v in input.narrowing; v == true},
+	})
+	capability_table := tables.capabilities
+	declared := {k: object.subset(object.get({true: object.union(facts, {"optIn": cap.optIn})}, [v], {}), cap) |
+		some k, v in sandbox_capabilities
+		v != null
+		cap := capability_table[k]
+	}
+	legacy := {"reusableLeases": object.subset(object.get({true: object.union(facts, {"optIn": cap.optIn})}, [v], {}), cap) |
+		v := entry.supportsReusableLeases
+		v != null
+		cap := capability_table.reusableLeases
+	}
+	caps := object.union(object.union({k: object.subset(facts, cap) | some k, cap in capability_table}, legacy), declared)
 	caps[tables.operations[input.operation].capability] == true
 } else := {
 	"allow": true,

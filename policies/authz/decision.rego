@@ -54,15 +54,15 @@ decision := {
 	plugin := input.facts.plugin
 	plugin.id == pinned
 	plugin.status == "ready"
-	environment_drivers := plugin.manifest.environmentDrivers
-	is_array(environment_drivers)
-	[entry] := [e | some e in environment_drivers; e.driverKey == key]
+	[entry] := plugin.manifest.environmentDrivers
+	entry.driverKey == key
 	entry.kind == "sandbox_provider"
-	sandbox_capabilities := object.get(entry, "sandboxCapabilities", {})
+	sandbox_capabilities := entry.sandboxCapabilities
 	is_object(sandbox_capabilities)
 	facts := object.union({"optIn": false}, {
 		"methods": {m | supported := input.facts.worker.supportedMethods; is_array(supported); some m in supported},
-		"narrowedBy": tables.narrowingFlags - {f | some f, v in input.narrowing; v == true},
+		# the flags the host computes (docs/input-document.md), less those that are true
+		"narrowedBy": {"leasePolicyNotReusable", "nativeSyncUnavailable", "configResolutionFailed"} - {f | some f, v in input.narrowing; v == true},
 	})
 	capability_table := tables.capabilities
 	declared := {k: object.subset(object.get({true: object.union(facts, {"optIn": cap.optIn})}, [v], {}), cap) |
@@ -171,14 +171,16 @@ capabilities := _snapshot(methods, declarations) if {
 #   (a set of strings) and declarations (an object without nulls). One pass over the capability
 #   table with one object.subset per capability: a capability is granted when its entry is a
 #   subset of the facts, {"optIn": false, "methods": the verified methods, "narrowedBy": the
-#   narrowing flags that are not true}. So its methods must all be verified, none of its flags
-#   true, and it must be ordinary; a declaration changes the facts for its key: declared exactly
-#   true, the facts carry the capability's own optIn (so opt-in is allowed); declared anything
-#   else, the facts are {} (never granted).
+#   narrowing flags of the table that are not true in the input}. So its methods must all be
+#   verified, none of its flags true, and it must be ordinary; a declaration changes the facts for
+#   its key: declared exactly true, the facts carry the capability's own optIn (so opt-in is
+#   allowed); declared anything else, the facts are {} (never granted). The decision's first
+#   branch computes the same for a plugin-backed lease.
 _snapshot(methods, declarations) := {k: object.subset(object.get(declared, k, facts), cap) |
 	some k, cap in tables.capabilities
 } if {
-	unnarrowed := tables.narrowingFlags - {f | some f, v in input.narrowing; v == true}
+	flags := {f | some cap in tables.capabilities; some f in cap.narrowedBy}
+	unnarrowed := flags - {f | some f, v in input.narrowing; v == true}
 	facts := object.union({"optIn": false}, {"methods": methods, "narrowedBy": unnarrowed})
 	declared := {k: f |
 		some k, v in declarations
@@ -506,11 +508,11 @@ _declared := {k | some k, cap in tables.capabilities; object.get(_declarations, 
 
 # METADATA
 # title: Narrowed capabilities
-# description: |
-#   A narrowing flag of the capability is exactly true in the input, or is not one of the
-#   narrowing flags (as in _snapshot).
-_narrowed := {k | some k, cap in tables.capabilities; not object.subset(unnarrowed, cap.narrowedBy)} if {
-	unnarrowed := tables.narrowingFlags - {f | some f, v in input.narrowing; v == true}
+# description: A narrowing flag of the capability is exactly true in the input (as in _snapshot).
+_narrowed := {k |
+	some k, cap in tables.capabilities
+	some flag in cap.narrowedBy
+	input.narrowing[flag] == true
 }
 
 # METADATA

@@ -15,6 +15,21 @@ test_all_nine_computed if {
 	snap == caps(capability_keys)
 }
 
+test_common_grant_agrees_with_the_snapshot if {
+	# the decision's first branch (a plugin-backed grant) spells out the snapshot: for every
+	# narrowing flag, alone and all together, its document carries the same capabilities
+	flags := {"leasePolicyNotReusable", "nativeSyncUnavailable", "configResolutionFailed"}
+	every narrowing in array.concat([{}, {f: true | some f in flags}], [{f: true} | some f in flags]) {
+		inp := json.patch(row12, [{"op": "replace", "path": "/narrowing", "value": object.union({f: false | some f in flags}, narrowing)}])
+		d := authz.decision with input as inp
+		snap := authz.capabilities with input as inp
+		d.capabilities == snap
+	}
+	d := authz.decision with input as row12
+	d.allow == true
+	d.capabilities == caps(capability_keys)
+}
+
 test_each_capability_needs_its_methods if {
 	every k in capability_keys {
 		every m in data.authz.tables.capabilities[k].methods {

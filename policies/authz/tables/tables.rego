@@ -23,7 +23,8 @@ package authz.tables
 #   Per capability (docs/contract.md section 2): `methods` is the set of worker methods it requires
 #   (every one of them must be among the worker's live methods: each is a requirement group of one
 #   method); `optIn` capabilities are false unless declared `true`; `narrowedBy` is the set of flags
-#   of `input.narrowing` (each one of narrowingFlags) that remove the capability when `true`.
+#   of `input.narrowing` that remove the capability when `true` (the flags the host computes,
+#   docs/input-document.md: leasePolicyNotReusable, nativeSyncUnavailable, configResolutionFailed).
 #
 #   Each entry has exactly these three keys, `methods` and `narrowedBy` written as sets: the policy
 #   grants a capability when the facts contain its entry (object.subset), so an entry with another
@@ -75,13 +76,6 @@ capabilities := {
 		"narrowedBy": set(),
 	},
 }
-
-# METADATA
-# title: Narrowing flags
-# description: |
-#   The flags of input.narrowing that the host computes (docs/input-document.md). Every flag of a
-#   capability's `narrowedBy` must be one of them; a new flag needs a release of authz.
-narrowingFlags := {"leasePolicyNotReusable", "nativeSyncUnavailable", "configResolutionFailed"}
 
 # METADATA
 # title: Registered drivers

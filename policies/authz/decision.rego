@@ -6,10 +6,11 @@
 #   lease is entitled to. The input is assembled by the host (docs/input-document.md). Everything
 #   defaults to deny.
 #
-#   The rules are shaped for cost: a grant is found by a few rules that read each fact once
-#   (_confirmed, _granted), with their intermediate values in local variables rather than helper
-#   rules, and the rules that explain a deny (checks, codes, reasons, identity failures) are only
-#   evaluated when the decision denies.
+#   The rules are shaped for cost: the common grant (a plugin-backed sandbox lease) is the first
+#   branch of decision, one rule body that reads each fact once and keeps its intermediate values
+#   in local variables; its capability snapshot is one object.subset per capability (_snapshot).
+#   Other grants go through capabilities and _confirmed, and the rules that explain a deny
+#   (checks, codes, reasons, identity failures) are only evaluated when the decision denies.
 package authz
 
 import data.authz.tables
@@ -39,7 +40,8 @@ decision := {
 } if {
 	# The common grant, a plugin-backed sandbox lease: _confirmed, _worker_methods,
 	# _entry_declarations and _snapshot spelled out rather than called (a call costs about as
-	# much as a rule).
+	# much as a rule). A check it leaves out (a manifest with more than its one entry, an entry
+	# without sandboxCapabilities) only makes this branch fail; the next one decides exactly.
 	driver := tables.drivers[input.resolved.driver]
 	driver.operations[input.operation]
 	driver.capabilities == true

@@ -40,8 +40,9 @@ decision := {
 } if {
 	# The common grant, a plugin-backed sandbox lease: _confirmed, _worker_methods,
 	# _entry_declarations and _snapshot spelled out rather than called (a call costs about as
-	# much as a rule). A check it leaves out (a manifest with more than its one entry, an entry
-	# without sandboxCapabilities) only makes this branch fail; the next one decides exactly.
+	# much as a rule). What it leaves out (a manifest with more than its one entry, an entry
+	# without sandboxCapabilities or with the legacy supportsReusableLeases) only makes this
+	# branch fail; the next one decides exactly.
 	driver := tables.drivers[input.resolved.driver]
 	driver.operations[input.operation]
 	driver.capabilities == true
@@ -61,6 +62,7 @@ decision := {
 	entry.kind == "sandbox_provider"
 	sandbox_capabilities := entry.sandboxCapabilities
 	is_object(sandbox_capabilities)
+	object.get(entry, "supportsReusableLeases", null) == null
 	facts := object.union({"optIn": false}, {
 		"methods": {m | supported := input.facts.worker.supportedMethods; is_array(supported); some m in supported},
 		# the flags the host computes (docs/input-document.md), less those that are true
@@ -72,12 +74,7 @@ decision := {
 		v != null
 		cap := capability_table[k]
 	}
-	legacy := {"reusableLeases": object.subset(object.get({true: object.union(facts, {"optIn": cap.optIn})}, [v], {}), cap) |
-		v := entry.supportsReusableLeases
-		v != null
-		cap := capability_table.reusableLeases
-	}
-	caps := object.union(object.union({k: object.subset(facts, cap) | some k, cap in capability_table}, legacy), declared)
+	caps := object.union({k: object.subset(facts, cap) | some k, cap in capability_table}, declared)
 	caps[tables.operations[input.operation].capability] == true
 } else := {
 	"allow": true,

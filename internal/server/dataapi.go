@@ -68,7 +68,7 @@ func (s *Server) handleData(w http.ResponseWriter, r *http.Request) {
 			if misdirectedDataBody(body) {
 				err = coded.Errorf(coded.BadRequest, `POST / takes the request itself as the body, not {"input": <request>}: send the request, or POST {"input": <request>} to `+pathDataDecision)
 			} else {
-				req, err = snapshot.ParseRequest(bytes.NewReader(body))
+				req, err = snapshot.ParseRequestBytes(body)
 			}
 		} else {
 			req, err = parseDataRequest(body)

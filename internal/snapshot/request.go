@@ -38,21 +38,32 @@ type Request struct {
 	HasCommand  bool
 }
 
-// ParseRequest reads one JSON request and checks its shape. A request of plain ASCII strings (the
-// usual case) is decoded in one pass by decodeFast; any other is decoded by encoding/json, which
-// also words every error.
+// ParseRequest reads one JSON request and checks its shape, as ParseRequestBytes does.
 func ParseRequest(r io.Reader) (*Request, error) {
 	body, err := io.ReadAll(r)
 	if err != nil {
 		return nil, badRequest("request is not valid JSON: %v", err)
 	}
-	doc, ok := decodeFast(body)
+	return ParseRequestBytes(body)
+}
+
+// ParseRequestBytes checks one JSON request held in body and returns it. A request of plain
+// ASCII strings (the usual case) is decoded in one pass by decodeFast; any other is decoded by
+// encoding/json, which also words every error. The request never shares memory with body: the
+// caller may reuse body at once.
+func ParseRequestBytes(body []byte) (*Request, error) {
+	doc, st, ok := decodeFastStats(body)
 	if !ok {
+		var err error
 		if doc, err = decodeOne(bytes.NewReader(body)); err != nil {
 			return nil, badRequest("request is not valid JSON: %v", err)
 		}
+		return requestFromValue(doc, true)
 	}
-	return requestFromValue(doc)
+	// The fast decoder measured the document on its way: one within the bounds and without
+	// numbers (the only values boundValue may rewrite) needs no second walk.
+	inBounds := st.maxDepth <= MaxRequestDepth && st.maxString <= MaxRequestStringBytes && !st.numbers
+	return requestFromValue(doc, !inBounds)
 }
 
 // requestFromValue checks a decoded JSON value (as encoding/json decodes into any, numbers as
@@ -61,14 +72,18 @@ func ParseRequest(r io.Reader) (*Request, error) {
 // The request is bounded (MaxRequestDepth, MaxRequestStringBytes). A number the policy engine
 // cannot represent (a binary exponent beyond what OPA accepts, such as 1e40000) is replaced, in
 // place, by the string of its literal: the policy reads no number of the request, so the
-// request is still decided, and the input document (and its log line) stays evaluable.
-func requestFromValue(doc any) (*Request, error) {
+// request is still decided, and the input document (and its log line) stays evaluable. bound
+// false skips that walk, for a value the caller knows to be within the bounds and without
+// numbers.
+func requestFromValue(doc any, bound bool) (*Request, error) {
 	top, ok := doc.(map[string]any)
 	if !ok {
 		return nil, badRequest("request must be a JSON object, got %s", typeName(doc))
 	}
-	if err := boundValue(top, 1); err != nil {
-		return nil, badRequest("request %v", err)
+	if bound {
+		if err := boundValue(top, 1); err != nil {
+			return nil, badRequest("request %v", err)
+		}
 	}
 	req := &Request{Operation: OpOpenDuplexChannel}
 	var err error

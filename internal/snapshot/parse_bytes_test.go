@@ -3,11 +3,15 @@ package snapshot
 import (
 	"bytes"
 	"fmt"
+	"strings"
 	"sync"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/authz-dev/authz/internal/coded"
+	"github.com/authz-dev/authz/internal/specexamples"
 )
 
 // TestParseRequestBytesOwnsItsMemory: the request shares no memory with the body it was parsed
@@ -77,5 +81,46 @@ func TestParseRequestBytesIndependent(t *testing.T) {
 			})
 		}
 		wg.Wait()
+	})
+}
+
+// FuzzParseRequestBytes: ParseRequestBytes (the fast decoder, which may build no map of the
+// top-level object and skip the bounds walk) answers every body as the plain path does
+// (encoding/json, the bounds walk, the checks of a decoded value): the same request, or a bad
+// request with the same message. Bound messages are compared by code only: with more than one
+// violation, which one a map walk meets first is not fixed.
+func FuzzParseRequestBytes(f *testing.F) {
+	for _, s := range []string{
+		`{}`, `[]`, `null`, `1`, `"x"`, `{"input": {}}`, `{"operation": "getRunnerIngressEndpoint"}`, `{"operation": "x"}`,
+		`{"lease": 1, "lease": {}}`, `{"lease": {}, "lease": 1}`, `{"lease": "x", "lease": {}}`, `{"lease": {}, "lease": "x"}`,
+		`{"operation": "x", "operation": "openDuplexChannel"}`, `{"environment": true, "environment": {}}`,
+		`{"command": 1, "command": ["a"]}`, `{"command": "a", "command": ["b"]}`, `{"lease": {"metadata": null}}`, `{"lease": {"metadata": {"a": "b"}, "metadata": 2}}`,
+		`{"environment": {"config": {"provider": "p"}}, "environment": {"driver": "sandbox"}}`, `{"x": 1e40000, "lease": {}}`,
+		`{"command": [1e40000, "a\tb"], "lease": {"metadata": {"pluginId": "p"}}}`, `{"a": "é", "lease": []}`,
+		`{"command": ` + strings.Repeat("[", 70) + strings.Repeat("]", 70) + `}`, `{"k": {}} `, ` {"lease": {}} x`,
+	} {
+		f.Add([]byte(s))
+	}
+	reqJSON, _ := specexamples.NewFixture().JSON()
+	f.Add(reqJSON)
+	f.Fuzz(func(t *testing.T, b []byte) {
+		got, gotErr := ParseRequestBytes(b)
+		var want *Request
+		doc, wantErr := decodeOne(bytes.NewReader(b))
+		if wantErr != nil {
+			wantErr = badRequest("request is not valid JSON: %v", wantErr)
+		} else {
+			want, wantErr = requestFromValue(doc)
+		}
+		if wantErr != nil {
+			require.Error(t, gotErr, "the plain path refuses %q: %v", b, wantErr)
+			require.Equal(t, coded.BadRequest, coded.CodeOf(gotErr))
+			if !strings.Contains(wantErr.Error(), "the limit") {
+				require.Equal(t, wantErr.Error(), gotErr.Error(), "%q", b)
+			}
+			return
+		}
+		require.NoError(t, gotErr, "the plain path accepts %q", b)
+		require.Equal(t, want, got, "%q", b)
 	})
 }

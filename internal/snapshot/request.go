@@ -52,18 +52,26 @@ func ParseRequest(r io.Reader) (*Request, error) {
 // encoding/json, which also words every error. The request never shares memory with body: the
 // caller may reuse body at once.
 func ParseRequestBytes(body []byte) (*Request, error) {
-	doc, st, ok := decodeFastStats(body)
-	if !ok {
+	doc, members, direct, ok := decodeRequestFast(body, withinRequestBounds)
+	switch {
+	case !ok:
 		var err error
 		if doc, err = decodeOne(bytes.NewReader(body)); err != nil {
 			return nil, badRequest("request is not valid JSON: %v", err)
 		}
-		return requestFromValue(doc, true)
+	case direct:
+		// The fast decoder measured the document on its way: within the bounds and without
+		// numbers (the only values boundValue may rewrite), it needs no second walk, and the
+		// request is made from the top-level members without a map of them.
+		return requestFromMembers(members)
 	}
-	// The fast decoder measured the document on its way: one within the bounds and without
-	// numbers (the only values boundValue may rewrite) needs no second walk.
-	inBounds := st.maxDepth <= MaxRequestDepth && st.maxString <= MaxRequestStringBytes && !st.numbers
-	return requestFromValue(doc, !inBounds)
+	return requestFromValue(doc)
+}
+
+// withinRequestBounds reports whether a document of these measurements is within the request
+// bounds and holds no number, so that boundValue would find nothing to refuse or rewrite.
+func withinRequestBounds(st fastStats) bool {
+	return st.maxDepth <= MaxRequestDepth && st.maxString <= MaxRequestStringBytes && !st.numbers
 }
 
 // requestFromValue checks a decoded JSON value (as encoding/json decodes into any, numbers as
@@ -72,43 +80,52 @@ func ParseRequestBytes(body []byte) (*Request, error) {
 // The request is bounded (MaxRequestDepth, MaxRequestStringBytes). A number the policy engine
 // cannot represent (a binary exponent beyond what OPA accepts, such as 1e40000) is replaced, in
 // place, by the string of its literal: the policy reads no number of the request, so the
-// request is still decided, and the input document (and its log line) stays evaluable. bound
-// false skips that walk, for a value the caller knows to be within the bounds and without
-// numbers.
-func requestFromValue(doc any, bound bool) (*Request, error) {
+// request is still decided, and the input document (and its log line) stays evaluable.
+func requestFromValue(doc any) (*Request, error) {
 	top, ok := doc.(map[string]any)
 	if !ok {
 		return nil, badRequest("request must be a JSON object, got %s", typeName(doc))
 	}
-	if bound {
-		if err := boundValue(top, 1); err != nil {
-			return nil, badRequest("request %v", err)
-		}
+	if err := boundValue(top, 1); err != nil {
+		return nil, badRequest("request %v", err)
 	}
+	var m requestMembers
+	m.operation, m.hasOperation = top["operation"]
+	m.environment, m.hasEnvironment = top["environment"]
+	m.lease, m.hasLease = top["lease"]
+	m.command, m.hasCommand = top["command"]
+	return requestFromMembers(m)
+}
+
+// requestFromMembers checks the members of a request object that is within the bounds and
+// returns the request.
+func requestFromMembers(m requestMembers) (*Request, error) {
 	req := &Request{Operation: OpOpenDuplexChannel}
 	var err error
-	if op, present := top["operation"]; present {
-		s, _ := op.(string)
+	if m.hasOperation {
+		s, _ := m.operation.(string)
 		if s != OpOpenDuplexChannel && s != OpGetRunnerIngressEndpoint {
-			return nil, badRequest("operation must be %q or %q, got %s", OpOpenDuplexChannel, OpGetRunnerIngressEndpoint, describe(op))
+			return nil, badRequest("operation must be %q or %q, got %s", OpOpenDuplexChannel, OpGetRunnerIngressEndpoint, describe(m.operation))
 		}
 		req.Operation = s
 	}
-	if req.Environment, err = optionalObject(top, "environment", "environment"); err != nil {
+	if req.Environment, err = optionalObject(m.environment, m.hasEnvironment, "environment"); err != nil {
 		return nil, err
 	}
-	if req.Lease, err = optionalObject(top, "lease", "lease"); err != nil {
+	if req.Lease, err = optionalObject(m.lease, m.hasLease, "lease"); err != nil {
 		return nil, err
 	}
-	if req.Metadata, err = optionalObject(req.Lease, "metadata", "lease.metadata"); err != nil {
+	md, hasMD := req.Lease["metadata"]
+	if req.Metadata, err = optionalObject(md, hasMD, "lease.metadata"); err != nil {
 		return nil, err
 	}
-	req.Command, req.HasCommand = top["command"]
+	req.Command, req.HasCommand = m.command, m.hasCommand
 	return req, nil
 }
 
-func optionalObject(parent map[string]any, field, name string) (map[string]any, error) {
-	raw, present := parent[field]
+// optionalObject is the object raw of a member named name, or an empty one when the member is
+// not present.
+func optionalObject(raw any, present bool, name string) (map[string]any, error) {
 	if !present {
 		return map[string]any{}, nil
 	}

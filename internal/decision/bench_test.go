@@ -23,7 +23,7 @@ func benchFixture(b *testing.B) (*snapshot.Request, *snapshot.FileFacts) {
 	reqJSON, factsJSON := specexamples.NewFixture().JSON()
 	facts, err := snapshot.ParseFacts(bytes.NewReader(factsJSON))
 	require.NoError(b, err)
-	req, err := snapshot.ParseRequest(bytes.NewReader(reqJSON))
+	req, err := snapshot.ParseRequestBytes(reqJSON)
 	require.NoError(b, err)
 	return req, facts
 }
@@ -72,7 +72,7 @@ func benchDecide(b *testing.B, opts decision.Options) {
 	require.NoError(b, err)
 	b.ReportAllocs()
 	for b.Loop() {
-		req, err := snapshot.ParseRequest(bytes.NewReader(reqJSON))
+		req, err := snapshot.ParseRequestBytes(reqJSON)
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -143,7 +143,7 @@ func BenchmarkSideBySide(b *testing.B) {
 			}
 		},
 		func() {
-			r, err := snapshot.ParseRequest(bytes.NewReader(reqJSON))
+			r, err := snapshot.ParseRequestBytes(reqJSON)
 			if err != nil {
 				b.Fatal(err)
 			}
@@ -222,7 +222,7 @@ func BenchmarkManifestSize(b *testing.B) {
 		reqJSON, factsJSON := f.JSON()
 		facts, err := snapshot.ParseFacts(bytes.NewReader(factsJSON))
 		require.NoError(b, err)
-		req, err := snapshot.ParseRequest(bytes.NewReader(reqJSON))
+		req, err := snapshot.ParseRequestBytes(reqJSON)
 		require.NoError(b, err)
 		pf, ok := facts.Plugin("test.plugin")
 		require.True(b, ok)

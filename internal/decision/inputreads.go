@@ -290,7 +290,8 @@ func encode(buf []byte, v any) ([]byte, bool) {
 		}
 		return buf, true
 	case map[string]any:
-		keys := make([]string, 0, len(x))
+		var room [16]string // the keys of an object of the input, sorted without allocating
+		keys := room[:0]
 		for k := range x {
 			keys = append(keys, k)
 		}

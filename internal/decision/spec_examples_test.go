@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"testing"
 
+	"github.com/google/uuid"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -80,4 +81,12 @@ func TestDecisionIDsAreFresh(t *testing.T) {
 	a, b := decide(t, eng, f), decide(t, eng, f)
 	assert.NotEqual(t, a.DecisionID, b.DecisionID)
 	assert.Equal(t, a.Revision, b.Revision)
+	// A decision id is a random (version 4, RFC 9562 variant) UUID in its canonical form.
+	for _, id := range []string{a.DecisionID, b.DecisionID} {
+		u, err := uuid.Parse(id)
+		require.NoError(t, err, id)
+		assert.Equal(t, u.String(), id)
+		assert.Equal(t, uuid.Version(4), u.Version(), id)
+		assert.Equal(t, uuid.RFC4122, u.Variant(), id)
+	}
 }

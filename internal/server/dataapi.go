@@ -68,7 +68,7 @@ func (s *Server) handleData(w http.ResponseWriter, r *http.Request) {
 			if misdirectedDataBody(body) {
 				err = coded.Errorf(coded.BadRequest, `POST / takes the request itself as the body, not {"input": <request>}: send the request, or POST {"input": <request>} to `+pathDataDecision)
 			} else {
-				req, err = snapshot.ParseRequest(bytes.NewReader(body))
+				req, err = snapshot.ParseRequestBytes(body)
 			}
 		} else {
 			req, err = parseDataRequest(body)
@@ -221,8 +221,23 @@ func (s *Server) readDataBody(w http.ResponseWriter, r *http.Request) ([]byte, e
 }
 
 // misdirectedDataBody reports whether a body that should be a request looks like an OPA Data
-// API body instead: an object with "input" and none of the request's own members.
+// API body instead: an object with "input" and none of the request's own members. Only a body
+// that may name "input" is decoded for that (the request parser then decodes it again); the
+// usual request is decoded once.
 func misdirectedDataBody(body []byte) bool {
+	return mayNameInput(body) && namesInputOnly(body)
+}
+
+// mayNameInput reports whether body may hold the key "input": a JSON string decodes to "input"
+// only when it is written as those five letters between quotes or spells a letter with a \u
+// escape (no other escape, and no replacement of invalid UTF-8, yields a letter).
+func mayNameInput(body []byte) bool {
+	return bytes.Contains(body, []byte(`"input"`)) || bytes.Contains(body, []byte(`\u`))
+}
+
+// namesInputOnly decodes body and reports whether it is an object with "input" and none of the
+// request's own members.
+func namesInputOnly(body []byte) bool {
 	var top map[string]json.RawMessage
 	if json.Unmarshal(body, &top) != nil {
 		return false

@@ -1,7 +1,6 @@
 package server
 
 import (
-	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -157,7 +156,7 @@ func (s *Server) decisionHandler(path string) http.HandlerFunc {
 				writeError(w, err)
 				return
 			}
-			req, err := snapshot.ParseRequest(bytes.NewReader(body))
+			req, err := snapshot.ParseRequestBytes(body)
 			if err != nil {
 				writeError(w, err) // a bad request
 				return
@@ -370,9 +369,9 @@ func parseDataRequest(body []byte) (*snapshot.Request, error) {
 	if !ok {
 		return nil, coded.Errorf(coded.BadRequest, `body has no "input": the Data API body is {"input": <request>}`)
 	}
-	req, err := snapshot.ParseRequest(bytes.NewReader(raw))
+	req, err := snapshot.ParseRequestBytes(raw)
 	if err != nil {
-		return nil, fmt.Errorf("input: %w", err) // a bad request, as ParseRequest's errors are
+		return nil, fmt.Errorf("input: %w", err) // a bad request, as ParseRequestBytes's errors are
 	}
 	return req, nil
 }

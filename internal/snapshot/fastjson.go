@@ -2,6 +2,7 @@ package snapshot
 
 import (
 	"encoding/json"
+	"sync"
 )
 
 // maxFastDepth is the nesting at which the fast decoder gives up and leaves the document to
@@ -17,25 +18,124 @@ const maxFastDepth = 10000
 // message stays that of encoding/json.
 //
 // The strings it returns without escapes share the memory of one copy of data (one allocation
-// for every string of the document instead of one each).
+// for every string of the document instead of one each), so the document never aliases data.
 func decodeFast(data []byte) (v any, ok bool) {
-	d := fastDecoder{data: data, src: string(data)}
+	v, _, ok = decodeFastStats(data)
+	return v, ok
+}
+
+// fastStats is what decodeFastStats saw of a document on its way, so that a caller need not
+// walk the value again to learn it.
+type fastStats struct {
+	maxDepth  int  // deepest nesting of objects and arrays (0: a scalar document)
+	maxString int  // longest string or object key, in bytes once decoded
+	numbers   bool // the document holds at least one number
+}
+
+// decodeFastStats is decodeFast, and also reports the document's fastStats.
+func decodeFastStats(data []byte) (v any, st fastStats, ok bool) {
+	sc := scratchPool.Get().(*scratch)
+	defer sc.put()
+	d := fastDecoder{data: data, src: string(data), keys: sc.keys[:0], elems: sc.elems[:0]}
+	defer func() { sc.keys, sc.elems = d.keys, d.elems }()
 	d.skipSpace()
 	v, ok = d.value(0)
 	if !ok {
-		return nil, false
+		return nil, st, false
 	}
 	d.skipSpace()
 	if d.pos != len(d.data) {
-		return nil, false
+		return nil, st, false
 	}
-	return v, true
+	return v, d.st, true
+}
+
+// requestMembers are the members of a request's top-level object that a request is made of, the
+// last of each when a key is repeated (as a map keeps the last of duplicate keys).
+type requestMembers struct {
+	operation, environment, lease, command             any
+	hasOperation, hasEnvironment, hasLease, hasCommand bool
+}
+
+// member records the top-level member k: v when it is one a request is made of.
+func (m *requestMembers) member(k string, v any) {
+	switch k {
+	case "operation":
+		m.operation, m.hasOperation = v, true
+	case "environment":
+		m.environment, m.hasEnvironment = v, true
+	case "lease":
+		m.lease, m.hasLease = v, true
+	case "command":
+		m.command, m.hasCommand = v, true
+	}
+}
+
+// decodeRequestFast decodes a request document as decodeFast does, with one saving: when the
+// document is an object that inBounds accepts the fastStats of, it builds no map of the top-level
+// object (the request keeps none of it) and returns its members instead, with direct true.
+// Otherwise doc is the whole document, as decodeFast returns it.
+func decodeRequestFast(data []byte, inBounds func(fastStats) bool) (doc any, members requestMembers, direct, ok bool) {
+	sc := scratchPool.Get().(*scratch)
+	defer sc.put()
+	d := fastDecoder{data: data, src: string(data), keys: sc.keys[:0], elems: sc.elems[:0], keepTop: true}
+	defer func() { sc.keys, sc.elems = d.keys, d.elems }()
+	d.skipSpace()
+	doc, ok = d.value(0)
+	if !ok {
+		return nil, members, false, false
+	}
+	d.skipSpace()
+	if d.pos != len(d.data) {
+		return nil, members, false, false
+	}
+	if !d.topKept {
+		return doc, members, false, true
+	}
+	// The top-level object's members are all that is left on the stacks, in document order.
+	if inBounds(d.st) {
+		for i, k := range d.keys {
+			members.member(k, d.elems[i])
+		}
+		return nil, members, true, true
+	}
+	return d.makeObject(0), members, false, true
+}
+
+// scratch is the decoder's stacks, reused between documents.
+type scratch struct {
+	keys  []string
+	elems []any
+}
+
+// maxScratch bounds the stacks a scratch keeps for the next document (a larger one is dropped).
+const maxScratch = 1024
+
+var scratchPool = sync.Pool{New: func() any { return &scratch{keys: make([]string, 0, 32), elems: make([]any, 0, 32)} }}
+
+// put returns sc to the pool, holding no reference to the document it served.
+func (sc *scratch) put() {
+	if cap(sc.keys) > maxScratch || cap(sc.elems) > maxScratch {
+		return
+	}
+	clear(sc.keys[:cap(sc.keys)])
+	clear(sc.elems[:cap(sc.elems)])
+	sc.keys, sc.elems = sc.keys[:0], sc.elems[:0]
+	scratchPool.Put(sc)
 }
 
 type fastDecoder struct {
 	data []byte
 	src  string // data as a string, sliced for the strings of the document
 	pos  int
+	st   fastStats
+	// Scratch stacks of the members of the objects and elements of the arrays being decoded,
+	// so that each object and array is allocated once at its final size.
+	keys  []string
+	elems []any
+	// keepTop leaves the members of a top-level object on the stacks, instead of a map, and
+	// sets topKept.
+	keepTop, topKept bool
 }
 
 func (d *fastDecoder) skipSpace() {
@@ -59,7 +159,11 @@ func (d *fastDecoder) value(depth int) (any, bool) {
 	case c == '[':
 		return d.array(depth + 1)
 	case c == '"':
-		return d.str()
+		s, ok := d.str()
+		if !ok {
+			return nil, false
+		}
+		return s, true
 	case c == 't':
 		return true, d.literal("true")
 	case c == 'f':
@@ -80,16 +184,23 @@ func (d *fastDecoder) literal(lit string) bool {
 	return true
 }
 
+// enter records the nesting of an object or array at depth and reports whether it is within
+// what the fast decoder handles.
+func (d *fastDecoder) enter(depth int) bool {
+	d.st.maxDepth = max(d.st.maxDepth, depth)
+	return depth <= maxFastDepth
+}
+
 func (d *fastDecoder) object(depth int) (any, bool) {
-	if depth > maxFastDepth {
+	if !d.enter(depth) {
 		return nil, false
 	}
 	d.pos++ // {
-	m := map[string]any{}
+	base := len(d.keys)
 	d.skipSpace()
 	if d.pos < len(d.data) && d.data[d.pos] == '}' {
 		d.pos++
-		return m, true
+		return map[string]any{}, true
 	}
 	for {
 		d.skipSpace()
@@ -110,7 +221,8 @@ func (d *fastDecoder) object(depth int) (any, bool) {
 		if !ok {
 			return nil, false
 		}
-		m[k.(string)] = v
+		d.keys = append(d.keys, k)
+		d.elems = append(d.elems, v)
 		d.skipSpace()
 		if d.pos >= len(d.data) {
 			return nil, false
@@ -120,23 +232,43 @@ func (d *fastDecoder) object(depth int) (any, bool) {
 			d.pos++
 		case '}':
 			d.pos++
-			return m, true
+			if depth == 1 && d.keepTop {
+				d.topKept = true
+				return nil, true
+			}
+			return d.makeObject(base), true
 		default:
 			return nil, false
 		}
 	}
 }
 
+// makeObject pops the members of the object whose keys start at d.keys[base] off the stacks
+// and returns them as a map: they are the tops of both stacks, in document order, and a later
+// duplicate key overwrites an earlier one, as encoding/json does.
+func (d *fastDecoder) makeObject(base int) map[string]any {
+	keys := d.keys[base:]
+	vals := d.elems[len(d.elems)-len(keys):]
+	m := make(map[string]any, len(keys))
+	for i, k := range keys {
+		m[k] = vals[i]
+	}
+	clear(vals) // the scratch stack keeps no reference to the document
+	d.keys = d.keys[:base]
+	d.elems = d.elems[:len(d.elems)-len(keys)]
+	return m
+}
+
 func (d *fastDecoder) array(depth int) (any, bool) {
-	if depth > maxFastDepth {
+	if !d.enter(depth) {
 		return nil, false
 	}
 	d.pos++ // [
-	a := []any{}
+	base := len(d.elems)
 	d.skipSpace()
 	if d.pos < len(d.data) && d.data[d.pos] == ']' {
 		d.pos++
-		return a, true
+		return []any{}, true
 	}
 	for {
 		d.skipSpace()
@@ -144,7 +276,7 @@ func (d *fastDecoder) array(depth int) (any, bool) {
 		if !ok {
 			return nil, false
 		}
-		a = append(a, v)
+		d.elems = append(d.elems, v)
 		d.skipSpace()
 		if d.pos >= len(d.data) {
 			return nil, false
@@ -154,6 +286,10 @@ func (d *fastDecoder) array(depth int) (any, bool) {
 			d.pos++
 		case ']':
 			d.pos++
+			a := make([]any, len(d.elems)-base)
+			copy(a, d.elems[base:])
+			clear(d.elems[base:])
+			d.elems = d.elems[:base]
 			return a, true
 		default:
 			return nil, false
@@ -163,7 +299,7 @@ func (d *fastDecoder) array(depth int) (any, bool) {
 
 // str decodes a string of printable ASCII with the short escapes; anything else is left to
 // encoding/json (its handling of \u escapes, surrogates and invalid UTF-8 is not repeated here).
-func (d *fastDecoder) str() (any, bool) {
+func (d *fastDecoder) str() (string, bool) {
 	d.pos++ // opening quote
 	start := d.pos
 	for d.pos < len(d.data) {
@@ -172,19 +308,20 @@ func (d *fastDecoder) str() (any, bool) {
 		case c == '"':
 			s := d.src[start:d.pos]
 			d.pos++
+			d.st.maxString = max(d.st.maxString, len(s))
 			return s, true
 		case c == '\\':
 			return d.escaped(start)
 		case c < 0x20 || c >= 0x7f:
-			return nil, false
+			return "", false
 		}
 		d.pos++
 	}
-	return nil, false
+	return "", false
 }
 
 // escaped finishes a string from start whose first escape is at d.pos.
-func (d *fastDecoder) escaped(start int) (any, bool) {
+func (d *fastDecoder) escaped(start int) (string, bool) {
 	buf := make([]byte, 0, d.pos-start+16)
 	buf = append(buf, d.data[start:d.pos]...)
 	for d.pos < len(d.data) {
@@ -192,10 +329,11 @@ func (d *fastDecoder) escaped(start int) (any, bool) {
 		switch {
 		case c == '"':
 			d.pos++
+			d.st.maxString = max(d.st.maxString, len(buf))
 			return string(buf), true
 		case c == '\\':
 			if d.pos+1 >= len(d.data) {
-				return nil, false
+				return "", false
 			}
 			var r byte
 			switch d.data[d.pos+1] {
@@ -216,18 +354,18 @@ func (d *fastDecoder) escaped(start int) (any, bool) {
 			case 't':
 				r = '\t'
 			default: // \u and invalid escapes
-				return nil, false
+				return "", false
 			}
 			buf = append(buf, r)
 			d.pos += 2
 			continue
 		case c < 0x20 || c >= 0x7f:
-			return nil, false
+			return "", false
 		}
 		buf = append(buf, c)
 		d.pos++
 	}
-	return nil, false
+	return "", false
 }
 
 // number checks the JSON number grammar and returns the literal as a json.Number.
@@ -259,7 +397,8 @@ func (d *fastDecoder) number() (any, bool) {
 			return nil, false
 		}
 	}
-	return json.Number(d.data[start:d.pos]), true
+	d.st.numbers = true
+	return json.Number(d.src[start:d.pos]), true
 }
 
 // digits consumes one or more decimal digits.

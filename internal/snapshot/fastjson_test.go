@@ -22,16 +22,48 @@ func stdDecode(tb testing.TB, b []byte) (any, bool) {
 
 // requireSameAsStd: whenever decodeFast accepts b, encoding/json accepts it too and decodes the
 // same value (types included: json.Number, []any, map[string]any).
+//
+// It also checks the fastStats decodeFastStats reports against a walk of the decoded value:
+// ParseRequestBytes skips the bounds walk on their word, so they must never understate it (they
+// may overstate it: a value a later duplicate key replaced was measured too).
 func requireSameAsStd(tb testing.TB, b []byte) (fastOK bool) {
 	tb.Helper()
-	fast, ok := decodeFast(b)
+	fast, st, ok := decodeFastStats(b)
 	std, stdOK := stdDecode(tb, b)
 	if !ok {
 		return false
 	}
 	require.True(tb, stdOK, "decodeFast accepts what encoding/json refuses: %q", b)
 	require.Equal(tb, std, fast, "decodeFast and encoding/json disagree on %q", b)
+	var want fastStats
+	walkStats(std, 0, &want)
+	require.GreaterOrEqual(tb, st.maxDepth, want.maxDepth, "decodeFastStats understates the depth of %q", b)
+	require.GreaterOrEqual(tb, st.maxString, want.maxString, "decodeFastStats understates the strings of %q", b)
+	if want.numbers {
+		require.True(tb, st.numbers, "decodeFastStats misses the numbers of %q", b)
+	}
 	return true
+}
+
+// walkStats measures v, at nesting level depth, into st.
+func walkStats(v any, depth int, st *fastStats) {
+	switch t := v.(type) {
+	case map[string]any:
+		st.maxDepth = max(st.maxDepth, depth+1)
+		for k, e := range t {
+			st.maxString = max(st.maxString, len(k))
+			walkStats(e, depth+1, st)
+		}
+	case []any:
+		st.maxDepth = max(st.maxDepth, depth+1)
+		for _, e := range t {
+			walkStats(e, depth+1, st)
+		}
+	case string:
+		st.maxString = max(st.maxString, len(t))
+	case json.Number:
+		st.numbers = true
+	}
 }
 
 func TestDecodeFast(t *testing.T) {
@@ -104,7 +136,8 @@ func FuzzDecodeFast(f *testing.F) {
 	})
 }
 
-// BenchmarkDecodeRequest: the fixture's request decoded by decodeFast and by encoding/json (as
+// BenchmarkDecodeRequest: the fixture's request decoded by decodeFast, parsed whole by
+// ParseRequestBytes (decodeFast and the request's checks), and decoded by encoding/json (as
 // ParseRequest decoded every request before decodeFast).
 func BenchmarkDecodeRequest(b *testing.B) {
 	body := []byte(`{"operation": "openDuplexChannel", "environment": {"id": "env-1", "driver": "sandbox", "config": {"provider": "daytona"}},
@@ -116,6 +149,14 @@ func BenchmarkDecodeRequest(b *testing.B) {
 		for b.Loop() {
 			if _, ok := decodeFast(body); !ok {
 				b.Fatal("not decoded")
+			}
+		}
+	})
+	b.Run("ParseRequestBytes", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			if _, err := ParseRequestBytes(body); err != nil {
+				b.Fatal(err)
 			}
 		}
 	})

@@ -40,6 +40,9 @@ func Build(ctx context.Context, req *Request, facts Facts, opts Options) Input {
 type resolved struct {
 	driver, providerKey, pluginID, driverKey string
 	pluginBacked                             bool
+	// The same four strings as the request holds them (each already an any when it was
+	// parsed), so that the input document carries them without boxing them again.
+	driverV, providerKeyV, pluginIDV, driverKeyV any
 }
 
 // resolve reads the driver, provider key, plugin and driver key from the lease metadata, falling
@@ -47,22 +50,20 @@ type resolved struct {
 // environment is its config's provider.
 func resolve(req *Request) resolved {
 	md := req.Metadata
-	r := resolved{
-		driver:       nonEmpty(md["driver"]),
-		providerKey:  nonEmpty(md["provider"]),
-		pluginBacked: md["sandboxProviderPlugin"] == true,
-		pluginID:     nonEmpty(md["pluginId"]),
-		driverKey:    nonEmpty(md["driverKey"]),
+	r := resolved{pluginBacked: md["sandboxProviderPlugin"] == true}
+	r.driver, r.driverV = nonEmptyValue(md["driver"])
+	r.providerKey, r.providerKeyV = nonEmptyValue(md["provider"])
+	r.pluginID, r.pluginIDV = nonEmptyValue(md["pluginId"])
+	r.driverKey, r.driverKeyV = nonEmptyValue(md["driverKey"])
+	if r.driver == "" {
+		r.driver, r.driverV = nonEmptyValue(req.Environment["driver"])
 	}
 	if r.driver == "" {
-		r.driver = nonEmpty(req.Environment["driver"])
-	}
-	if r.driver == "" {
-		r.driver = "sandbox"
+		r.driver, r.driverV = "sandbox", "sandbox"
 	}
 	if r.providerKey == "" && req.Environment["driver"] == "sandbox" {
 		if cfg, ok := req.Environment["config"].(map[string]any); ok {
-			r.providerKey = nonEmpty(cfg["provider"])
+			r.providerKey, r.providerKeyV = nonEmptyValue(cfg["provider"])
 		}
 	}
 	return r
@@ -126,16 +127,16 @@ func assemble(req *Request, r resolved, factsDoc map[string]any, configFailed bo
 		lease = shallowWith(lease, "metadata", md)
 	}
 	in := Input{
-		"operation":   req.Operation,
+		"operation":   operationValue(req.Operation),
 		"environment": req.Environment,
 		"lease":       lease,
 		"now_ns":      now().UnixNano(),
 		"resolved": map[string]any{
-			"driver":       r.driver,
-			"providerKey":  r.providerKey,
+			"driver":       r.driverV,
+			"providerKey":  r.providerKeyV,
 			"pluginBacked": r.pluginBacked,
-			"pluginId":     r.pluginID,
-			"driverKey":    r.driverKey,
+			"pluginId":     r.pluginIDV,
+			"driverKey":    r.driverKeyV,
 		},
 		"facts": factsDoc,
 		"narrowing": map[string]any{
@@ -150,10 +151,24 @@ func assemble(req *Request, r resolved, factsDoc map[string]any, configFailed bo
 	return in
 }
 
-// nonEmpty returns v when it is a string of length at least one, else "".
-func nonEmpty(v any) string {
-	s, _ := v.(string)
-	return s
+// nonEmptyValue returns v as a string and v itself when it is a string of length at least one,
+// else "" twice.
+func nonEmptyValue(v any) (string, any) {
+	if s, _ := v.(string); s != "" {
+		return s, v
+	}
+	return "", ""
+}
+
+// operationValue is op as an any; the two operations need no allocation.
+func operationValue(op string) any {
+	switch op {
+	case OpOpenDuplexChannel:
+		return OpOpenDuplexChannel
+	case OpGetRunnerIngressEndpoint:
+		return OpGetRunnerIngressEndpoint
+	}
+	return op
 }
 
 func shallowWith(m map[string]any, k string, v any) map[string]any {

@@ -38,21 +38,40 @@ type Request struct {
 	HasCommand  bool
 }
 
-// ParseRequest reads one JSON request and checks its shape. A request of plain ASCII strings (the
-// usual case) is decoded in one pass by decodeFast; any other is decoded by encoding/json, which
-// also words every error.
+// ParseRequest reads one JSON request and checks its shape, as ParseRequestBytes does.
 func ParseRequest(r io.Reader) (*Request, error) {
 	body, err := io.ReadAll(r)
 	if err != nil {
 		return nil, badRequest("request is not valid JSON: %v", err)
 	}
-	doc, ok := decodeFast(body)
-	if !ok {
+	return ParseRequestBytes(body)
+}
+
+// ParseRequestBytes checks one JSON request held in body and returns it. A request of plain
+// ASCII strings (the usual case) is decoded in one pass by decodeFast; any other is decoded by
+// encoding/json, which also words every error. The request never shares memory with body: the
+// caller may reuse body at once.
+func ParseRequestBytes(body []byte) (*Request, error) {
+	doc, members, direct, ok := decodeRequestFast(body, withinRequestBounds)
+	switch {
+	case !ok:
+		var err error
 		if doc, err = decodeOne(bytes.NewReader(body)); err != nil {
 			return nil, badRequest("request is not valid JSON: %v", err)
 		}
+	case direct:
+		// The fast decoder measured the document on its way: within the bounds and without
+		// numbers (the only values boundValue may rewrite), it needs no second walk, and the
+		// request is made from the top-level members without a map of them.
+		return requestFromMembers(members)
 	}
 	return requestFromValue(doc)
+}
+
+// withinRequestBounds reports whether a document of these measurements is within the request
+// bounds and holds no number, so that boundValue would find nothing to refuse or rewrite.
+func withinRequestBounds(st fastStats) bool {
+	return st.maxDepth <= MaxRequestDepth && st.maxString <= MaxRequestStringBytes && !st.numbers
 }
 
 // requestFromValue checks a decoded JSON value (as encoding/json decodes into any, numbers as
@@ -70,30 +89,43 @@ func requestFromValue(doc any) (*Request, error) {
 	if err := boundValue(top, 1); err != nil {
 		return nil, badRequest("request %v", err)
 	}
+	var m requestMembers
+	m.operation, m.hasOperation = top["operation"]
+	m.environment, m.hasEnvironment = top["environment"]
+	m.lease, m.hasLease = top["lease"]
+	m.command, m.hasCommand = top["command"]
+	return requestFromMembers(m)
+}
+
+// requestFromMembers checks the members of a request object that is within the bounds and
+// returns the request.
+func requestFromMembers(m requestMembers) (*Request, error) {
 	req := &Request{Operation: OpOpenDuplexChannel}
 	var err error
-	if op, present := top["operation"]; present {
-		s, _ := op.(string)
+	if m.hasOperation {
+		s, _ := m.operation.(string)
 		if s != OpOpenDuplexChannel && s != OpGetRunnerIngressEndpoint {
-			return nil, badRequest("operation must be %q or %q, got %s", OpOpenDuplexChannel, OpGetRunnerIngressEndpoint, describe(op))
+			return nil, badRequest("operation must be %q or %q, got %s", OpOpenDuplexChannel, OpGetRunnerIngressEndpoint, describe(m.operation))
 		}
 		req.Operation = s
 	}
-	if req.Environment, err = optionalObject(top, "environment", "environment"); err != nil {
+	if req.Environment, err = optionalObject(m.environment, m.hasEnvironment, "environment"); err != nil {
 		return nil, err
 	}
-	if req.Lease, err = optionalObject(top, "lease", "lease"); err != nil {
+	if req.Lease, err = optionalObject(m.lease, m.hasLease, "lease"); err != nil {
 		return nil, err
 	}
-	if req.Metadata, err = optionalObject(req.Lease, "metadata", "lease.metadata"); err != nil {
+	md, hasMD := req.Lease["metadata"]
+	if req.Metadata, err = optionalObject(md, hasMD, "lease.metadata"); err != nil {
 		return nil, err
 	}
-	req.Command, req.HasCommand = top["command"]
+	req.Command, req.HasCommand = m.command, m.hasCommand
 	return req, nil
 }
 
-func optionalObject(parent map[string]any, field, name string) (map[string]any, error) {
-	raw, present := parent[field]
+// optionalObject is the object raw of a member named name, or an empty one when the member is
+// not present.
+func optionalObject(raw any, present bool, name string) (map[string]any, error) {
 	if !present {
 		return map[string]any{}, nil
 	}

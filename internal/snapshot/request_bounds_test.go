@@ -37,6 +37,17 @@ func TestRequestBounds(t *testing.T) {
 			wantErr: fmt.Sprintf("request field command[2] is a string of %d bytes, over the limit of %d bytes", len(long), MaxRequestStringBytes)},
 		{name: "key too long", body: `{"environment":{"` + long + `":1}}`,
 			wantErr: "request field environment has a key of"},
+		// A string is measured once decoded: escapes count as the byte they stand for.
+		{name: "escaped string that fits once decoded", body: `{"command":["` + strings.Repeat(`\t`, MaxRequestStringBytes) + `"]}`},
+		{name: "escaped string too long once decoded", body: `{"command":["` + strings.Repeat(`\t`, MaxRequestStringBytes+1) + `"]}`,
+			wantErr: fmt.Sprintf("request field command[0] is a string of %d bytes", MaxRequestStringBytes+1)},
+		{name: "escaped key too long once decoded", body: `{"lease":{"` + strings.Repeat(`\n`, MaxRequestStringBytes+1) + `":true}}`,
+			wantErr: "request field lease has a key of"},
+		// The same bounds hold for a request encoding/json decodes (a non-ASCII string).
+		{name: "string too long beside a non-ASCII one", body: `{"environment":{"name":"é"},"command":["` + long + `"]}`,
+			wantErr: fmt.Sprintf("request field command[0] is a string of %d bytes", len(long))},
+		{name: "one level too deep beside a non-ASCII string", body: `{"environment":{"name":"é"},"lease":{"metadata":` + nested(MaxRequestDepth-1) + `}}`,
+			wantErr: "is nested deeper than the limit"},
 		{name: "operation too long is still a bad operation", body: `{"operation":"` + long + `"}`, wantErr: "request field operation is a string"},
 	}
 	for _, tt := range tests {

@@ -1,8 +1,11 @@
 package policy
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
+	"fmt"
 	"time"
 
 	"github.com/open-policy-agent/opa/v1/metrics"
@@ -49,13 +52,26 @@ func (s *Source) LogDecision(ctx context.Context, d Decision) error {
 // LogToOPA hands d to lp, OPA's decision-log plugin, as OPA records its own decisions: with
 // the decision's trace and span ids when it is traced, so that an entry leads to its trace.
 // `authz serve` (Source.LogDecision) and `authz run` (the gate inside OPA) both log through it.
+//
+// OPA's plugin applies the system.log.mask rules to the values it is handed in place (it removes
+// and upserts members of their maps and slices). The input holds the facts documents every
+// decision shares and the result may be the decision cache's, so the plugin gets copies of both:
+// a mask changes what is logged, never what is decided next.
 func LogToOPA(ctx context.Context, lp *logs.Plugin, d Decision) error {
+	input, err := jsonCopy(d.Input)
+	if err != nil {
+		return fmt.Errorf("copying the input for the decision log: %w", err)
+	}
+	result, err := jsonCopy(d.Result)
+	if err != nil {
+		return fmt.Errorf("copying the result for the decision log: %w", err)
+	}
 	info := &opaserver.Info{
 		DecisionID: d.ID,
 		Path:       d.Path,
 		Timestamp:  d.Timestamp,
-		Input:      &d.Input,
-		Results:    &d.Result,
+		Input:      &input,
+		Results:    &result,
 		Revision:   d.Revision,
 		RemoteAddr: d.RemoteAddr,
 		Metrics:    metrics.New(),
@@ -72,4 +88,46 @@ func LogToOPA(ctx context.Context, lp *logs.Plugin, d Decision) error {
 		info.TraceID, info.SpanID = sc.TraceID().String(), sc.SpanID().String()
 	}
 	return lp.Log(ctx, info)
+}
+
+// jsonCopy is a deep copy of v that shares no map or slice with it: maps and slices of JSON
+// values are copied member by member, immutable scalars are kept, and any other value goes
+// through JSON (the form OPA logs it in).
+func jsonCopy(v any) (any, error) {
+	switch x := v.(type) {
+	case nil, string, bool, json.Number, float64, int, int64:
+		return x, nil
+	case map[string]any:
+		out := make(map[string]any, len(x))
+		for k, e := range x {
+			c, err := jsonCopy(e)
+			if err != nil {
+				return nil, err
+			}
+			out[k] = c
+		}
+		return out, nil
+	case []any:
+		out := make([]any, len(x))
+		for i, e := range x {
+			c, err := jsonCopy(e)
+			if err != nil {
+				return nil, err
+			}
+			out[i] = c
+		}
+		return out, nil
+	default:
+		b, err := json.Marshal(x)
+		if err != nil {
+			return nil, err
+		}
+		var out any
+		d := json.NewDecoder(bytes.NewReader(b))
+		d.UseNumber()
+		if err := d.Decode(&out); err != nil {
+			return nil, err
+		}
+		return out, nil
+	}
 }

@@ -115,3 +115,81 @@ func TestOPADecisionLogsBesideTheLocalLog(t *testing.T) {
 	assert.Contains(t, out.String(), id, "console: true prints the event in the service log")
 	assert.Contains(t, local.String(), id, "the local decision log has the decision too")
 }
+
+// TestOPAMaskRulesLeaveDecisionsAlone: OPA's decision-log plugin applies system.log.mask rules to
+// the event it is handed in place, so the event must not share the facts or the cached decision
+// the service answers from. A mask that removes the pinned plugin's id and the worker's methods
+// and upserts a capability in the result changes only the logged copies: the same request is
+// granted again, from the cache and without it, with the same capabilities.
+func TestOPAMaskRulesLeaveDecisionsAlone(t *testing.T) {
+	bundles := policytest.NewBundleServer(t)
+	coll := &logCollector{}
+	logs := httptest.NewServer(coll)
+	t.Cleanup(logs.Close)
+
+	mods := policytest.EmbeddedModules(t)
+	mods["system/log.rego"] = `package system.log
+
+mask contains "/input/facts/plugin/id"
+
+mask contains "/input/facts/worker/supportedMethods"
+
+mask contains "/input/resolved"
+
+mask contains {"op": "upsert", "path": "/result/capabilities/reusableLeases", "value": true}
+`
+	bundles.Publish(policytest.MakeBundle(t, policytest.BundleSpec{Revision: "masked-1", Modules: mods}))
+	pcfg := policy.Config{OPA: map[string]any{
+		"services": map[string]any{
+			"bundles": map[string]any{"url": bundles.URL},
+			"logs":    map[string]any{"url": logs.URL},
+		},
+		"bundles": map[string]any{"authz": map[string]any{"service": "bundles", "resource": "/b.tar.gz",
+			"polling": map[string]any{"min_delay_seconds": 1, "max_delay_seconds": 2}}},
+		"decision_logs": map[string]any{"service": "logs",
+			"reporting": map[string]any{"min_delay_seconds": 1, "max_delay_seconds": 1}},
+	}}
+	for _, tc := range []struct {
+		name  string
+		cache decision.CacheOptions
+	}{
+		{name: "cache on"},
+		{name: "cache off", cache: decision.CacheOptions{Disabled: true}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			eng := decision.NewEmpty(decision.Options{Cache: tc.cache})
+			src, err := policy.New(pcfg, eng, policy.Options{Logger: hclog.NewNullLogger()})
+			require.NoError(t, err)
+			require.NoError(t, src.Start(t.Context()))
+			defer src.Close(t.Context())
+			policytest.WaitFor(t, "the bundle to be activated", 20*time.Second, src.Ready)
+
+			s, err := server.New(testConfig(), eng, staticFacts(t, "facts.json"), server.Options{Policy: src, DecisionLog: &testutil.SyncBuffer{}})
+			require.NoError(t, err)
+			t.Cleanup(func() { assert.NoError(t, s.Close()) })
+			url := startHTTP(t, s)
+
+			var first map[string]any
+			var ids []string
+			for i := range 4 {
+				a := post(t, url+"/v1/authorize", fixture(t, nil))
+				require.Equal(t, http.StatusOK, a.status, "%s", a.body)
+				doc := a.json(t)
+				require.Equal(t, true, doc["allow"], "decision %d: %s", i, a.body)
+				if first == nil {
+					first = doc
+				}
+				assert.Equal(t, first["capabilities"], doc["capabilities"], "decision %d", i)
+				ids = append(ids, doc["decision_id"].(string))
+			}
+			assert.Equal(t, false, first["capabilities"].(map[string]any)["reusableLeases"], "the fixture's lease is not reusable")
+			for _, id := range ids {
+				var ev map[string]any
+				policytest.WaitFor(t, "the decision to be uploaded", 20*time.Second, func() bool { ev = coll.find(id); return ev != nil })
+				assert.Equal(t, true, ev["result"].(map[string]any)["capabilities"].(map[string]any)["reusableLeases"], "the logged copy is masked")
+				_, hasResolved := ev["input"].(map[string]any)["resolved"]
+				assert.False(t, hasResolved, "the logged copy is masked")
+			}
+		})
+	}
+}

@@ -31,12 +31,15 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"math"
 	"net"
 	"net/http"
 	"os"
 	"os/exec"
 	"os/signal"
 	"path/filepath"
+	"runtime"
+	"runtime/metrics"
 	"slices"
 	"strconv"
 	"strings"
@@ -44,6 +47,8 @@ import (
 	"sync/atomic"
 	"syscall"
 	"time"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/authz-dev/authz/internal/snapshot"
 	"github.com/authz-dev/authz/internal/specoracle"
@@ -58,6 +63,15 @@ type options struct {
 	timeout     time.Duration
 	paced       bool
 	restart     bool
+	pacedAt     []float64
+	peak        float64
+	senders     int
+	prewarm     bool
+	senderProcs int
+	senderCPUs  []int
+	serverCPUs  string
+	servers     []string
+	variants    []string
 }
 
 func main() {
@@ -71,6 +85,24 @@ func main() {
 	flag.DurationVar(&o.timeout, "timeout", 10*time.Minute, "bound on the whole run")
 	flag.BoolVar(&o.paced, "paced", true, "also send the distinct stream at half of each server's peak rate (open loop) and report its latency")
 	flag.BoolVar(&o.restart, "restart", true, "also measure decision latency while the example driver's worker is killed and restarted under load")
+	var pacedAt, senderCPUs, servers string
+	flag.StringVar(&pacedAt, "paced-at", "0.5", "comma-separated fractions of each server's peak rate for the open-loop run (--paced); 0.1,0.25,0.5 shows how the tail grows with load")
+	flag.Float64Var(&o.peak, "peak", 0, "take this req/s as every server's peak and skip the closed-loop table (0: measure it)")
+	flag.IntVar(&o.senders, "senders", 64, "sender goroutines and keep-alive connections of the open-loop run; a request is sent at its due time or as soon as one is free, the wait counted in its latency")
+	flag.BoolVar(&o.prewarm, "prewarm", true, "open every sender's connection before the open-loop schedule starts, so that no request waits for a dial")
+	flag.IntVar(&o.senderProcs, "sender-procs", 0, "GOMAXPROCS of this program (the sender) once it has built the servers (0: the Go default)")
+	flag.StringVar(&senderCPUs, "sender-cpus", "", "pin this program (the sender) to these CPUs, e.g. 0 (comma-separated; empty: not pinned)")
+	flag.StringVar(&o.serverCPUs, "server-cpus", "", "pin every server to these CPUs with taskset -c, e.g. 1 (empty: not pinned)")
+	flag.StringVar(&servers, "servers", "authz,nocache,opa", "comma-separated servers to measure: authz, nocache (authz with the decision cache off), opa")
+	flag.Func("variant", "an extra authz server (decision cache on) with this environment, e.g. GOGC=100 or GOGC=off,GOMEMLIMIT=48MiB (comma-separated KEY=VALUE; repeatable)", func(v string) error {
+		for _, kv := range strings.Split(v, ",") {
+			if k, _, ok := strings.Cut(kv, "="); !ok || k == "" {
+				return fmt.Errorf("want KEY=VALUE[,KEY=VALUE], got %q", v)
+			}
+		}
+		o.variants = append(o.variants, v)
+		return nil
+	})
 	flag.Parse()
 	for _, s := range strings.Split(conc, ",") {
 		n, err := strconv.Atoi(strings.TrimSpace(s))
@@ -79,6 +111,37 @@ func main() {
 			os.Exit(2)
 		}
 		o.concurrency = append(o.concurrency, n)
+	}
+	for _, s := range strings.Split(pacedAt, ",") {
+		f, err := strconv.ParseFloat(strings.TrimSpace(s), 64)
+		if err != nil || f <= 0 || f > 1 {
+			fmt.Fprintf(os.Stderr, "compare-opa: bad --paced-at %q: want fractions in (0, 1]\n", pacedAt)
+			os.Exit(2)
+		}
+		o.pacedAt = append(o.pacedAt, f)
+	}
+	if senderCPUs != "" {
+		for _, s := range strings.Split(senderCPUs, ",") {
+			n, err := strconv.Atoi(strings.TrimSpace(s))
+			if err != nil || n < 0 {
+				fmt.Fprintf(os.Stderr, "compare-opa: bad --sender-cpus %q\n", senderCPUs)
+				os.Exit(2)
+			}
+			o.senderCPUs = append(o.senderCPUs, n)
+		}
+	}
+	for _, s := range strings.Split(servers, ",") {
+		switch s = strings.TrimSpace(s); s {
+		case "authz", "nocache", "opa":
+			o.servers = append(o.servers, s)
+		default:
+			fmt.Fprintf(os.Stderr, "compare-opa: bad --servers %q: want authz, nocache, opa\n", servers)
+			os.Exit(2)
+		}
+	}
+	if o.senders < 1 {
+		fmt.Fprintln(os.Stderr, "compare-opa: --senders must be at least 1")
+		os.Exit(2)
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	ctx, cancel := context.WithTimeout(ctx, o.timeout)
@@ -142,8 +205,8 @@ func run(ctx context.Context, o options, out io.Writer) error {
 	}
 	streams["replay"] = replay
 	cells := len(o.concurrency) * o.rounds
-	if o.paced {
-		cells += 3 // one cell per server for the paced run
+	if o.peak > 0 {
+		cells = 0 // no closed-loop table
 	}
 	distinct, err := prepare(ctx, facts, factsVal, o.perCell*cells, distinctRequest)
 	if err != nil {
@@ -154,10 +217,22 @@ func run(ctx context.Context, o options, out io.Writer) error {
 		return err
 	}
 
-	servers := []*server{
-		{name: "authz", cmd: exec.Command(authzBin, "serve", "--facts", factsFile, "--log-level", "error")},
-		{name: "authz (cache off)", cmd: exec.Command(authzBin, "serve", "--facts", factsFile, "--log-level", "error", "--decision-cache", "off")},
-		{name: "opa", opa: true, cmd: exec.Command(opaBin, "run", "--server", "--log-level", "error", "--skip-version-check", filepath.Join(root, "policies"))},
+	authzArgs := []string{"serve", "--facts", factsFile, "--log-level", "error"}
+	var servers []*server
+	for _, k := range o.servers {
+		switch k {
+		case "authz":
+			servers = append(servers, &server{name: "authz", cmd: o.serverCmd(authzBin, authzArgs...)})
+		case "nocache":
+			servers = append(servers, &server{name: "authz (cache off)", cmd: o.serverCmd(authzBin, append(slices.Clone(authzArgs), "--decision-cache", "off")...)})
+		case "opa":
+			servers = append(servers, &server{name: "opa", opa: true, cmd: o.serverCmd(opaBin, "run", "--server", "--log-level", "error", "--skip-version-check", filepath.Join(root, "policies"))})
+		}
+	}
+	for _, v := range o.variants {
+		cmd := o.serverCmd(authzBin, authzArgs...)
+		cmd.Env = append(os.Environ(), strings.Split(v, ",")...)
+		servers = append(servers, &server{name: "authz " + v, cmd: cmd})
 	}
 	for _, s := range servers {
 		if err := s.start(ctx); err != nil {
@@ -166,10 +241,45 @@ func run(ctx context.Context, o options, out io.Writer) error {
 		}
 	}
 	defer stopAll(servers)
+	if err := o.pinSender(); err != nil {
+		return err
+	}
 
 	fmt.Fprintf(out, "# authz vs stock OPA, %s per cell, %d rounds alternating, %s\n\n", o.duration, o.rounds, time.Now().UTC().Format(time.RFC3339))
-	fmt.Fprintf(out, "| stream | conns | server | req/s | p50 ms | p90 ms | p99 ms | errors | vs opa |\n|---|---|---|---|---|---|---|---|---|\n")
+	fmt.Fprintf(out, "Sender: GOMAXPROCS %d, CPUs %s; servers' CPUs %s; %d CPUs online.\n\n", runtime.GOMAXPROCS(0),
+		orAll(strings.Trim(fmt.Sprint(o.senderCPUs), "[]")), orAll(o.serverCPUs), runtime.NumCPU())
 	peaks := map[string]float64{} // each server's best closed-loop rate on the distinct stream
+	if o.peak > 0 {
+		for _, s := range servers {
+			peaks[s.name] = o.peak
+		}
+		fmt.Fprintf(out, "Closed-loop table skipped (--peak): every server's peak taken as %.0f req/s.\n", o.peak)
+	} else if err := closedLoop(ctx, o, servers, streams, peaks, out); err != nil {
+		return err
+	}
+	fmt.Fprintf(out, "\n| server | RSS now MiB | peak RSS MiB |\n|---|---|---|\n")
+	for _, s := range servers {
+		now, peak := rss(s.cmd.Process.Pid)
+		fmt.Fprintf(out, "| %s | %.1f | %.1f |\n", s.name, now, peak)
+	}
+	if o.paced {
+		if err := pacedTable(ctx, o, servers, peaks, facts, factsVal, out); err != nil {
+			return err
+		}
+	}
+	if o.restart {
+		stopAll(servers) // the restart run has the machine to itself
+		if err := restartRun(ctx, authzBin, root, out); err != nil {
+			return fmt.Errorf("restart run: %w", err)
+		}
+	}
+	return nil
+}
+
+// closedLoop runs the closed-loop table: each stream at each concurrency, --rounds times
+// alternating the servers, and records each server's best rate on the distinct stream in peaks.
+func closedLoop(ctx context.Context, o options, servers []*server, streams map[string][]call, peaks map[string]float64, out io.Writer) error {
+	fmt.Fprintf(out, "| stream | conns | server | req/s | p50 ms | p90 ms | p99 ms | errors | vs opa |\n|---|---|---|---|---|---|---|---|---|\n")
 	for _, stream := range []string{"distinct", "replay", "floor"} {
 		for ci, c := range o.concurrency {
 			results := map[string]*result{}
@@ -194,7 +304,6 @@ func run(ctx context.Context, o options, out io.Writer) error {
 					}
 				}
 			}
-			opaRate := results["opa"].rate()
 			if stream == "distinct" {
 				for _, s := range servers {
 					peaks[s.name] = max(peaks[s.name], results[s.name].rate())
@@ -202,53 +311,100 @@ func run(ctx context.Context, o options, out io.Writer) error {
 			}
 			for _, s := range servers {
 				r := results[s.name]
-				fmt.Fprintf(out, "| %s | %d | %s | %.0f | %.2f | %.2f | %.2f | %d | %.2fx |\n", stream, c, s.name, r.rate(),
-					r.pct(50), r.pct(90), r.pct(99), r.errors, r.rate()/opaRate)
+				vs := "—"
+				if opa := results["opa"]; opa != nil && opa.rate() > 0 {
+					vs = fmt.Sprintf("%.2fx", r.rate()/opa.rate())
+				}
+				fmt.Fprintf(out, "| %s | %d | %s | %.0f | %.2f | %.2f | %.2f | %d | %s |\n", stream, c, s.name, r.rate(),
+					r.pct(50), r.pct(90), r.pct(99), r.errors, vs)
 			}
-		}
-	}
-	fmt.Fprintf(out, "\n| server | RSS now MiB | peak RSS MiB |\n|---|---|---|\n")
-	for _, s := range servers {
-		now, peak := rss(s.cmd.Process.Pid)
-		fmt.Fprintf(out, "| %s | %.1f | %.1f |\n", s.name, now, peak)
-	}
-	if o.paced {
-		fmt.Fprintf(out, "\n## distinct stream at half of peak, open loop (%s per server)\n\n", o.duration)
-		fmt.Fprintf(out, "| server | peak req/s | target req/s | sent req/s | p50 ms | p90 ms | p99 ms | max ms | errors |\n|---|---|---|---|---|---|---|---|---|\n")
-		base := len(o.concurrency) * o.rounds * o.perCell
-		for i, s := range servers {
-			calls := streams["distinct"][base+i*o.perCell : base+(i+1)*o.perCell]
-			rate := peaks[s.name] / 2
-			r := paced(ctx, s, "distinct", calls, rate, o.duration)
-			fmt.Fprintf(out, "| %s | %.0f | %.0f | %.0f | %.2f | %.2f | %.2f | %.2f | %d |\n", s.name, peaks[s.name], rate, r.rate(),
-				r.pct(50), r.pct(90), r.pct(99), r.pct(100), r.errors)
-			if ctx.Err() != nil {
-				return ctx.Err()
-			}
-		}
-	}
-	if o.restart {
-		stopAll(servers) // the restart run has the machine to itself
-		if err := restartRun(ctx, authzBin, root, out); err != nil {
-			return fmt.Errorf("restart run: %w", err)
 		}
 	}
 	return nil
 }
 
-// timed is one request of an open-loop run: when it was due, how long until its answer, and the
-// answer.
+// pacedTable sends each server distinct requests at each --paced-at fraction of its peak, open
+// loop, and then its floor (GET /health) at the same rate, --rounds times alternating the
+// servers, and prints one row for each: the latency from the due time, how late the sender
+// itself was, the connections it had to dial during the run, and the garbage collections of the
+// server and of the sender.
+func pacedTable(ctx context.Context, o options, servers []*server, peaks map[string]float64, facts *snapshot.FileFacts, factsVal any, out io.Writer) error {
+	fmt.Fprintf(out, "\n## distinct stream at a fraction of peak, open loop (%s per run, %d rounds alternating; floor: GET /health on the same server at the same rate)\n\n", o.duration, o.rounds)
+	fmt.Fprintf(out, "Latency is counted from the time each request was due. late p99: how late the sender itself started a request (a sender or its CPU was busy). "+
+		"dials: connections opened during the runs (%d senders, prewarm %v). srv GC: the server's collections per second, their mean stop-the-world pause, and its allocation per request (its /metrics). "+
+		"snd GC/s, snd sched p99: the sender's own collections and goroutine scheduling latency.\n\n", o.senders, o.prewarm)
+	fmt.Fprintf(out, "| at | server | target req/s | sent req/s | p50 ms | p90 ms | p99 ms | max ms | late p99 ms | dials | srv GC/s | srv pause µs | srv KiB/req | snd GC/s | snd sched p99 µs | errors |\n")
+	fmt.Fprintf(out, "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
+	next := 1 << 30 // distinct requests of the open-loop runs are numbered apart from the closed-loop ones
+	for _, f := range o.pacedAt {
+		results := map[string]*result{}
+		for round := range o.rounds {
+			order := slices.Clone(servers)
+			if round%2 == 1 {
+				slices.Reverse(order)
+			}
+			for _, s := range order {
+				rate := peaks[s.name] * f
+				n := int(rate*o.duration.Seconds()) + 1
+				off := next
+				next += n
+				calls, err := prepare(ctx, facts, factsVal, n, func(i int) map[string]any { return distinctRequest(off + i) })
+				if err != nil {
+					return err
+				}
+				for _, stream := range []string{"distinct", "floor"} {
+					key := s.name
+					if stream == "floor" {
+						key += " /health"
+					}
+					runtime.GC() // the sender's garbage of preparing stays out of the run
+					r := paced(ctx, s, stream, calls, rate, o)
+					if results[key] == nil {
+						results[key] = &result{target: rate}
+					}
+					results[key].merge(r)
+					if ctx.Err() != nil {
+						return ctx.Err()
+					}
+				}
+			}
+		}
+		for _, s := range servers {
+			for _, key := range []string{s.name, s.name + " /health"} {
+				r := results[key]
+				el := r.elapsed.Seconds()
+				srvGC, pause, alloc := "—", "—", "—"
+				if r.srvGCs >= 0 {
+					srvGC = fmt.Sprintf("%.1f", float64(r.srvGCs)/el)
+					alloc = fmt.Sprintf("%.1f", r.srvAlloc/1024/float64(max(1, r.n)))
+					if r.srvGCs > 0 {
+						pause = fmt.Sprintf("%.0f", r.srvPause.Seconds()*1e6/float64(r.srvGCs))
+					}
+				}
+				fmt.Fprintf(out, "| %.0f%% | %s | %.0f | %.0f | %.2f | %.2f | %.2f | %.2f | %.2f | %d | %s | %s | %s | %.1f | %.0f | %d |\n",
+					f*100, key, r.target, r.rate(), r.pct(50), r.pct(90), r.pct(99), r.pct(100), pctOf(r.late, 99),
+					r.dials, srvGC, pause, alloc, float64(r.sndGCs)/el, r.sndSched*1e6, r.errors)
+			}
+		}
+	}
+	return nil
+}
+
+// timed is one request of an open-loop run: when it was due, how late the sender started it,
+// how long from due until its answer was read, and the answer.
 type timed struct {
 	due     time.Time
+	late    time.Duration
 	latency time.Duration
 	allow   bool
 	err     error
 }
 
-// openLoop sends one request every 1/rate for d from a pool of senders, each request at its due
-// time (or as soon as a sender is free, the wait counted in its latency), and returns every
-// request in the order they were due. send answers allow for one request.
-func openLoop(ctx context.Context, rate float64, d time.Duration, send func(ctx context.Context, i int) (bool, error)) []timed {
+// openLoop sends one request every 1/rate for d from senders goroutines, each request at its
+// due time (or as soon as a sender is free, the wait counted in its latency), and returns every
+// request in the order they were due. send answers allow for one request and the time its
+// answer was read (zero: when send returned), so that checking the answer is not counted.
+func openLoop(ctx context.Context, rate float64, d time.Duration, senders int, send func(ctx context.Context, i int) (bool, time.Time, error)) []timed {
 	n := int(rate * d.Seconds())
 	if n < 1 {
 		n = 1
@@ -258,7 +414,7 @@ func openLoop(ctx context.Context, rate float64, d time.Duration, send func(ctx 
 	start := time.Now().Add(20 * time.Millisecond)
 	var next atomic.Int64
 	var wg sync.WaitGroup
-	for range 64 {
+	for range senders {
 		wg.Go(func() {
 			for ctx.Err() == nil {
 				i := int(next.Add(1) - 1)
@@ -269,8 +425,12 @@ func openLoop(ctx context.Context, rate float64, d time.Duration, send func(ctx 
 				if w := time.Until(due); w > 0 {
 					time.Sleep(w)
 				}
-				allow, err := send(ctx, i)
-				out[i] = timed{due: due, latency: time.Since(due), allow: allow, err: err}
+				late := time.Since(due)
+				allow, answered, err := send(ctx, i)
+				if answered.IsZero() {
+					answered = time.Now()
+				}
+				out[i] = timed{due: due, late: late, latency: answered.Sub(due), allow: allow, err: err}
 			}
 		})
 	}
@@ -278,30 +438,168 @@ func openLoop(ctx context.Context, rate float64, d time.Duration, send func(ctx 
 	return out
 }
 
-// paced sends calls to s at rate for d, open loop, checking every answer.
-func paced(ctx context.Context, s *server, stream string, calls []call, rate float64, d time.Duration) *result {
-	tr := &http.Transport{MaxIdleConnsPerHost: 64, MaxConnsPerHost: 64, DisableCompression: true}
+// paced sends calls to s at rate for o.duration, open loop, checking every answer (stream
+// "floor": GET /health at the same rate).
+func paced(ctx context.Context, s *server, stream string, calls []call, rate float64, o options) *result {
+	var dials atomic.Int64
+	dialer := &net.Dialer{}
+	tr := &http.Transport{MaxIdleConnsPerHost: o.senders, MaxConnsPerHost: o.senders, DisableCompression: true,
+		DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
+			dials.Add(1)
+			return dialer.DialContext(ctx, network, addr)
+		}}
 	defer tr.CloseIdleConnections()
 	client := &http.Client{Transport: tr, Timeout: 10 * time.Second}
+	if o.prewarm {
+		prewarm(ctx, client, s.url, o.senders, &dials)
+	}
+	dials.Store(0)
+	gc0, pause0, alloc0, srvOK := s.gcStats(ctx)
+	snd0 := readSenderStats()
 	began := time.Now()
-	reqs := openLoop(ctx, rate, d, func(ctx context.Context, i int) (bool, error) {
-		return calls[i%len(calls)].allow, s.send(ctx, client, stream, calls[i%len(calls)])
+	reqs := openLoop(ctx, rate, o.duration, o.senders, func(ctx context.Context, i int) (bool, time.Time, error) {
+		c := calls[i%max(1, len(calls))]
+		answered, err := s.sendTimed(ctx, client, stream, c)
+		return c.allow, answered, err
 	})
-	res := &result{elapsed: time.Since(began)}
+	res := &result{elapsed: time.Since(began), target: rate, dials: int(dials.Load()), srvGCs: -1}
+	snd := readSenderStats().since(snd0)
+	res.sndGCs, res.sndSched = snd.gcs, snd.schedP99
+	if gc1, pause1, alloc1, ok := s.gcStats(ctx); ok && srvOK {
+		res.srvGCs, res.srvPause, res.srvAlloc = gc1-gc0, pause1-pause0, alloc1-alloc0
+	}
 	for _, r := range reqs {
 		if r.due.IsZero() {
 			continue
 		}
 		res.n++
 		res.lat = append(res.lat, r.latency)
+		res.late = append(res.late, r.late)
 		if r.err != nil {
 			res.errors++
 			if res.errors <= 3 {
-				fmt.Fprintf(os.Stderr, "%s paced: %v\n", s.name, r.err)
+				fmt.Fprintf(os.Stderr, "%s paced %s: %v\n", s.name, stream, r.err)
 			}
 		}
 	}
 	return res
+}
+
+// prewarm opens n keep-alive connections of client to base: rounds of n concurrent GET /health
+// until n were dialled (or ten rounds).
+func prewarm(ctx context.Context, client *http.Client, base string, n int, dials *atomic.Int64) {
+	for range 10 {
+		if int(dials.Load()) >= n || ctx.Err() != nil {
+			return
+		}
+		var wg sync.WaitGroup
+		gate := make(chan struct{})
+		for range n {
+			wg.Go(func() {
+				<-gate
+				req, err := http.NewRequestWithContext(ctx, http.MethodGet, base+"/health", nil)
+				if err != nil {
+					return
+				}
+				if resp, err := client.Do(req); err == nil {
+					_, _ = io.Copy(io.Discard, resp.Body)
+					resp.Body.Close()
+				}
+			})
+		}
+		close(gate)
+		wg.Wait()
+	}
+}
+
+// gcStats reads the server's count of garbage collections, their total stop-the-world pause and
+// the bytes it has allocated from its Prometheus metrics (go_gc_duration_seconds,
+// go_memstats_alloc_bytes_total); ok is false when it has none.
+func (s *server) gcStats(ctx context.Context) (count int, pause time.Duration, alloc float64, ok bool) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, s.url+"/metrics", nil)
+	if err != nil {
+		return 0, 0, 0, false
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return 0, 0, 0, false
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil || resp.StatusCode != http.StatusOK {
+		return 0, 0, 0, false
+	}
+	var haveCount, haveSum bool
+	for _, l := range strings.Split(string(body), "\n") {
+		f := strings.Fields(l)
+		if len(f) != 2 {
+			continue
+		}
+		v, err := strconv.ParseFloat(f[1], 64)
+		if err != nil {
+			continue
+		}
+		switch f[0] {
+		case "go_gc_duration_seconds_count":
+			count, haveCount = int(v), true
+		case "go_gc_duration_seconds_sum":
+			pause, haveSum = time.Duration(v*float64(time.Second)), true
+		case "go_memstats_alloc_bytes_total":
+			alloc = v
+		}
+	}
+	return count, pause, alloc, haveCount && haveSum
+}
+
+// senderStats are the sender's own runtime figures (runtime/metrics).
+type senderStats struct {
+	gcs      int
+	sched    *metrics.Float64Histogram
+	schedP99 float64 // seconds, of the interval (since)
+}
+
+func readSenderStats() senderStats {
+	m := []metrics.Sample{{Name: "/gc/cycles/total:gc-cycles"}, {Name: "/sched/latencies:seconds"}}
+	metrics.Read(m)
+	st := senderStats{}
+	if m[0].Value.Kind() == metrics.KindUint64 {
+		st.gcs = int(m[0].Value.Uint64())
+	}
+	if m[1].Value.Kind() == metrics.KindFloat64Histogram {
+		st.sched = m[1].Value.Float64Histogram()
+	}
+	return st
+}
+
+// since is the difference of two readings: the collections in between and the 99th percentile of
+// the scheduling latencies in between (the upper bound of its bucket).
+func (st senderStats) since(old senderStats) senderStats {
+	d := senderStats{gcs: st.gcs - old.gcs}
+	if st.sched == nil || old.sched == nil || len(st.sched.Counts) != len(old.sched.Counts) {
+		return d
+	}
+	counts := make([]uint64, len(st.sched.Counts))
+	var total uint64
+	for i := range counts {
+		counts[i] = st.sched.Counts[i] - old.sched.Counts[i]
+		total += counts[i]
+	}
+	if total == 0 {
+		return d
+	}
+	want := total - total/100
+	var seen uint64
+	for i, c := range counts {
+		seen += c
+		if seen >= want {
+			d.schedP99 = st.sched.Buckets[i+1]
+			if math.IsInf(d.schedP99, 1) {
+				d.schedP99 = st.sched.Buckets[i]
+			}
+			break
+		}
+	}
+	return d
 }
 
 // restartRun starts `authz serve` with the built-in example driver, sends the example grant at a
@@ -335,8 +633,9 @@ func restartRun(ctx context.Context, authzBin, root string, out io.Writer) error
 		killed.Store(time.Now().UnixNano())
 		_ = syscall.Kill(pid, syscall.SIGKILL)
 	}()
-	reqs := openLoop(ctx, rate, total, func(ctx context.Context, _ int) (bool, error) {
-		return authorize(ctx, client, s.url, body)
+	reqs := openLoop(ctx, rate, total, 64, func(ctx context.Context, _ int) (bool, time.Time, error) {
+		allow, err := authorize(ctx, client, s.url, body)
+		return allow, time.Time{}, err
 	})
 	k := time.Unix(0, killed.Load())
 	if killed.Load() == 0 {
@@ -584,6 +883,16 @@ type result struct {
 	n, errors int
 	elapsed   time.Duration
 	lat       []time.Duration
+
+	// Of open-loop runs only.
+	target   float64         // the rate asked for
+	late     []time.Duration // how late the sender started each request
+	dials    int             // connections dialled during the run
+	srvGCs   int             // the server's collections during the run; -1: unknown
+	srvPause time.Duration   // their total stop-the-world pause
+	srvAlloc float64         // the bytes the server allocated during the run
+	sndGCs   int             // the sender's collections during the run
+	sndSched float64         // the sender's 99th percentile scheduling latency, seconds (the worst run's)
 }
 
 func (r *result) merge(o *result) {
@@ -591,6 +900,17 @@ func (r *result) merge(o *result) {
 	r.errors += o.errors
 	r.elapsed += o.elapsed
 	r.lat = append(r.lat, o.lat...)
+	r.late = append(r.late, o.late...)
+	r.dials += o.dials
+	if r.srvGCs < 0 || o.srvGCs < 0 {
+		r.srvGCs = -1
+	} else {
+		r.srvGCs += o.srvGCs
+	}
+	r.srvPause += o.srvPause
+	r.srvAlloc += o.srvAlloc
+	r.sndGCs += o.sndGCs
+	r.sndSched = max(r.sndSched, o.sndSched)
 }
 
 func (r *result) rate() float64 {
@@ -600,12 +920,15 @@ func (r *result) rate() float64 {
 	return float64(r.n) / r.elapsed.Seconds()
 }
 
-func (r *result) pct(p int) float64 {
-	if len(r.lat) == 0 {
+func (r *result) pct(p int) float64 { return pctOf(r.lat, p) }
+
+// pctOf is the p-th percentile of lat in milliseconds (sorting lat).
+func pctOf(lat []time.Duration, p int) float64 {
+	if len(lat) == 0 {
 		return 0
 	}
-	slices.Sort(r.lat)
-	return float64(r.lat[(len(r.lat)-1)*p/100].Microseconds()) / 1000
+	slices.Sort(lat)
+	return float64(lat[(len(lat)-1)*p/100].Microseconds()) / 1000
 }
 
 // load sends calls to s from conns connections for d (or until the calls run out when once is
@@ -661,8 +984,14 @@ func load(ctx context.Context, s *server, stream string, calls []call, conns int
 }
 
 func (s *server) send(ctx context.Context, client *http.Client, stream string, c call) error {
+	_, err := s.sendTimed(ctx, client, stream, c)
+	return err
+}
+
+// sendTimed sends c (or GET /health for stream "floor"), reads the answer, notes the time it
+// was read, and then checks it against the oracle.
+func (s *server) sendTimed(ctx context.Context, client *http.Client, stream string, c call) (answered time.Time, err error) {
 	var req *http.Request
-	var err error
 	switch {
 	case stream == "floor":
 		req, err = http.NewRequestWithContext(ctx, http.MethodGet, s.url+"/health", nil)
@@ -672,23 +1001,24 @@ func (s *server) send(ctx context.Context, client *http.Client, stream string, c
 		req, err = http.NewRequestWithContext(ctx, http.MethodPost, s.url+"/v1/authorize", bytes.NewReader(c.authzBody))
 	}
 	if err != nil {
-		return err
+		return answered, err
 	}
 	req.Header.Set("Content-Type", "application/json")
 	resp, err := client.Do(req)
 	if err != nil {
-		return err
+		return answered, err
 	}
 	body, err := io.ReadAll(resp.Body)
 	resp.Body.Close()
+	answered = time.Now()
 	if err != nil {
-		return err
+		return answered, err
 	}
 	if resp.StatusCode != http.StatusOK {
-		return fmt.Errorf("status %d: %.200s", resp.StatusCode, body)
+		return answered, fmt.Errorf("status %d: %.200s", resp.StatusCode, body)
 	}
 	if stream == "floor" {
-		return nil
+		return answered, nil
 	}
 	var doc struct {
 		Allow *bool  `json:"allow"`
@@ -699,17 +1029,17 @@ func (s *server) send(ctx context.Context, client *http.Client, stream string, c
 			Result json.RawMessage `json:"result"`
 		}
 		if err := json.Unmarshal(body, &wrapped); err != nil {
-			return err
+			return answered, err
 		}
 		body = wrapped.Result
 	}
 	if err := json.Unmarshal(body, &doc); err != nil {
-		return err
+		return answered, err
 	}
 	if doc.Allow == nil || *doc.Allow != c.allow || doc.Code != c.code {
-		return fmt.Errorf("answer %.200s, want allow %v code %q", body, c.allow, c.code)
+		return answered, fmt.Errorf("answer %.200s, want allow %v code %q", body, c.allow, c.code)
 	}
-	return nil
+	return answered, nil
 }
 
 func (s *server) start(ctx context.Context) error {
@@ -753,6 +1083,50 @@ func stopAll(servers []*server) {
 			<-done
 		}
 	}
+}
+
+// serverCmd is the command that runs bin with args, under taskset when --server-cpus is set.
+func (o options) serverCmd(bin string, args ...string) *exec.Cmd {
+	if o.serverCPUs == "" {
+		return exec.Command(bin, args...)
+	}
+	return exec.Command("taskset", append([]string{"-c", o.serverCPUs, bin}, args...)...)
+}
+
+// pinSender applies --sender-procs and --sender-cpus to this process: every thread it has now
+// (the runtime's later threads inherit the mask of the thread that creates them).
+func (o options) pinSender() error {
+	if o.senderProcs > 0 {
+		runtime.GOMAXPROCS(o.senderProcs)
+	}
+	if len(o.senderCPUs) == 0 {
+		return nil
+	}
+	var set unix.CPUSet
+	for _, c := range o.senderCPUs {
+		set.Set(c)
+	}
+	tasks, err := os.ReadDir("/proc/self/task")
+	if err != nil {
+		return fmt.Errorf("--sender-cpus: %w", err)
+	}
+	for _, t := range tasks {
+		tid, err := strconv.Atoi(t.Name())
+		if err != nil {
+			continue
+		}
+		if err := unix.SchedSetaffinity(tid, &set); err != nil && !errors.Is(err, unix.ESRCH) {
+			return fmt.Errorf("--sender-cpus: pin thread %d: %w", tid, err)
+		}
+	}
+	return nil
+}
+
+func orAll(cpus string) string {
+	if cpus == "" {
+		return "all"
+	}
+	return cpus
 }
 
 func freePort() (int, error) {

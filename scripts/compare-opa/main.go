@@ -31,6 +31,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"maps"
 	"math"
 	"net"
 	"net/http"
@@ -331,10 +332,11 @@ func closedLoop(ctx context.Context, o options, servers []*server, streams map[s
 func pacedTable(ctx context.Context, o options, servers []*server, peaks map[string]float64, facts *snapshot.FileFacts, factsVal any, out io.Writer) error {
 	fmt.Fprintf(out, "\n## distinct stream at a fraction of peak, open loop (%s per run, %d rounds alternating; floor: GET /health on the same server at the same rate)\n\n", o.duration, o.rounds)
 	fmt.Fprintf(out, "Latency is counted from the time each request was due. late p99: how late the sender itself started a request (a sender or its CPU was busy). "+
-		"dials: connections opened during the runs (%d senders, prewarm %v). srv GC: the server's collections per second, their mean stop-the-world pause, and its allocation per request (its /metrics). "+
-		"snd GC/s, snd sched p99: the sender's own collections and goroutine scheduling latency.\n\n", o.senders, o.prewarm)
-	fmt.Fprintf(out, "| at | server | target req/s | sent req/s | p50 ms | p90 ms | p99 ms | max ms | late p99 ms | dials | srv GC/s | srv pause µs | srv KiB/req | snd GC/s | snd sched p99 µs | errors |\n")
-	fmt.Fprintf(out, "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
+		"dials: connections opened during the runs (%d senders, prewarm %v). From the server's /metrics: its CPU (100 %% = one core), "+
+		"the 99th percentile of how long its goroutines waited for a CPU (authz only, the worst run's), its collections per second, their mean stop-the-world pause, and its allocation per request. "+
+		"snd: the same of the sender (this program).\n\n", o.senders, o.prewarm)
+	fmt.Fprintf(out, "| at | server | target req/s | sent req/s | p50 ms | p90 ms | p99 ms | max ms | late p99 ms | dials | srv CPU %% | srv sched p99 µs | srv GC/s | srv pause µs | srv KiB/req | snd CPU %% | snd GC/s | snd sched p99 µs | errors |\n")
+	fmt.Fprintf(out, "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
 	next := 1 << 30 // distinct requests of the open-loop runs are numbered apart from the closed-loop ones
 	for _, f := range o.pacedAt {
 		results := map[string]*result{}
@@ -381,9 +383,13 @@ func pacedTable(ctx context.Context, o options, servers []*server, peaks map[str
 						pause = fmt.Sprintf("%.0f", r.srvPause.Seconds()*1e6/float64(r.srvGCs))
 					}
 				}
-				fmt.Fprintf(out, "| %.0f%% | %s | %.0f | %.0f | %.2f | %.2f | %.2f | %.2f | %.2f | %d | %s | %s | %s | %.1f | %.0f | %d |\n",
-					f*100, key, r.target, r.rate(), r.pct(50), r.pct(90), r.pct(99), r.pct(100), pctOf(r.late, 99),
-					r.dials, srvGC, pause, alloc, float64(r.sndGCs)/el, r.sndSched*1e6, r.errors)
+				sched := "—"
+				if r.srvSched > 0 {
+					sched = fmt.Sprintf("%.0f", r.srvSched*1e6)
+				}
+				fmt.Fprintf(out, "| %.0f%% | %s | %.0f | %.0f | %.2f | %.2f | %.2f | %.2f | %.2f | %d | %.0f | %s | %s | %s | %s | %.0f | %.1f | %.0f | %d |\n",
+					f*100, key, r.target, r.rate(), r.pct(50), r.pct(90), r.pct(99), r.pct(100), pctOf(r.late, 99), r.dials,
+					100*r.srvCPU/el, sched, srvGC, pause, alloc, 100*r.sndCPU/el, float64(r.sndGCs)/el, r.sndSched*1e6, r.errors)
 			}
 		}
 	}
@@ -454,7 +460,7 @@ func paced(ctx context.Context, s *server, stream string, calls []call, rate flo
 		prewarm(ctx, client, s.url, o.senders, &dials)
 	}
 	dials.Store(0)
-	gc0, pause0, alloc0, srvOK := s.gcStats(ctx)
+	srv0, srvOK := s.scrape(ctx)
 	snd0 := readSenderStats()
 	began := time.Now()
 	reqs := openLoop(ctx, rate, o.duration, o.senders, func(ctx context.Context, i int) (bool, time.Time, error) {
@@ -464,9 +470,10 @@ func paced(ctx context.Context, s *server, stream string, calls []call, rate flo
 	})
 	res := &result{elapsed: time.Since(began), target: rate, dials: int(dials.Load()), srvGCs: -1}
 	snd := readSenderStats().since(snd0)
-	res.sndGCs, res.sndSched = snd.gcs, snd.schedP99
-	if gc1, pause1, alloc1, ok := s.gcStats(ctx); ok && srvOK {
-		res.srvGCs, res.srvPause, res.srvAlloc = gc1-gc0, pause1-pause0, alloc1-alloc0
+	res.sndGCs, res.sndSched, res.sndCPU = snd.gcs, snd.schedP99, snd.cpu
+	if srv1, ok := s.scrape(ctx); ok && srvOK {
+		res.srvGCs, res.srvPause, res.srvAlloc = srv1.gcs-srv0.gcs, srv1.pause-srv0.pause, srv1.alloc-srv0.alloc
+		res.srvCPU, res.srvSched = srv1.cpu-srv0.cpu, srv1.schedP99(srv0)
 	}
 	for _, r := range reqs {
 		if r.due.IsZero() {
@@ -512,22 +519,29 @@ func prewarm(ctx context.Context, client *http.Client, base string, n int, dials
 	}
 }
 
-// gcStats reads the server's count of garbage collections, their total stop-the-world pause and
-// the bytes it has allocated from its Prometheus metrics (go_gc_duration_seconds,
-// go_memstats_alloc_bytes_total); ok is false when it has none.
-func (s *server) gcStats(ctx context.Context) (count int, pause time.Duration, alloc float64, ok bool) {
+// serverStats are a server's runtime figures from its Prometheus metrics.
+type serverStats struct {
+	gcs   int                 // go_gc_duration_seconds_count
+	pause time.Duration       // go_gc_duration_seconds_sum: stop-the-world
+	alloc float64             // go_memstats_alloc_bytes_total
+	cpu   float64             // process_cpu_seconds_total
+	sched map[float64]float64 // go_sched_latencies_seconds_bucket (authz only): le → cumulative count
+}
+
+// scrape reads s's /metrics; ok is false when it has no Go collector figures.
+func (s *server) scrape(ctx context.Context) (st serverStats, ok bool) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, s.url+"/metrics", nil)
 	if err != nil {
-		return 0, 0, 0, false
+		return st, false
 	}
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
-		return 0, 0, 0, false
+		return st, false
 	}
 	defer resp.Body.Close()
 	body, err := io.ReadAll(resp.Body)
 	if err != nil || resp.StatusCode != http.StatusOK {
-		return 0, 0, 0, false
+		return st, false
 	}
 	var haveCount, haveSum bool
 	for _, l := range strings.Split(string(body), "\n") {
@@ -539,20 +553,53 @@ func (s *server) gcStats(ctx context.Context) (count int, pause time.Duration, a
 		if err != nil {
 			continue
 		}
-		switch f[0] {
+		switch name, labels, _ := strings.Cut(f[0], "{"); name {
 		case "go_gc_duration_seconds_count":
-			count, haveCount = int(v), true
+			st.gcs, haveCount = int(v), true
 		case "go_gc_duration_seconds_sum":
-			pause, haveSum = time.Duration(v*float64(time.Second)), true
+			st.pause, haveSum = time.Duration(v*float64(time.Second)), true
 		case "go_memstats_alloc_bytes_total":
-			alloc = v
+			st.alloc = v
+		case "process_cpu_seconds_total":
+			st.cpu = v
+		case "go_sched_latencies_seconds_bucket":
+			le, err := strconv.ParseFloat(strings.TrimSuffix(strings.TrimPrefix(labels, `le="`), `"}`), 64)
+			if err == nil {
+				if st.sched == nil {
+					st.sched = map[float64]float64{}
+				}
+				st.sched[le] = v
+			}
 		}
 	}
-	return count, pause, alloc, haveCount && haveSum
+	return st, haveCount && haveSum
+}
+
+// schedP99 is the upper bound of the bucket of the 99th percentile of the scheduling latencies
+// between old and st, in seconds (0: unknown).
+func (st serverStats) schedP99(old serverStats) float64 {
+	if st.sched == nil || old.sched == nil {
+		return 0
+	}
+	les := slices.Sorted(maps.Keys(st.sched))
+	total := st.sched[math.Inf(1)] - old.sched[math.Inf(1)]
+	if total <= 0 {
+		return 0
+	}
+	for _, le := range les {
+		if st.sched[le]-old.sched[le] >= total*0.99 {
+			if math.IsInf(le, 1) {
+				return les[max(0, len(les)-2)]
+			}
+			return le
+		}
+	}
+	return 0
 }
 
 // senderStats are the sender's own runtime figures (runtime/metrics).
 type senderStats struct {
+	cpu      float64 // user and system seconds
 	gcs      int
 	sched    *metrics.Float64Histogram
 	schedP99 float64 // seconds, of the interval (since)
@@ -562,6 +609,10 @@ func readSenderStats() senderStats {
 	m := []metrics.Sample{{Name: "/gc/cycles/total:gc-cycles"}, {Name: "/sched/latencies:seconds"}}
 	metrics.Read(m)
 	st := senderStats{}
+	var ru unix.Rusage
+	if unix.Getrusage(unix.RUSAGE_SELF, &ru) == nil {
+		st.cpu = time.Duration(ru.Utime.Nano() + ru.Stime.Nano()).Seconds()
+	}
 	if m[0].Value.Kind() == metrics.KindUint64 {
 		st.gcs = int(m[0].Value.Uint64())
 	}
@@ -574,7 +625,7 @@ func readSenderStats() senderStats {
 // since is the difference of two readings: the collections in between and the 99th percentile of
 // the scheduling latencies in between (the upper bound of its bucket).
 func (st senderStats) since(old senderStats) senderStats {
-	d := senderStats{gcs: st.gcs - old.gcs}
+	d := senderStats{gcs: st.gcs - old.gcs, cpu: st.cpu - old.cpu}
 	if st.sched == nil || old.sched == nil || len(st.sched.Counts) != len(old.sched.Counts) {
 		return d
 	}
@@ -891,6 +942,9 @@ type result struct {
 	srvGCs   int             // the server's collections during the run; -1: unknown
 	srvPause time.Duration   // their total stop-the-world pause
 	srvAlloc float64         // the bytes the server allocated during the run
+	srvCPU   float64         // the server's CPU seconds during the run
+	srvSched float64         // the server's 99th percentile scheduling latency, seconds (authz only; the worst run's)
+	sndCPU   float64         // the sender's CPU seconds during the run
 	sndGCs   int             // the sender's collections during the run
 	sndSched float64         // the sender's 99th percentile scheduling latency, seconds (the worst run's)
 }
@@ -909,6 +963,9 @@ func (r *result) merge(o *result) {
 	}
 	r.srvPause += o.srvPause
 	r.srvAlloc += o.srvAlloc
+	r.srvCPU += o.srvCPU
+	r.srvSched = max(r.srvSched, o.srvSched)
+	r.sndCPU += o.sndCPU
 	r.sndGCs += o.sndGCs
 	r.sndSched = max(r.sndSched, o.sndSched)
 }

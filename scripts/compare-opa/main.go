@@ -333,7 +333,7 @@ func pacedTable(ctx context.Context, o options, servers []*server, peaks map[str
 	fmt.Fprintf(out, "\n## distinct stream at a fraction of peak, open loop (%s per run, %d rounds alternating; floor: GET /health on the same server at the same rate)\n\n", o.duration, o.rounds)
 	fmt.Fprintf(out, "Latency is counted from the time each request was due. late p99: how late the sender itself started a request (a sender or its CPU was busy). "+
 		"dials: connections opened during the runs (%d senders, prewarm %v). From the server's /metrics: its CPU (100 %% = one core), "+
-		"the 99th percentile of how long its goroutines waited for a CPU (authz only, the worst run's), its collections per second, their mean stop-the-world pause, and its allocation per request. "+
+		"the 99th percentile of how long its goroutines waited for a CPU (upper bound of its bucket; the worst run's; go_sched_latencies_seconds), its collections per second, their mean stop-the-world pause, and its allocation per request. "+
 		"snd: the same of the sender (this program).\n\n", o.senders, o.prewarm)
 	fmt.Fprintf(out, "| at | server | target req/s | sent req/s | p50 ms | p90 ms | p99 ms | max ms | late p99 ms | dials | srv CPU %% | srv sched p99 µs | srv GC/s | srv pause µs | srv KiB/req | snd CPU %% | snd GC/s | snd sched p99 µs | errors |\n")
 	fmt.Fprintf(out, "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
@@ -543,6 +543,7 @@ func (s *server) scrape(ctx context.Context) (st serverStats, ok bool) {
 	if err != nil || resp.StatusCode != http.StatusOK {
 		return st, false
 	}
+	st.cpu = cpuSeconds(s.cmd.Process.Pid)
 	var haveCount, haveSum bool
 	for _, l := range strings.Split(string(body), "\n") {
 		f := strings.Fields(l)
@@ -560,8 +561,6 @@ func (s *server) scrape(ctx context.Context) (st serverStats, ok bool) {
 			st.pause, haveSum = time.Duration(v*float64(time.Second)), true
 		case "go_memstats_alloc_bytes_total":
 			st.alloc = v
-		case "process_cpu_seconds_total":
-			st.cpu = v
 		case "go_sched_latencies_seconds_bucket":
 			le, err := strconv.ParseFloat(strings.TrimSuffix(strings.TrimPrefix(labels, `le="`), `"}`), 64)
 			if err == nil {
@@ -1193,6 +1192,23 @@ func freePort() (int, error) {
 	}
 	defer l.Close()
 	return l.Addr().(*net.TCPAddr).Port, nil
+}
+
+// cpuSeconds reads the user and system CPU time of pid (0 when it cannot).
+func cpuSeconds(pid int) float64 {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0
+	}
+	// The fields after the command name, which is in parentheses and may hold spaces.
+	_, rest, ok := strings.Cut(string(b), ") ")
+	f := strings.Fields(rest)
+	if !ok || len(f) < 13 {
+		return 0
+	}
+	utime, _ := strconv.ParseFloat(f[11], 64)
+	stime, _ := strconv.ParseFloat(f[12], 64)
+	return (utime + stime) / 100 // USER_HZ is 100 on Linux
 }
 
 // rss reads the resident and peak resident memory of pid in MiB.

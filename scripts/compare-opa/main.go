@@ -10,15 +10,28 @@
 // and "replay" (a few hundred leases asked again and again); and the floor, GET /health on each
 // server. Each cell runs --rounds times, alternating the servers, at each concurrency.
 //
-// Then (--paced) each server gets distinct requests at half of its peak rate of the closed-loop
-// table, open loop: requests leave on a fixed schedule whatever the answers do, and a latency is
-// counted from the time the request was due, so a stall is not hidden by the sender waiting for
-// it. And (--restart) a separate `authz serve` with the built-in example driver is sent the
+// Then (--paced) each server gets distinct requests at fractions of its peak rate of the
+// closed-loop table (--paced-at, default one half), open loop: requests leave on a fixed
+// schedule whatever the answers do, and a latency is counted from the time the request was due
+// until its answer was read, so a stall is not hidden by the sender waiting for it. Right after,
+// the same server's floor (GET /health) is sent at the same rate the same way, so that each row
+// of a server has beside it the tail the machine, the sender and the HTTP stack give at that
+// rate without any decision. Each row also says how late the sender itself started requests
+// (its goroutines or its CPU were busy), how many connections it dialled during the run (none
+// with --prewarm), and, from /proc and the server's /metrics, the CPU, scheduling latency and
+// garbage collections of the server and of the sender, which is what makes a tail on a machine
+// with few cores. --sender-cpus and --server-cpus pin the sender and the servers to separate
+// CPUs (taskset); --peak skips the closed-loop table; --variant adds an authz server with other
+// runtime settings (GOGC=200, GOMAXPROCS=1, ...) measured side by side.
+//
+// And (--restart) a separate `authz serve` with the built-in example driver is sent the
 // example grant on a fixed schedule while its driver's worker is killed (SIGKILL) and the host
 // restarts it: the latency and answers before the kill, from the kill until the first grant
 // again, and after.
 //
 //	go run ./scripts/compare-opa --duration 3s --concurrency 1,8,32
+//	go run ./scripts/compare-opa --peak 4000 --paced-at 0.1,0.25,0.5 --restart=false   # open loop only
+//	go run ./scripts/compare-opa --concurrency 8 --sender-cpus 0 --server-cpus 1 --servers authz --variant GOGC=100
 //
 // Everything it starts is stopped when it returns, and the whole run is bounded by --timeout.
 package main

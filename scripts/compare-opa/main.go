@@ -37,6 +37,7 @@
 package main
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
@@ -80,6 +81,7 @@ type options struct {
 	pacedAt     []float64
 	peak        float64
 	senders     int
+	client      string
 	prewarm     bool
 	senderProcs int
 	senderCPUs  []int
@@ -103,6 +105,7 @@ func main() {
 	flag.StringVar(&pacedAt, "paced-at", "0.5", "comma-separated fractions of each server's peak rate for the open-loop run (--paced); 0.1,0.25,0.5 shows how the tail grows with load")
 	flag.Float64Var(&o.peak, "peak", 0, "take this req/s as every server's peak and skip the closed-loop table (0: measure it)")
 	flag.IntVar(&o.senders, "senders", 64, "sender goroutines and keep-alive connections of the open-loop run; a request is sent at its due time or as soon as one is free, the wait counted in its latency")
+	flag.StringVar(&o.client, "sender-client", "raw", "HTTP client of the open-loop senders: raw (each sender writes its requests on a keep-alive connection of its own and reads the answers with http.ReadResponse: cheap) or transport (one net/http Transport shared by the senders)")
 	flag.BoolVar(&o.prewarm, "prewarm", true, "open every sender's connection before the open-loop schedule starts, so that no request waits for a dial")
 	flag.IntVar(&o.senderProcs, "sender-procs", 0, "GOMAXPROCS of this program (the sender) once it has built the servers (0: the Go default)")
 	flag.StringVar(&senderCPUs, "sender-cpus", "", "pin this program (the sender) to these CPUs, e.g. 0 (comma-separated; empty: not pinned)")
@@ -152,6 +155,10 @@ func main() {
 			fmt.Fprintf(os.Stderr, "compare-opa: bad --servers %q: want authz, nocache, opa\n", servers)
 			os.Exit(2)
 		}
+	}
+	if o.client != "raw" && o.client != "transport" {
+		fmt.Fprintf(os.Stderr, "compare-opa: bad --sender-client %q: want raw or transport\n", o.client)
+		os.Exit(2)
 	}
 	if o.senders < 1 {
 		fmt.Fprintln(os.Stderr, "compare-opa: --senders must be at least 1")
@@ -293,7 +300,7 @@ func run(ctx context.Context, o options, out io.Writer) error {
 // closedLoop runs the closed-loop table: each stream at each concurrency, --rounds times
 // alternating the servers, and records each server's best rate on the distinct stream in peaks.
 func closedLoop(ctx context.Context, o options, servers []*server, streams map[string][]call, peaks map[string]float64, out io.Writer) error {
-	fmt.Fprintf(out, "| stream | conns | server | req/s | p50 ms | p90 ms | p99 ms | errors | vs opa |\n|---|---|---|---|---|---|---|---|---|\n")
+	fmt.Fprintf(out, "| stream | conns | server | req/s | p50 ms | p90 ms | p99 ms | errors | vs opa | srv CPU ms/req | snd CPU ms/req |\n|---|---|---|---|---|---|---|---|---|---|---|\n")
 	for _, stream := range []string{"distinct", "replay", "floor"} {
 		for ci, c := range o.concurrency {
 			results := map[string]*result{}
@@ -308,7 +315,9 @@ func closedLoop(ctx context.Context, o options, servers []*server, streams map[s
 						cell := ci*o.rounds + round
 						calls = calls[cell*o.perCell : (cell+1)*o.perCell]
 					}
+					cpu0, snd0 := cpuSeconds(s.cmd.Process.Pid), readSenderStats()
 					r := load(ctx, s, stream, calls, c, o.duration, stream == "distinct")
+					r.srvCPU, r.sndCPU = cpuSeconds(s.cmd.Process.Pid)-cpu0, readSenderStats().since(snd0).cpu
 					if results[s.name] == nil {
 						results[s.name] = &result{}
 					}
@@ -329,8 +338,8 @@ func closedLoop(ctx context.Context, o options, servers []*server, streams map[s
 				if opa := results["opa"]; opa != nil && opa.rate() > 0 {
 					vs = fmt.Sprintf("%.2fx", r.rate()/opa.rate())
 				}
-				fmt.Fprintf(out, "| %s | %d | %s | %.0f | %.2f | %.2f | %.2f | %d | %s |\n", stream, c, s.name, r.rate(),
-					r.pct(50), r.pct(90), r.pct(99), r.errors, vs)
+				fmt.Fprintf(out, "| %s | %d | %s | %.0f | %.2f | %.2f | %.2f | %d | %s | %.3f | %.3f |\n", stream, c, s.name, r.rate(),
+					r.pct(50), r.pct(90), r.pct(99), r.errors, vs, 1000*r.srvCPU/float64(max(1, r.n)), 1000*r.sndCPU/float64(max(1, r.n)))
 			}
 		}
 	}
@@ -345,11 +354,11 @@ func closedLoop(ctx context.Context, o options, servers []*server, streams map[s
 func pacedTable(ctx context.Context, o options, servers []*server, peaks map[string]float64, facts *snapshot.FileFacts, factsVal any, out io.Writer) error {
 	fmt.Fprintf(out, "\n## distinct stream at a fraction of peak, open loop (%s per run, %d rounds alternating; floor: GET /health on the same server at the same rate)\n\n", o.duration, o.rounds)
 	fmt.Fprintf(out, "Latency is counted from the time each request was due. late p99: how late the sender itself started a request (a sender or its CPU was busy). "+
-		"dials: connections opened during the runs (%d senders, prewarm %v). From the server's /metrics: its CPU (100 %% = one core), "+
+		"dials: connections opened during the runs (%d senders, client %s, prewarm %v). From the server's /metrics: its CPU (100 %% = one core), "+
 		"the 99th percentile of how long its goroutines waited for a CPU (upper bound of its bucket; the worst run's; go_sched_latencies_seconds), its collections per second, their mean stop-the-world pause, and its allocation per request. "+
-		"snd: the same of the sender (this program).\n\n", o.senders, o.prewarm)
-	fmt.Fprintf(out, "| at | server | target req/s | sent req/s | p50 ms | p90 ms | p99 ms | max ms | late p99 ms | dials | srv CPU %% | srv sched p99 µs | srv GC/s | srv pause µs | srv KiB/req | snd CPU %% | snd GC/s | snd sched p99 µs | errors |\n")
-	fmt.Fprintf(out, "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
+		"snd: the same of the sender (this program).\n\n", o.senders, o.client, o.prewarm)
+	fmt.Fprintf(out, "| at | server | target req/s | sent req/s | p50 ms | p90 ms | p99 ms | max ms | late p99 ms | dials | srv CPU %% | srv CPU ms/req | srv sched p99 µs | srv GC/s | srv pause µs | srv KiB/req | snd CPU %% | snd GC/s | snd sched p99 µs | errors |\n")
+	fmt.Fprintf(out, "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
 	next := 1 << 30 // distinct requests of the open-loop runs are numbered apart from the closed-loop ones
 	for _, f := range o.pacedAt {
 		results := map[string]*result{}
@@ -400,9 +409,9 @@ func pacedTable(ctx context.Context, o options, servers []*server, peaks map[str
 				if r.srvSched > 0 {
 					sched = fmt.Sprintf("%.0f", r.srvSched*1e6)
 				}
-				fmt.Fprintf(out, "| %.0f%% | %s | %.0f | %.0f | %.2f | %.2f | %.2f | %.2f | %.2f | %d | %.0f | %s | %s | %s | %s | %.0f | %.1f | %.0f | %d |\n",
+				fmt.Fprintf(out, "| %.0f%% | %s | %.0f | %.0f | %.2f | %.2f | %.2f | %.2f | %.2f | %d | %.0f | %.3f | %s | %s | %s | %s | %.0f | %.1f | %.0f | %d |\n",
 					f*100, key, r.target, r.rate(), r.pct(50), r.pct(90), r.pct(99), r.pct(100), pctOf(r.late, 99), r.dials,
-					100*r.srvCPU/el, sched, srvGC, pause, alloc, 100*r.sndCPU/el, float64(r.sndGCs)/el, r.sndSched*1e6, r.errors)
+					100*r.srvCPU/el, 1000*r.srvCPU/float64(max(1, r.n)), sched, srvGC, pause, alloc, 100*r.sndCPU/el, float64(r.sndGCs)/el, r.sndSched*1e6, r.errors)
 			}
 		}
 	}
@@ -423,7 +432,7 @@ type timed struct {
 // due time (or as soon as a sender is free, the wait counted in its latency), and returns every
 // request in the order they were due. send answers allow for one request and the time its
 // answer was read (zero: when send returned), so that checking the answer is not counted.
-func openLoop(ctx context.Context, rate float64, d time.Duration, senders int, send func(ctx context.Context, i int) (bool, time.Time, error)) []timed {
+func openLoop(ctx context.Context, rate float64, d time.Duration, senders int, send func(ctx context.Context, sender, i int) (bool, time.Time, error)) []timed {
 	n := int(rate * d.Seconds())
 	if n < 1 {
 		n = 1
@@ -433,7 +442,7 @@ func openLoop(ctx context.Context, rate float64, d time.Duration, senders int, s
 	start := time.Now().Add(20 * time.Millisecond)
 	var next atomic.Int64
 	var wg sync.WaitGroup
-	for range senders {
+	for w := range senders {
 		wg.Go(func() {
 			for ctx.Err() == nil {
 				i := int(next.Add(1) - 1)
@@ -445,7 +454,7 @@ func openLoop(ctx context.Context, rate float64, d time.Duration, senders int, s
 					time.Sleep(w)
 				}
 				late := time.Since(due)
-				allow, answered, err := send(ctx, i)
+				allow, answered, err := send(ctx, w, i)
 				if answered.IsZero() {
 					answered = time.Now()
 				}
@@ -461,24 +470,46 @@ func openLoop(ctx context.Context, rate float64, d time.Duration, senders int, s
 // "floor": GET /health at the same rate).
 func paced(ctx context.Context, s *server, stream string, calls []call, rate float64, o options) *result {
 	var dials atomic.Int64
-	dialer := &net.Dialer{}
-	tr := &http.Transport{MaxIdleConnsPerHost: o.senders, MaxConnsPerHost: o.senders, DisableCompression: true,
-		DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
-			dials.Add(1)
-			return dialer.DialContext(ctx, network, addr)
-		}}
-	defer tr.CloseIdleConnections()
-	client := &http.Client{Transport: tr, Timeout: 10 * time.Second}
-	if o.prewarm {
-		prewarm(ctx, client, s.url, o.senders, &dials)
+	var send func(ctx context.Context, sender int, c call) (time.Time, error)
+	if o.client == "raw" {
+		conns := make([]*rawConn, o.senders)
+		for w := range conns {
+			conns[w] = &rawConn{s: s, dials: &dials}
+			if o.prewarm {
+				if err := conns[w].dial(ctx); err != nil {
+					return &result{n: 1, errors: 1, srvGCs: -1}
+				}
+			}
+		}
+		defer func() {
+			for _, r := range conns {
+				r.close()
+			}
+		}()
+		send = func(ctx context.Context, w int, c call) (time.Time, error) { return conns[w].send(ctx, stream, c) }
+	} else {
+		dialer := &net.Dialer{}
+		tr := &http.Transport{MaxIdleConnsPerHost: o.senders, MaxConnsPerHost: o.senders, DisableCompression: true,
+			DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
+				dials.Add(1)
+				return dialer.DialContext(ctx, network, addr)
+			}}
+		defer tr.CloseIdleConnections()
+		client := &http.Client{Transport: tr, Timeout: 10 * time.Second}
+		if o.prewarm {
+			prewarm(ctx, client, s.url, o.senders, &dials)
+		}
+		send = func(ctx context.Context, _ int, c call) (time.Time, error) {
+			return s.sendTimed(ctx, client, stream, c)
+		}
 	}
 	dials.Store(0)
 	srv0, srvOK := s.scrape(ctx)
 	snd0 := readSenderStats()
 	began := time.Now()
-	reqs := openLoop(ctx, rate, o.duration, o.senders, func(ctx context.Context, i int) (bool, time.Time, error) {
+	reqs := openLoop(ctx, rate, o.duration, o.senders, func(ctx context.Context, w, i int) (bool, time.Time, error) {
 		c := calls[i%max(1, len(calls))]
-		answered, err := s.sendTimed(ctx, client, stream, c)
+		answered, err := send(ctx, w, c)
 		return c.allow, answered, err
 	})
 	res := &result{elapsed: time.Since(began), target: rate, dials: int(dials.Load()), srvGCs: -1}
@@ -696,7 +727,7 @@ func restartRun(ctx context.Context, authzBin, root string, out io.Writer) error
 		killed.Store(time.Now().UnixNano())
 		_ = syscall.Kill(pid, syscall.SIGKILL)
 	}()
-	reqs := openLoop(ctx, rate, total, 64, func(ctx context.Context, _ int) (bool, time.Time, error) {
+	reqs := openLoop(ctx, rate, total, 64, func(ctx context.Context, _, _ int) (bool, time.Time, error) {
 		allow, err := authorize(ctx, client, s.url, body)
 		return allow, time.Time{}, err
 	})
@@ -1083,11 +1114,96 @@ func (s *server) sendTimed(ctx context.Context, client *http.Client, stream stri
 	if err != nil {
 		return answered, err
 	}
-	if resp.StatusCode != http.StatusOK {
-		return answered, fmt.Errorf("status %d: %.200s", resp.StatusCode, body)
+	return answered, s.check(stream, c, resp.StatusCode, body)
+}
+
+// rawConn is one sender's own keep-alive connection of the open-loop run: the request is
+// written in one call and the answer read with http.ReadResponse, without http.Transport's
+// pool, goroutines and channels, so the sender costs the machine less than the server it
+// measures.
+type rawConn struct {
+	s     *server
+	dials *atomic.Int64
+	conn  net.Conn
+	br    *bufio.Reader
+	buf   []byte
+}
+
+func (r *rawConn) dial(ctx context.Context) error {
+	conn, err := (&net.Dialer{}).DialContext(ctx, "tcp", r.host())
+	if err != nil {
+		return err
+	}
+	r.dials.Add(1)
+	r.conn, r.br = conn, bufio.NewReaderSize(conn, 16<<10)
+	return nil
+}
+
+func (r *rawConn) host() string { return strings.TrimPrefix(r.s.url, "http://") }
+
+// send sends c (GET /health for stream "floor") and reads the answer; answered is when it was
+// read. On an error the connection is closed and the next send dials a new one.
+func (r *rawConn) send(ctx context.Context, stream string, c call) (answered time.Time, err error) {
+	if r.conn == nil {
+		if err := r.dial(ctx); err != nil {
+			return time.Now(), err
+		}
+	}
+	method, path, body := http.MethodPost, "/v1/authorize", c.authzBody
+	switch {
+	case stream == "floor":
+		method, path, body = http.MethodGet, "/health", nil
+	case r.s.opa:
+		path, body = "/v1/data/authz/decision", c.opaBody
+	}
+	r.buf = fmt.Appendf(r.buf[:0], "%s %s HTTP/1.1\r\nHost: %s\r\n", method, path, r.host())
+	if body != nil {
+		r.buf = fmt.Appendf(r.buf, "Content-Type: application/json\r\nContent-Length: %d\r\n", len(body))
+	}
+	r.buf = append(append(r.buf, "\r\n"...), body...)
+	if dl, ok := ctx.Deadline(); ok {
+		_ = r.conn.SetDeadline(dl)
+	} else {
+		_ = r.conn.SetDeadline(time.Now().Add(10 * time.Second))
+	}
+	resp, err := r.write()
+	if err != nil {
+		r.close()
+		return time.Now(), err
+	}
+	got, err := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	answered = time.Now()
+	if err != nil || resp.Close {
+		r.close()
+	}
+	if err != nil {
+		return answered, err
+	}
+	return answered, r.s.check(stream, c, resp.StatusCode, got)
+}
+
+func (r *rawConn) write() (*http.Response, error) {
+	if _, err := r.conn.Write(r.buf); err != nil {
+		return nil, err
+	}
+	return http.ReadResponse(r.br, nil)
+}
+
+func (r *rawConn) close() {
+	if r.conn != nil {
+		r.conn.Close()
+		r.conn = nil
+	}
+}
+
+// check checks an answer of s against the oracle's for c.
+func (s *server) check(stream string, c call, status int, body []byte) error {
+	if status != http.StatusOK {
+		return fmt.Errorf("status %d: %.200s", status, body)
 	}
 	if stream == "floor" {
-		return answered, nil
+		return nil
 	}
 	var doc struct {
 		Allow *bool  `json:"allow"`
@@ -1098,17 +1214,17 @@ func (s *server) sendTimed(ctx context.Context, client *http.Client, stream stri
 			Result json.RawMessage `json:"result"`
 		}
 		if err := json.Unmarshal(body, &wrapped); err != nil {
-			return answered, err
+			return err
 		}
 		body = wrapped.Result
 	}
 	if err := json.Unmarshal(body, &doc); err != nil {
-		return answered, err
+		return err
 	}
 	if doc.Allow == nil || *doc.Allow != c.allow || doc.Code != c.code {
-		return answered, fmt.Errorf("answer %.200s, want allow %v code %q", body, c.allow, c.code)
+		return fmt.Errorf("answer %.200s, want allow %v code %q", body, c.allow, c.code)
 	}
-	return answered, nil
+	return nil
 }
 
 func (s *server) start(ctx context.Context) error {

@@ -357,11 +357,12 @@ func pacedTable(ctx context.Context, o options, servers []*server, peaks map[str
 		"dials: connections opened during the runs (%d senders, client %s, prewarm %v). From the server's /metrics: its CPU (100 %% = one core), "+
 		"the 99th percentile of how long its goroutines waited for a CPU (upper bound of its bucket; the worst run's; go_sched_latencies_seconds), its collections per second, their mean stop-the-world pause, and its allocation per request. "+
 		"snd: the same of the sender (this program).\n\n", o.senders, o.client, o.prewarm)
-	fmt.Fprintf(out, "| at | server | target req/s | sent req/s | p50 ms | p90 ms | p99 ms | max ms | late p99 ms | dials | srv CPU %% | srv CPU ms/req | srv sched p99 µs | srv GC/s | srv pause µs | srv KiB/req | snd CPU %% | snd GC/s | snd sched p99 µs | errors |\n")
-	fmt.Fprintf(out, "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
+	fmt.Fprintf(out, "| at | server | target req/s | sent req/s | p50 ms | p90 ms | p99 ms | p99 of each round | max ms | late p99 ms | dials | srv CPU %% | srv CPU ms/req | srv sched p99 µs | srv GC/s | srv pause µs | srv KiB/req | snd CPU %% | snd GC/s | snd sched p99 µs | errors |\n")
+	fmt.Fprintf(out, "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
 	next := 1 << 30 // distinct requests of the open-loop runs are numbered apart from the closed-loop ones
 	for _, f := range o.pacedAt {
 		results := map[string]*result{}
+		rounds := map[string][]string{} // each round's p99
 		for round := range o.rounds {
 			order := slices.Clone(servers)
 			if round%2 == 1 {
@@ -383,6 +384,7 @@ func pacedTable(ctx context.Context, o options, servers []*server, peaks map[str
 					}
 					runtime.GC() // the sender's garbage of preparing stays out of the run
 					r := paced(ctx, s, stream, calls, rate, o)
+					rounds[key] = append(rounds[key], fmt.Sprintf("%.1f", r.pct(99)))
 					if results[key] == nil {
 						results[key] = &result{target: rate}
 					}
@@ -409,8 +411,8 @@ func pacedTable(ctx context.Context, o options, servers []*server, peaks map[str
 				if r.srvSched > 0 {
 					sched = fmt.Sprintf("%.0f", r.srvSched*1e6)
 				}
-				fmt.Fprintf(out, "| %.0f%% | %s | %.0f | %.0f | %.2f | %.2f | %.2f | %.2f | %.2f | %d | %.0f | %.3f | %s | %s | %s | %s | %.0f | %.1f | %.0f | %d |\n",
-					f*100, key, r.target, r.rate(), r.pct(50), r.pct(90), r.pct(99), r.pct(100), pctOf(r.late, 99), r.dials,
+				fmt.Fprintf(out, "| %.0f%% | %s | %.0f | %.0f | %.2f | %.2f | %.2f | %s | %.2f | %.2f | %d | %.0f | %.3f | %s | %s | %s | %s | %.0f | %.1f | %.0f | %d |\n",
+					f*100, key, r.target, r.rate(), r.pct(50), r.pct(90), r.pct(99), strings.Join(rounds[key], " / "), r.pct(100), pctOf(r.late, 99), r.dials,
 					100*r.srvCPU/el, 1000*r.srvCPU/float64(max(1, r.n)), sched, srvGC, pause, alloc, 100*r.sndCPU/el, float64(r.sndGCs)/el, r.sndSched*1e6, r.errors)
 			}
 		}

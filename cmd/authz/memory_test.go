@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -15,6 +17,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/authz-dev/authz/internal/server"
+	"github.com/authz-dev/authz/internal/service"
 	"github.com/authz-dev/authz/internal/testutil"
 )
 
@@ -91,4 +94,38 @@ func TestServeMemoryBoundedUnderConcurrentBigBodies(t *testing.T) {
 	require.True(t, p.Alive())
 	p.Signal(t, syscall.SIGTERM)
 	assert.NoError(t, p.WaitExit(t, 30*time.Second))
+}
+
+// TestServeAppliesGCSettings: the service sets the garbage collector's target
+// (service.DefaultGCPercent) and its soft memory limit (the bound of its configuration) unless
+// GOGC or GOMEMLIMIT say otherwise, as the runtime reports them on /metrics.
+func TestServeAppliesGCSettings(t *testing.T) {
+	facts := testutil.WriteFile(t, t.TempDir(), "facts.json", specFacts)
+	for _, tc := range []struct {
+		name         string
+		shell        string
+		wantGOGC     float64
+		wantMemLimit float64
+	}{
+		{"defaults", "unset GOGC GOMEMLIMIT;", service.DefaultGCPercent, float64(server.DefaultConfig().MemoryBound())},
+		{"GOGC and GOMEMLIMIT win", "export GOGC=50 GOMEMLIMIT=300MiB;", 50, 300 << 20},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p := startServeProcess(t, tc.shell, "--facts", facts, "--addr", "127.0.0.1:0")
+			resp, err := http.Get("http://" + p.addr + "/metrics")
+			require.NoError(t, err)
+			body, err := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			require.NoError(t, err)
+			got := map[string]float64{}
+			for _, line := range strings.Split(string(body), "\n") {
+				if f := strings.Fields(line); len(f) == 2 && (f[0] == "go_gc_gogc_percent" || f[0] == "go_gc_gomemlimit_bytes") {
+					v, err := strconv.ParseFloat(f[1], 64)
+					require.NoError(t, err)
+					got[f[0]] = v
+				}
+			}
+			assert.Equal(t, map[string]float64{"go_gc_gogc_percent": tc.wantGOGC, "go_gc_gomemlimit_bytes": tc.wantMemLimit}, got)
+		})
+	}
 }

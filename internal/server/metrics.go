@@ -1,6 +1,7 @@
 package server
 
 import (
+	"regexp"
 	"strconv"
 	"time"
 
@@ -49,7 +50,12 @@ func newMetrics(d Decider, facts FactsSource, origin func() string) *metrics {
 	m.reg.MustRegister(
 		m.decisions, m.evalFailures, m.latency, m.logFailures, m.requests,
 		&stateCollector{decider: d, facts: facts, origin: origin},
-		collectors.NewGoCollector(),
+		// Besides the defaults, the two runtime figures that explain a latency tail: how long
+		// runnable goroutines waited for a CPU (go_sched_latencies_seconds) and the garbage
+		// collector's stop-the-world pauses (go_sched_pauses_total_gc_seconds).
+		collectors.NewGoCollector(collectors.WithGoCollectorRuntimeMetrics(collectors.GoRuntimeMetricsRule{
+			Matcher: regexp.MustCompile(`^/sched/(latencies|pauses/total/gc):seconds$`),
+		})),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 	)
 	return m

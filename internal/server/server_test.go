@@ -642,6 +642,8 @@ func TestMetrics(t *testing.T) {
 		`authz_ready 1`,
 		`authz_http_requests_total{route="/v1/authorize",status="400"} 1`,
 		`go_goroutines`,
+		`go_sched_latencies_seconds_bucket{le=`,
+		`go_sched_pauses_total_gc_seconds_bucket{le=`,
 	} {
 		assert.Contains(t, text, want)
 	}

@@ -80,7 +80,7 @@ func Run(ctx context.Context, cfg Config, opts Options) (err error) {
 	hup := make(chan os.Signal, 1)
 	signal.Notify(hup, syscall.SIGHUP)
 	defer signal.Stop(hup)
-	limitMemory(cfg.Server)
+	tuneGC(cfg.Server)
 	tracing, tracerProvider, stopTracing, err := startTracing(ctx, cfg.Policy, logger) // tracing.go
 	if err != nil {
 		return err
@@ -137,9 +137,22 @@ func Run(ctx context.Context, cfg Config, opts Options) (err error) {
 	return srv.Serve(ctx, ln)
 }
 
-// limitMemory sets a soft memory limit at the bound the admission limits guarantee, so that the
-// garbage collector returns memory before the heap doubles past it. GOMEMLIMIT, when set, wins.
-func limitMemory(cfg server.Config) {
+// DefaultGCPercent is the garbage collector's heap growth target of the service (GOGC), in
+// percent of the live heap. A decision allocates about 40 KiB, most of it in policy
+// evaluation, and the live heap is small (a few MiB besides the decision cache), so at Go's
+// default of 100 the collector runs several times a second at a few thousand decisions a
+// second; every cycle stops the world twice and takes a quarter of the CPU while it marks,
+// which is where a latency tail comes from on a machine with few cores. 200 halves the cycles
+// for a few MiB of heap (docs/service.md, "Limits and memory").
+const DefaultGCPercent = 200
+
+// tuneGC sets the garbage collector's target to DefaultGCPercent and a soft memory limit at
+// the bound the admission limits guarantee, so that the collector returns memory before the
+// heap grows past it. GOGC and GOMEMLIMIT, when set, win.
+func tuneGC(cfg server.Config) {
+	if os.Getenv("GOGC") == "" {
+		debug.SetGCPercent(DefaultGCPercent)
+	}
 	if os.Getenv("GOMEMLIMIT") == "" {
 		debug.SetMemoryLimit(cfg.MemoryBound())
 	}

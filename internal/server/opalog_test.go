@@ -2,6 +2,7 @@ package server_test
 
 import (
 	"compress/gzip"
+	"context"
 	"encoding/json"
 	"io"
 	"net/http"
@@ -63,33 +64,11 @@ func (c *logCollector) find(id string) map[string]any {
 // loopback collector (uploaded in batches) and the console, masked by the bundle's
 // system.log.mask policy on top of the local masks, with the bundle's revision.
 func TestOPADecisionLogsBesideTheLocalLog(t *testing.T) {
-	bundles := policytest.NewBundleServer(t)
-	coll := &logCollector{}
-	logs := httptest.NewServer(coll)
-	t.Cleanup(logs.Close)
-
 	mods := policytest.EmbeddedModules(t)
 	mods["system/log.rego"] = "package system.log\n\nmask contains \"/input/lease/id\"\n"
-	bundles.Publish(policytest.MakeBundle(t, policytest.BundleSpec{Revision: "logged-1", Modules: mods}))
-
 	out := &testutil.SyncBuffer{}
-	logger := hclog.New(&hclog.LoggerOptions{Output: out, Level: hclog.Info})
-	pcfg := policy.Config{OPA: map[string]any{
-		"services": map[string]any{
-			"bundles": map[string]any{"url": bundles.URL},
-			"logs":    map[string]any{"url": logs.URL},
-		},
-		"bundles": map[string]any{"authz": map[string]any{"service": "bundles", "resource": "/b.tar.gz",
-			"polling": map[string]any{"min_delay_seconds": 1, "max_delay_seconds": 2}}},
-		"decision_logs": map[string]any{"service": "logs", "console": true,
-			"reporting": map[string]any{"min_delay_seconds": 1, "max_delay_seconds": 1}},
-	}}
 	eng := decision.NewEmpty(decision.Options{})
-	src, err := policy.New(pcfg, eng, policy.Options{Logger: logger})
-	require.NoError(t, err)
-	require.NoError(t, src.Start(t.Context()))
-	defer src.Close(t.Context())
-	policytest.WaitFor(t, "the bundle to be activated", 20*time.Second, src.Ready)
+	src, coll := opaLogged(t, "logged-1", mods, eng, true, hclog.New(&hclog.LoggerOptions{Output: out, Level: hclog.Info}))
 
 	local := &testutil.SyncBuffer{}
 	s, err := server.New(testConfig(), eng, staticFacts(t, "facts.json"), server.Options{Policy: src, DecisionLog: local})
@@ -122,11 +101,6 @@ func TestOPADecisionLogsBesideTheLocalLog(t *testing.T) {
 // and upserts a capability in the result changes only the logged copies: the same request is
 // granted again, from the cache and without it, with the same capabilities.
 func TestOPAMaskRulesLeaveDecisionsAlone(t *testing.T) {
-	bundles := policytest.NewBundleServer(t)
-	coll := &logCollector{}
-	logs := httptest.NewServer(coll)
-	t.Cleanup(logs.Close)
-
 	mods := policytest.EmbeddedModules(t)
 	mods["system/log.rego"] = `package system.log
 
@@ -138,17 +112,6 @@ mask contains "/input/resolved"
 
 mask contains {"op": "upsert", "path": "/result/capabilities/reusableLeases", "value": true}
 `
-	bundles.Publish(policytest.MakeBundle(t, policytest.BundleSpec{Revision: "masked-1", Modules: mods}))
-	pcfg := policy.Config{OPA: map[string]any{
-		"services": map[string]any{
-			"bundles": map[string]any{"url": bundles.URL},
-			"logs":    map[string]any{"url": logs.URL},
-		},
-		"bundles": map[string]any{"authz": map[string]any{"service": "bundles", "resource": "/b.tar.gz",
-			"polling": map[string]any{"min_delay_seconds": 1, "max_delay_seconds": 2}}},
-		"decision_logs": map[string]any{"service": "logs",
-			"reporting": map[string]any{"min_delay_seconds": 1, "max_delay_seconds": 1}},
-	}}
 	for _, tc := range []struct {
 		name  string
 		cache decision.CacheOptions
@@ -158,11 +121,7 @@ mask contains {"op": "upsert", "path": "/result/capabilities/reusableLeases", "v
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			eng := decision.NewEmpty(decision.Options{Cache: tc.cache})
-			src, err := policy.New(pcfg, eng, policy.Options{Logger: hclog.NewNullLogger()})
-			require.NoError(t, err)
-			require.NoError(t, src.Start(t.Context()))
-			defer src.Close(t.Context())
-			policytest.WaitFor(t, "the bundle to be activated", 20*time.Second, src.Ready)
+			src, coll := opaLogged(t, "masked-1", mods, eng, false, hclog.NewNullLogger())
 
 			s, err := server.New(testConfig(), eng, staticFacts(t, "facts.json"), server.Options{Policy: src, DecisionLog: &testutil.SyncBuffer{}})
 			require.NoError(t, err)
@@ -192,4 +151,32 @@ mask contains {"op": "upsert", "path": "/result/capabilities/reusableLeases", "v
 			}
 		})
 	}
+}
+
+// opaLogged is a policy source on a loopback bundle server that publishes modules as revision,
+// with OPA's decision logs uploaded to a loopback collector (and printed to logger when
+// console), started and active, deciding with eng; it is closed with the test.
+func opaLogged(t testing.TB, revision string, modules map[string]string, eng *decision.Engine, console bool, logger hclog.Logger) (*policy.Source, *logCollector) {
+	t.Helper()
+	bundles := policytest.NewBundleServer(t)
+	coll := &logCollector{}
+	logs := httptest.NewServer(coll)
+	t.Cleanup(logs.Close)
+	bundles.Publish(policytest.MakeBundle(t, policytest.BundleSpec{Revision: revision, Modules: modules}))
+	pcfg := policy.Config{OPA: map[string]any{
+		"services": map[string]any{
+			"bundles": map[string]any{"url": bundles.URL},
+			"logs":    map[string]any{"url": logs.URL},
+		},
+		"bundles": map[string]any{"authz": map[string]any{"service": "bundles", "resource": "/b.tar.gz",
+			"polling": map[string]any{"min_delay_seconds": 1, "max_delay_seconds": 2}}},
+		"decision_logs": map[string]any{"service": "logs", "console": console,
+			"reporting": map[string]any{"min_delay_seconds": 1, "max_delay_seconds": 1}},
+	}}
+	src, err := policy.New(pcfg, eng, policy.Options{Logger: logger})
+	require.NoError(t, err)
+	require.NoError(t, src.Start(t.Context()))
+	t.Cleanup(func() { src.Close(context.Background()) })
+	policytest.WaitFor(t, "the bundle to be activated", 20*time.Second, src.Ready)
+	return src, coll
 }

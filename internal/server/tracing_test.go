@@ -19,7 +19,6 @@ import (
 
 	"github.com/authz-dev/authz/internal/coded"
 	"github.com/authz-dev/authz/internal/decision"
-	"github.com/authz-dev/authz/internal/policy"
 	"github.com/authz-dev/authz/internal/policy/policytest"
 	"github.com/authz-dev/authz/internal/server"
 	"github.com/authz-dev/authz/internal/tracing"
@@ -246,27 +245,8 @@ func BenchmarkAuthorizeTraced(b *testing.B) {
 // TestOPADecisionLogCarriesTheTrace: with decision_logs in the opa section, the decision's entry
 // in OPA's decision log carries the trace id and the span id of its authz.decision span.
 func TestOPADecisionLogCarriesTheTrace(t *testing.T) {
-	bundles := policytest.NewBundleServer(t)
-	coll := &logCollector{}
-	logs := httptest.NewServer(coll)
-	t.Cleanup(logs.Close)
-	bundles.Publish(policytest.MakeBundle(t, policytest.BundleSpec{Revision: "traced-1", Modules: policytest.EmbeddedModules(t)}))
-	pcfg := policy.Config{OPA: map[string]any{
-		"services": map[string]any{
-			"bundles": map[string]any{"url": bundles.URL},
-			"logs":    map[string]any{"url": logs.URL},
-		},
-		"bundles": map[string]any{"authz": map[string]any{"service": "bundles", "resource": "/b.tar.gz",
-			"polling": map[string]any{"min_delay_seconds": 1, "max_delay_seconds": 2}}},
-		"decision_logs": map[string]any{"service": "logs",
-			"reporting": map[string]any{"min_delay_seconds": 1, "max_delay_seconds": 1}},
-	}}
 	eng := decision.NewEmpty(decision.Options{})
-	src, err := policy.New(pcfg, eng, policy.Options{})
-	require.NoError(t, err)
-	require.NoError(t, src.Start(t.Context()))
-	defer src.Close(t.Context())
-	policytest.WaitFor(t, "the bundle to be activated", 20*time.Second, src.Ready)
+	src, coll := opaLogged(t, "traced-1", policytest.EmbeddedModules(t), eng, false, nil)
 
 	rec := tracetest.NewSpanRecorder()
 	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec))

@@ -37,12 +37,11 @@ func Build(ctx context.Context, req *Request, facts Facts, opts Options) Input {
 }
 
 // resolved is what a request names: the driver, the provider key and the plugin to consult.
+// Each name is a non-empty string or "", held as an any as the request holds it, so that the
+// input document carries it without boxing it again; text reads it as a string.
 type resolved struct {
-	driver, providerKey, pluginID, driverKey string
+	driver, providerKey, pluginID, driverKey any
 	pluginBacked                             bool
-	// The same four strings as the request holds them (each already an any when it was
-	// parsed), so that the input document carries them without boxing them again.
-	driverV, providerKeyV, pluginIDV, driverKeyV any
 }
 
 // resolve reads the driver, provider key, plugin and driver key from the lease metadata, falling
@@ -50,20 +49,22 @@ type resolved struct {
 // environment is its config's provider.
 func resolve(req *Request) resolved {
 	md := req.Metadata
-	r := resolved{pluginBacked: md["sandboxProviderPlugin"] == true}
-	r.driver, r.driverV = nonEmptyValue(md["driver"])
-	r.providerKey, r.providerKeyV = nonEmptyValue(md["provider"])
-	r.pluginID, r.pluginIDV = nonEmptyValue(md["pluginId"])
-	r.driverKey, r.driverKeyV = nonEmptyValue(md["driverKey"])
-	if r.driver == "" {
-		r.driver, r.driverV = nonEmptyValue(req.Environment["driver"])
+	r := resolved{
+		driver:       nonEmpty(md["driver"]),
+		providerKey:  nonEmpty(md["provider"]),
+		pluginBacked: md["sandboxProviderPlugin"] == true,
+		pluginID:     nonEmpty(md["pluginId"]),
+		driverKey:    nonEmpty(md["driverKey"]),
 	}
 	if r.driver == "" {
-		r.driver, r.driverV = "sandbox", "sandbox"
+		r.driver = nonEmpty(req.Environment["driver"])
+	}
+	if r.driver == "" {
+		r.driver = "sandbox"
 	}
 	if r.providerKey == "" && req.Environment["driver"] == "sandbox" {
 		if cfg, ok := req.Environment["config"].(map[string]any); ok {
-			r.providerKey, r.providerKeyV = nonEmptyValue(cfg["provider"])
+			r.providerKey = nonEmpty(cfg["provider"])
 		}
 	}
 	return r
@@ -74,7 +75,7 @@ func resolve(req *Request) resolved {
 func lookUpFacts(facts Facts, r resolved) (factsDoc, plugin map[string]any, worker *Worker) {
 	factsDoc = map[string]any{}
 	if r.pluginID != "" {
-		if p, ok := facts.Plugin(r.pluginID); ok && p.Record != nil {
+		if p, ok := facts.Plugin(text(r.pluginID)); ok && p.Record != nil {
 			plugin = p.Record
 			// The policy reads only the manifest entries whose driverKey is the key it looks
 			// up (the provider key, or the lease's driverKey on the plugin driver): the input
@@ -83,7 +84,7 @@ func lookUpFacts(facts Facts, r resolved) (factsDoc, plugin map[string]any, work
 			if idx == nil {
 				idx = NewPluginIndex(p.Record)
 			}
-			factsDoc["plugin"] = idx.For(r.providerKey, r.driverKey)
+			factsDoc["plugin"] = idx.For(text(r.providerKey), text(r.driverKey))
 			if p.Worker != nil {
 				worker = p.Worker
 				factsDoc["worker"] = worker.Document()
@@ -91,7 +92,7 @@ func lookUpFacts(facts Facts, r resolved) (factsDoc, plugin map[string]any, work
 		}
 	}
 	if r.providerKey != "" {
-		if b, ok := facts.BuiltinProvider(r.providerKey); ok {
+		if b, ok := facts.BuiltinProvider(text(r.providerKey)); ok {
 			factsDoc["builtinProvider"] = b
 		}
 	}
@@ -111,8 +112,8 @@ func checkConfig(ctx context.Context, req *Request, facts Facts, r resolved, plu
 	}
 	defer cancel()
 	cctx, span := tracing.Start(cctx, tracing.SpanConfigCheck)
-	ok, err := facts.ConfigValid(cctx, r.pluginID, worker, r.providerKey, req.Environment["config"])
-	tracing.EndConfigCheck(span, r.pluginID, r.providerKey, ok, err)
+	ok, err := facts.ConfigValid(cctx, text(r.pluginID), worker, text(r.providerKey), req.Environment["config"])
+	tracing.EndConfigCheck(span, text(r.pluginID), text(r.providerKey), ok, err)
 	return err != nil || !ok
 }
 
@@ -132,11 +133,11 @@ func assemble(req *Request, r resolved, factsDoc map[string]any, configFailed bo
 		"lease":       lease,
 		"now_ns":      now().UnixNano(),
 		"resolved": map[string]any{
-			"driver":       r.driverV,
-			"providerKey":  r.providerKeyV,
+			"driver":       r.driver,
+			"providerKey":  r.providerKey,
 			"pluginBacked": r.pluginBacked,
-			"pluginId":     r.pluginIDV,
-			"driverKey":    r.driverKeyV,
+			"pluginId":     r.pluginID,
+			"driverKey":    r.driverKey,
 		},
 		"facts": factsDoc,
 		"narrowing": map[string]any{
@@ -151,13 +152,18 @@ func assemble(req *Request, r resolved, factsDoc map[string]any, configFailed bo
 	return in
 }
 
-// nonEmptyValue returns v as a string and v itself when it is a string of length at least one,
-// else "" twice.
-func nonEmptyValue(v any) (string, any) {
+// nonEmpty returns v when it is a string of length at least one, else "".
+func nonEmpty(v any) any {
 	if s, _ := v.(string); s != "" {
-		return s, v
+		return v
 	}
-	return "", ""
+	return ""
+}
+
+// text is a name of resolved as a string ("" when absent).
+func text(v any) string {
+	s, _ := v.(string)
+	return s
 }
 
 // operationValue is op as an any; the two operations need no allocation.

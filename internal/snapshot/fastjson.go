@@ -34,20 +34,36 @@ type fastStats struct {
 
 // decodeFastStats is decodeFast, and also reports the document's fastStats.
 func decodeFastStats(data []byte) (v any, st fastStats, ok bool) {
+	d := newFastDecoder(data, false)
+	defer d.release()
+	v, ok = d.document()
+	return v, d.st, ok
+}
+
+// newFastDecoder is a decoder of data on pooled scratch stacks; release returns them.
+func newFastDecoder(data []byte, keepTop bool) fastDecoder {
 	sc := scratchPool.Get().(*scratch)
-	defer sc.put()
-	d := fastDecoder{data: data, src: string(data), keys: sc.keys[:0], elems: sc.elems[:0]}
-	defer func() { sc.keys, sc.elems = d.keys, d.elems }()
+	return fastDecoder{data: data, src: string(data), sc: sc, keys: sc.keys[:0], elems: sc.elems[:0], keepTop: keepTop}
+}
+
+// release returns the decoder's scratch stacks, as they grew, to the pool.
+func (d *fastDecoder) release() {
+	d.sc.keys, d.sc.elems = d.keys, d.elems
+	d.sc.put()
+}
+
+// document decodes the whole of d.data as one value.
+func (d *fastDecoder) document() (any, bool) {
 	d.skipSpace()
-	v, ok = d.value(0)
+	v, ok := d.value(0)
 	if !ok {
-		return nil, st, false
+		return nil, false
 	}
 	d.skipSpace()
 	if d.pos != len(d.data) {
-		return nil, st, false
+		return nil, false
 	}
-	return v, d.st, true
+	return v, true
 }
 
 // requestMembers are the members of a request's top-level object that a request is made of, the
@@ -76,17 +92,9 @@ func (m *requestMembers) member(k string, v any) {
 // object (the request keeps none of it) and returns its members instead, with direct true.
 // Otherwise doc is the whole document, as decodeFast returns it.
 func decodeRequestFast(data []byte, inBounds func(fastStats) bool) (doc any, members requestMembers, direct, ok bool) {
-	sc := scratchPool.Get().(*scratch)
-	defer sc.put()
-	d := fastDecoder{data: data, src: string(data), keys: sc.keys[:0], elems: sc.elems[:0], keepTop: true}
-	defer func() { sc.keys, sc.elems = d.keys, d.elems }()
-	d.skipSpace()
-	doc, ok = d.value(0)
-	if !ok {
-		return nil, members, false, false
-	}
-	d.skipSpace()
-	if d.pos != len(d.data) {
+	d := newFastDecoder(data, true)
+	defer d.release()
+	if doc, ok = d.document(); !ok {
 		return nil, members, false, false
 	}
 	if !d.topKept {
@@ -130,7 +138,9 @@ type fastDecoder struct {
 	pos  int
 	st   fastStats
 	// Scratch stacks of the members of the objects and elements of the arrays being decoded,
-	// so that each object and array is allocated once at its final size.
+	// so that each object and array is allocated once at its final size (from sc, the pooled
+	// scratch they are returned to).
+	sc    *scratch
 	keys  []string
 	elems []any
 	// keepTop leaves the members of a top-level object on the stacks, instead of a map, and

@@ -396,7 +396,7 @@ func (h *Host) BuiltinProvider(key string) (map[string]any, bool) {
 	if !ok {
 		return nil, false
 	}
-	return deepCopy(b).(map[string]any), true
+	return snapshot.CopyDocument(b).(map[string]any), true
 }
 
 // ConfigValid implements snapshot.Facts: it asks worker w of the plugin whether it accepts
@@ -510,7 +510,7 @@ func (h *Host) FactsFile() snapshot.File {
 		}
 	}
 	for key, b := range builtins {
-		f.BuiltinProviders[key] = deepCopy(b).(map[string]any)
+		f.BuiltinProviders[key] = snapshot.CopyDocument(b).(map[string]any)
 	}
 	return f
 }
@@ -523,24 +523,4 @@ func (m *managed) update(change func(v *pluginView)) {
 	change(&next)
 	next.record = snapshot.NewPluginIndex(renderPlugin(m.cfg.ID, &next))
 	m.state.Store(&next)
-}
-
-// deepCopy copies a JSON-like value (maps, slices, scalars).
-func deepCopy(v any) any {
-	switch t := v.(type) {
-	case map[string]any:
-		out := make(map[string]any, len(t))
-		for k, e := range t {
-			out[k] = deepCopy(e)
-		}
-		return out
-	case []any:
-		out := make([]any, len(t))
-		for i, e := range t {
-			out[i] = deepCopy(e)
-		}
-		return out
-	default:
-		return v
-	}
 }

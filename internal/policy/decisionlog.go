@@ -1,17 +1,16 @@
 package policy
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
-	"fmt"
 	"time"
 
 	"github.com/open-policy-agent/opa/v1/metrics"
 	"github.com/open-policy-agent/opa/v1/plugins/logs"
 	opaserver "github.com/open-policy-agent/opa/v1/server"
 	"go.opentelemetry.io/otel/trace"
+
+	"github.com/authz-dev/authz/internal/snapshot"
 )
 
 // Decision is one decision, as OPA's decision-log plugin records it.
@@ -58,14 +57,7 @@ func (s *Source) LogDecision(ctx context.Context, d Decision) error {
 // decision shares and the result may be the decision cache's, so the plugin gets copies of both:
 // a mask changes what is logged, never what is decided next.
 func LogToOPA(ctx context.Context, lp *logs.Plugin, d Decision) error {
-	input, err := jsonCopy(d.Input)
-	if err != nil {
-		return fmt.Errorf("copying the input for the decision log: %w", err)
-	}
-	result, err := jsonCopy(d.Result)
-	if err != nil {
-		return fmt.Errorf("copying the result for the decision log: %w", err)
-	}
+	input, result := snapshot.CopyDocument(d.Input), snapshot.CopyDocument(d.Result)
 	info := &opaserver.Info{
 		DecisionID: d.ID,
 		Path:       d.Path,
@@ -88,46 +80,4 @@ func LogToOPA(ctx context.Context, lp *logs.Plugin, d Decision) error {
 		info.TraceID, info.SpanID = sc.TraceID().String(), sc.SpanID().String()
 	}
 	return lp.Log(ctx, info)
-}
-
-// jsonCopy is a deep copy of v that shares no map or slice with it: maps and slices of JSON
-// values are copied member by member, immutable scalars are kept, and any other value goes
-// through JSON (the form OPA logs it in).
-func jsonCopy(v any) (any, error) {
-	switch x := v.(type) {
-	case nil, string, bool, json.Number, float64, int, int64:
-		return x, nil
-	case map[string]any:
-		out := make(map[string]any, len(x))
-		for k, e := range x {
-			c, err := jsonCopy(e)
-			if err != nil {
-				return nil, err
-			}
-			out[k] = c
-		}
-		return out, nil
-	case []any:
-		out := make([]any, len(x))
-		for i, e := range x {
-			c, err := jsonCopy(e)
-			if err != nil {
-				return nil, err
-			}
-			out[i] = c
-		}
-		return out, nil
-	default:
-		b, err := json.Marshal(x)
-		if err != nil {
-			return nil, err
-		}
-		var out any
-		d := json.NewDecoder(bytes.NewReader(b))
-		d.UseNumber()
-		if err := d.Decode(&out); err != nil {
-			return nil, err
-		}
-		return out, nil
-	}
 }

@@ -68,3 +68,25 @@ func (w *Worker) Alive() bool {
 // Document is the worker as the input document's facts.worker carries it. It is shared:
 // readers must not modify it.
 func (w *Worker) Document() map[string]any { return w.doc }
+
+// CopyDocument is a deep copy of a JSON-shaped value (maps, slices, scalars) that shares no map
+// or slice with it, for a reader that may modify what it is given. Values of other types are
+// kept as they are (the documents hold none that a reader could modify in place).
+func CopyDocument(v any) any {
+	switch t := v.(type) {
+	case map[string]any:
+		out := make(map[string]any, len(t))
+		for k, e := range t {
+			out[k] = CopyDocument(e)
+		}
+		return out
+	case []any:
+		out := make([]any, len(t))
+		for i, e := range t {
+			out[i] = CopyDocument(e)
+		}
+		return out
+	default:
+		return v
+	}
+}

@@ -7,15 +7,16 @@
  *   decision.
  * - {@link openDuplexChannelGate} and {@link runnerIngressGate}: resolve on a grant; otherwise
  *   throw an {@link AuthzGateError} whose `message` is exactly the contract's message
- *   (docs/contract.md section 7).
+ *   (docs/contract.md, "Codes and messages").
  *
  * No runtime dependencies: it speaks HTTP with node:http and node:https, so a unix socket and a
- * TLS client certificate need nothing else.
+ * TLS client certificate need nothing else. Connections are kept alive and reused. Published as
+ * ES module and CommonJS both (`import` or `require`).
  */
 import * as http from "node:http";
 import * as https from "node:https";
 
-/** The nine capability keys, in the contract's order (docs/contract.md section 2). */
+/** The nine capability keys, in the contract's order (docs/contract.md, "The nine capabilities"). */
 export const CAPABILITY_KEYS = [
   "reusableLeases",
   "nativeSyncIn",
@@ -36,14 +37,14 @@ export type SandboxCapabilities = Record<CapabilityKey, boolean>;
 /** The operations the service decides. */
 export type Operation = "openDuplexChannel" | "getRunnerIngressEndpoint";
 
-/** What the gate is asked about (docs/contract.md section 3). `operation` is set by the gate. */
+/** What the gate is asked about (docs/contract.md, "The request"). `operation` is set by the gate. */
 export interface GateRequest {
   environment?: unknown;
   lease?: unknown;
   command?: unknown;
 }
 
-/** The decision document (docs/contract.md section 8). */
+/** The decision document (docs/contract.md, "The decision document"). */
 export interface Decision {
   allow: boolean;
   code: string;
@@ -54,34 +55,58 @@ export interface Decision {
   revision: string;
 }
 
-/** Options of every call. All are optional. */
+/**
+ * Options of every call. All are optional; a property set to `undefined` means its default, so
+ * `{ baseUrl: process.env.AUTHZ_URL }` is fine. Options that can never work (a `baseUrl` that is
+ * not an http, https or absolute unix URL, a time-out that is not a positive number of
+ * milliseconds) are a `TypeError`: at creation with {@link createAuthzClient}, at the call
+ * otherwise.
+ */
 export interface AuthzClientOptions {
   /**
    * Where the service listens: `http://host:port`, `https://host:port`, or
    * `unix:///absolute/path.sock` (the same form as `authz serve --addr`). A path prefix
    * (`https://gw.example/authz`) is kept. Default: `http://127.0.0.1:8181`.
    */
-  baseUrl?: string;
+  baseUrl?: string | undefined;
   /** Sent as `Authorization: Bearer <token>` when given. */
-  token?: string;
+  token?: string | undefined;
   /**
    * TLS for `https://` URLs: a client certificate and key (PEM), and the CA that signed the
    * service's certificate when it is not a public one.
    */
-  tls?: {
-    cert?: string | Buffer;
-    key?: string | Buffer;
-    ca?: string | Buffer | Array<string | Buffer>;
-    /** The name to check the service's certificate against, when it differs from the host. */
-    servername?: string;
-  };
-  /** Bound on the whole call, in milliseconds. Default: 5000 (the service's own evalTimeout). */
-  timeoutMs?: number;
+  tls?:
+    | {
+        cert?: string | Buffer | undefined;
+        key?: string | Buffer | undefined;
+        ca?: string | Buffer | Array<string | Buffer> | undefined;
+        /** The name to check the service's certificate against, when it differs from the host. */
+        servername?: string | undefined;
+      }
+    | undefined;
+  /**
+   * Bound on the whole call, in milliseconds. Default: 8000, above the service's own
+   * `evalTimeout` (5 s), so that a time-out inside the service reaches you as its answer
+   * (`AUTHZ_BAD_STATUS` with `authzError` `EVAL_TIMEOUT`) rather than as `AUTHZ_TIMEOUT`.
+   */
+  timeoutMs?: number | undefined;
   /** Cancels the call; a cancelled gate call throws with code `AUTHZ_ABORTED`. */
-  signal?: AbortSignal;
+  signal?: AbortSignal | undefined;
+  /**
+   * Keep connections open and reuse them (default `true`). A request that finds a reused
+   * connection closed by the service before any answer is sent once more on a new connection
+   * (a decision has no side effect).
+   */
+  keepAlive?: boolean | undefined;
+  /**
+   * Called once for every call that got no decision (the `AUTHZ_*` codes), with the error the
+   * gate throws, including calls of {@link effectiveSandboxCapabilities}, which return `null`:
+   * this is where to log or count outages. What it throws is ignored.
+   */
+  onError?: ((error: AuthzGateError) => void) | undefined;
 }
 
-/** Codes of the contract's denials (docs/contract.md section 7). */
+/** Codes of the contract's denials (docs/contract.md, "Codes and messages"). */
 export const DUPLEX_CHANNEL_CAPABILITY_DENIED = "DUPLEX_CHANNEL_CAPABILITY_DENIED";
 export const DUPLEX_CHANNEL_UNSUPPORTED = "DUPLEX_CHANNEL_UNSUPPORTED";
 export const ENVIRONMENT_DRIVER_NOT_REGISTERED = "ENVIRONMENT_DRIVER_NOT_REGISTERED";
@@ -98,8 +123,27 @@ export const AUTHZ_ABORTED = "AUTHZ_ABORTED"; // the caller's AbortSignal fired
 export const AUTHZ_BAD_STATUS = "AUTHZ_BAD_STATUS"; // any status but 200 (evaluation failure, bad request, …)
 export const AUTHZ_MALFORMED_ANSWER = "AUTHZ_MALFORMED_ANSWER"; // 200, but not a well-formed decision
 
+/** The codes of the contract's denials. */
+export type DenyCode =
+  | typeof DUPLEX_CHANNEL_CAPABILITY_DENIED
+  | typeof DUPLEX_CHANNEL_UNSUPPORTED
+  | typeof ENVIRONMENT_DRIVER_NOT_REGISTERED
+  | typeof RUNNER_INGRESS_CAPABILITY_DENIED
+  | typeof RUNNER_INGRESS_UNSUPPORTED;
+
+/** The codes of calls that got no decision. */
+export type NoDecisionCode =
+  | typeof AUTHZ_UNREACHABLE
+  | typeof AUTHZ_TIMEOUT
+  | typeof AUTHZ_ABORTED
+  | typeof AUTHZ_BAD_STATUS
+  | typeof AUTHZ_MALFORMED_ANSWER;
+
+/** Every code an {@link AuthzGateError} carries. */
+export type GateErrorCode = DenyCode | NoDecisionCode;
+
 /** The exact messages of the contract, by code; `<driver>` stands for the driver name. */
-const MESSAGES: Record<string, RegExp> = {
+const MESSAGES: Record<DenyCode, RegExp> = {
   [DUPLEX_CHANNEL_CAPABILITY_DENIED]: /^Sandbox lease does not grant the duplex command stream capability\.$/,
   [DUPLEX_CHANNEL_UNSUPPORTED]: /^Environment driver ".*" does not support duplex channels\.$/s,
   [ENVIRONMENT_DRIVER_NOT_REGISTERED]: /^Environment driver ".*" is not registered in the environment runtime yet\.$/s,
@@ -109,9 +153,9 @@ const MESSAGES: Record<string, RegExp> = {
 
 interface OperationContract {
   capability: CapabilityKey;
-  deniedCode: string;
+  deniedCode: DenyCode;
   deniedMessage: string;
-  codes: readonly string[];
+  codes: readonly DenyCode[];
 }
 
 const OPERATIONS: Record<Operation, OperationContract> = {
@@ -137,8 +181,8 @@ const OPERATIONS: Record<Operation, OperationContract> = {
 export class AuthzGateError extends Error {
   override readonly name = "AuthzGateError";
   /** The contract's code (a deny) or an `AUTHZ_*` code (no decision). */
-  readonly code: string;
-  /** The decision's reasons (docs/contract.md section 11); `[]` when there was no decision. */
+  readonly code: GateErrorCode;
+  /** The decision's reasons (docs/contract.md, "Precise rules"); `[]` when there was no decision. */
   readonly reasons: string[];
   /** The decision's id (the key of its decision log line); `""` when there was no decision. */
   readonly decisionId: string;
@@ -152,7 +196,7 @@ export class AuthzGateError extends Error {
   constructor(
     message: string,
     fields: {
-      code: string;
+      code: GateErrorCode;
       reasons?: string[];
       decisionId?: string;
       status?: number;
@@ -172,28 +216,115 @@ export class AuthzGateError extends Error {
 }
 
 const DEFAULT_BASE_URL = "http://127.0.0.1:8181";
-const DEFAULT_TIMEOUT_MS = 5000;
+const DEFAULT_TIMEOUT_MS = 8000;
+const MAX_TIMEOUT_MS = 2_147_483_647; // setTimeout's bound
 const MAX_ANSWER_BYTES = 1 << 20;
+// Idle kept-alive connections are closed by the client after this long, before the service's
+// own idle time-out (30 s) closes them under a request.
+const IDLE_CONNECTION_MS = 15_000;
+
+/** The connection pools of one client: plain and TLS. */
+interface Agents {
+  http: http.Agent;
+  https: https.Agent;
+}
+
+function newAgents(): Agents {
+  const o = { keepAlive: true, timeout: IDLE_CONNECTION_MS };
+  return { http: new http.Agent(o), https: new https.Agent(o) };
+}
+
+/** The pools of the module's functions; their idle connections do not keep the process alive. */
+const sharedAgents = newAgents();
+
+/** Options checked once, with their defaults filled in. */
+interface Resolved {
+  url: URL;
+  socketPath: string | undefined;
+  tls: NonNullable<AuthzClientOptions["tls"]> | undefined;
+  token: string | undefined;
+  timeoutMs: number;
+  signal: AbortSignal | undefined;
+  agents: Agents | undefined; // undefined: a new connection for every call
+  onError: ((error: AuthzGateError) => void) | undefined;
+}
+
+/** Checks options and fills in defaults; a `TypeError` for options that can never work. */
+function resolveOptions(options: AuthzClientOptions | undefined, agents: Agents): Resolved {
+  const o: AuthzClientOptions = options ?? {};
+  if (typeof o !== "object" || o === null) throw new TypeError("authz client: options must be an object");
+  const baseUrl = o.baseUrl ?? DEFAULT_BASE_URL;
+  if (typeof baseUrl !== "string") throw new TypeError("authz client: baseUrl must be a string");
+  const { url, socketPath } = target(baseUrl);
+  const timeoutMs = o.timeoutMs ?? DEFAULT_TIMEOUT_MS;
+  if (typeof timeoutMs !== "number" || !Number.isFinite(timeoutMs) || timeoutMs <= 0 || timeoutMs > MAX_TIMEOUT_MS) {
+    throw new TypeError(`authz client: timeoutMs must be a number of milliseconds above 0 and at most ${MAX_TIMEOUT_MS}, not ${String(timeoutMs)}`);
+  }
+  if (o.token !== undefined && typeof o.token !== "string") throw new TypeError("authz client: token must be a string");
+  if (o.keepAlive !== undefined && typeof o.keepAlive !== "boolean") throw new TypeError("authz client: keepAlive must be a boolean");
+  if (o.onError !== undefined && typeof o.onError !== "function") throw new TypeError("authz client: onError must be a function");
+  if (o.signal !== undefined && !(o.signal instanceof AbortSignal)) throw new TypeError("authz client: signal must be an AbortSignal");
+  if (o.tls !== undefined && (typeof o.tls !== "object" || o.tls === null)) throw new TypeError("authz client: tls must be an object");
+  return {
+    url,
+    socketPath,
+    tls: o.tls,
+    token: o.token,
+    timeoutMs,
+    signal: o.signal,
+    agents: o.keepAlive === false ? undefined : agents,
+    onError: o.onError,
+  };
+}
+
+/** The request target: a URL, or a unix socket and a path prefix. */
+function target(baseUrl: string): { url: URL; socketPath: string | undefined } {
+  if (baseUrl.startsWith("unix://")) {
+    const socketPath = baseUrl.slice("unix://".length);
+    if (!socketPath.startsWith("/")) {
+      throw new TypeError(`authz client: baseUrl ${JSON.stringify(baseUrl)}: a unix socket is written unix:///absolute/path.sock`);
+    }
+    return { url: new URL("http://authz/"), socketPath };
+  }
+  let url: URL;
+  try {
+    url = new URL(baseUrl);
+  } catch {
+    throw new TypeError(`authz client: baseUrl ${JSON.stringify(baseUrl)} is not a URL: use http://host:port, https://host:port or unix:///path.sock`);
+  }
+  if (url.protocol !== "http:" && url.protocol !== "https:") {
+    throw new TypeError(`authz client: baseUrl ${JSON.stringify(baseUrl)}: the scheme must be http, https or unix (http://host:port)`);
+  }
+  if (url.search !== "" || url.hash !== "") {
+    throw new TypeError(`authz client: baseUrl ${JSON.stringify(baseUrl)}: no query or fragment`);
+  }
+  return { url, socketPath: undefined };
+}
+
+/** Hands a no-decision error to the caller's onError hook, and returns it. */
+function reported(r: Resolved, err: AuthzGateError): AuthzGateError {
+  if (r.onError !== undefined) {
+    try {
+      r.onError(err);
+    } catch {
+      // The hook is the caller's: what it throws must not change the gate's answer.
+    }
+  }
+  return err;
+}
 
 /**
  * The nine capabilities the lease is entitled to now (`POST /v1/capabilities`), or `null` when
  * the service cannot be reached, does not answer in time, the call is aborted, or the answer is
- * anything but status 200 with all nine booleans. It never throws: treat `null` as "nothing".
+ * anything but status 200 with all nine booleans; `onError` is told why. It throws nothing for
+ * anything the service does: treat `null` as "nothing". Options that can never work reject
+ * with a `TypeError`.
  */
 export async function effectiveSandboxCapabilities(
   request: GateRequest,
   options: AuthzClientOptions = {},
 ): Promise<SandboxCapabilities | null> {
-  let answer: Answer;
-  try {
-    answer = await post("/v1/capabilities", { ...request, operation: "openDuplexChannel" }, options);
-  } catch {
-    return null;
-  }
-  if (answer.status !== 200) return null;
-  const body = parseJSON(answer.body);
-  if (!isObject(body)) return null;
-  return readCapabilities(body["capabilities"]);
+  return capabilitiesOf(request, resolveOptions(options, sharedAgents));
 }
 
 /**
@@ -203,8 +334,8 @@ export async function effectiveSandboxCapabilities(
  * `ENVIRONMENT_DRIVER_NOT_REGISTERED`) or, when no decision was obtained, an `AUTHZ_*` code
  * with the capability-denied message.
  */
-export function openDuplexChannelGate(request: GateRequest, options: AuthzClientOptions = {}): Promise<Decision> {
-  return gate("openDuplexChannel", request, options);
+export async function openDuplexChannelGate(request: GateRequest, options: AuthzClientOptions = {}): Promise<Decision> {
+  return gate("openDuplexChannel", request, resolveOptions(options, sharedAgents));
 }
 
 /**
@@ -213,8 +344,8 @@ export function openDuplexChannelGate(request: GateRequest, options: AuthzClient
  * (`RUNNER_INGRESS_CAPABILITY_DENIED`, `RUNNER_INGRESS_UNSUPPORTED`,
  * `ENVIRONMENT_DRIVER_NOT_REGISTERED`, or an `AUTHZ_*` code).
  */
-export function runnerIngressGate(request: GateRequest, options: AuthzClientOptions = {}): Promise<Decision> {
-  return gate("getRunnerIngressEndpoint", request, options);
+export async function runnerIngressGate(request: GateRequest, options: AuthzClientOptions = {}): Promise<Decision> {
+  return gate("getRunnerIngressEndpoint", request, resolveOptions(options, sharedAgents));
 }
 
 /** A client with its options bound, for callers that make many calls. */
@@ -222,26 +353,55 @@ export interface AuthzClient {
   effectiveSandboxCapabilities(request: GateRequest): Promise<SandboxCapabilities | null>;
   openDuplexChannelGate(request: GateRequest): Promise<Decision>;
   runnerIngressGate(request: GateRequest): Promise<Decision>;
+  /** Closes the client's idle connections; later calls open new ones. */
+  close(): void;
 }
 
-/** Binds options once; a `signal` given here applies to every call. */
+/**
+ * Binds options once, checking them now (a `TypeError` for options that can never work); a
+ * `signal` given here applies to every call. The client keeps its own pool of connections.
+ */
 export function createAuthzClient(options: AuthzClientOptions = {}): AuthzClient {
-  const opts = { ...options };
+  const agents = newAgents();
+  const r = resolveOptions(options, agents);
   return {
-    effectiveSandboxCapabilities: (r) => effectiveSandboxCapabilities(r, opts),
-    openDuplexChannelGate: (r) => openDuplexChannelGate(r, opts),
-    runnerIngressGate: (r) => runnerIngressGate(r, opts),
+    effectiveSandboxCapabilities: (req) => capabilitiesOf(req, r),
+    openDuplexChannelGate: (req) => gate("openDuplexChannel", req, r),
+    runnerIngressGate: (req) => gate("getRunnerIngressEndpoint", req, r),
+    close: () => {
+      agents.http.destroy();
+      agents.https.destroy();
+    },
   };
 }
 
-async function gate(operation: Operation, request: GateRequest, options: AuthzClientOptions): Promise<Decision> {
+async function capabilitiesOf(request: GateRequest, r: Resolved): Promise<SandboxCapabilities | null> {
+  const fail = (code: NoDecisionCode, detail: string, extra: { status?: number; cause?: unknown } = {}) => {
+    reported(r, new AuthzGateError(OPERATIONS.openDuplexChannel.deniedMessage, { code, detail, ...extra }));
+    return null;
+  };
+  let answer: Answer;
+  try {
+    answer = await post("/v1/capabilities", { ...request, operation: "openDuplexChannel" }, r);
+  } catch (err) {
+    const e = err instanceof CallError ? err : new CallError(AUTHZ_UNREACHABLE, `authz: ${String(err)}`, { cause: err });
+    return fail(e.code, e.message, { cause: e.cause });
+  }
+  if (answer.status !== 200) return fail(AUTHZ_BAD_STATUS, `authz answered status ${answer.status} to /v1/capabilities`, { status: answer.status });
+  const body = parseJSON(answer.body);
+  const caps = isObject(body) ? readCapabilities(body["capabilities"]) : null;
+  if (caps === null) return fail(AUTHZ_MALFORMED_ANSWER, "authz answered 200 without nine capability booleans", { status: 200 });
+  return caps;
+}
+
+async function gate(operation: Operation, request: GateRequest, r: Resolved): Promise<Decision> {
   const op = OPERATIONS[operation];
-  const noDecision = (code: string, detail: string, extra: { status?: number; authzError?: string; cause?: unknown; reasons?: string[]; decisionId?: string } = {}) =>
-    new AuthzGateError(op.deniedMessage, { code, detail, ...extra });
+  const noDecision = (code: NoDecisionCode, detail: string, extra: { status?: number; authzError?: string; cause?: unknown; reasons?: string[]; decisionId?: string } = {}) =>
+    reported(r, new AuthzGateError(op.deniedMessage, { code, detail, ...extra }));
 
   let answer: Answer;
   try {
-    answer = await post("/v1/authorize", { ...request, operation }, options);
+    answer = await post("/v1/authorize", { ...request, operation }, r);
   } catch (err) {
     if (err instanceof CallError) throw noDecision(err.code, err.message, { cause: err.cause });
     throw noDecision(AUTHZ_UNREACHABLE, `authz: ${String(err)}`, { cause: err });
@@ -273,8 +433,8 @@ async function gate(operation: Operation, request: GateRequest, options: AuthzCl
     }
     return doc;
   }
-  const pattern = MESSAGES[doc.code];
-  if (!op.codes.includes(doc.code) || pattern === undefined || !pattern.test(doc.message)) {
+  const code = op.codes.find((c) => c === doc.code);
+  if (code === undefined || !MESSAGES[code].test(doc.message)) {
     throw noDecision(AUTHZ_MALFORMED_ANSWER, `authz denied with a code or message outside the contract: ${JSON.stringify(doc.code)} ${JSON.stringify(doc.message)}`, {
       status: 200,
       reasons: doc.reasons,
@@ -282,7 +442,7 @@ async function gate(operation: Operation, request: GateRequest, options: AuthzCl
     });
   }
   throw new AuthzGateError(doc.message, {
-    code: doc.code,
+    code,
     reasons: doc.reasons,
     decisionId: doc.decision_id,
     status: 200,
@@ -336,7 +496,7 @@ interface Answer {
 /** An HTTP call that got no answer, with the code the gate throws. */
 class CallError extends Error {
   constructor(
-    readonly code: string,
+    readonly code: NoDecisionCode,
     message: string,
     options?: { cause?: unknown },
   ) {
@@ -344,32 +504,14 @@ class CallError extends Error {
   }
 }
 
-/** The request target: a URL, or a unix socket and a path prefix. */
-function target(baseUrl: string): { url: URL; socketPath?: string } {
-  if (baseUrl.startsWith("unix://")) {
-    const socketPath = baseUrl.slice("unix://".length);
-    if (!socketPath.startsWith("/")) {
-      throw new CallError(AUTHZ_UNREACHABLE, `baseUrl ${baseUrl}: a unix socket is written unix:///absolute/path`);
-    }
-    return { url: new URL("http://authz/"), socketPath };
-  }
-  let url: URL;
-  try {
-    url = new URL(baseUrl);
-  } catch (cause) {
-    throw new CallError(AUTHZ_UNREACHABLE, `baseUrl ${JSON.stringify(baseUrl)} is not a URL: use http://host:port, https://host:port or unix:///path`, { cause });
-  }
-  if (url.protocol !== "http:" && url.protocol !== "https:") {
-    throw new CallError(AUTHZ_UNREACHABLE, `baseUrl ${baseUrl}: the scheme must be http, https or unix`);
-  }
-  return { url };
+/** A connection the service closed while it was idle in the pool: safe to send again. */
+function isStaleConnection(req: http.ClientRequest, cause: NodeJS.ErrnoException): boolean {
+  return req.reusedSocket && (cause.code === "ECONNRESET" || cause.code === "EPIPE");
 }
 
-function post(path: string, payload: unknown, options: AuthzClientOptions): Promise<Answer> {
+function post(path: string, payload: unknown, r: Resolved): Promise<Answer> {
   return new Promise<Answer>((resolve, reject) => {
-    const { url, socketPath } = target(options.baseUrl ?? DEFAULT_BASE_URL);
-    const timeoutMs = options.timeoutMs ?? DEFAULT_TIMEOUT_MS;
-    const signal = options.signal;
+    const signal = r.signal;
     if (signal?.aborted) {
       reject(new CallError(AUTHZ_ABORTED, "the call was aborted before it started", { cause: signal.reason }));
       return;
@@ -380,30 +522,26 @@ function post(path: string, payload: unknown, options: AuthzClientOptions): Prom
       accept: "application/json",
       "content-length": body.length,
     };
-    if (options.token !== undefined && options.token !== "") headers["authorization"] = `Bearer ${options.token}`;
+    if (r.token !== undefined && r.token !== "") headers["authorization"] = `Bearer ${r.token}`;
 
-    const base = url.pathname.endsWith("/") ? url.pathname.slice(0, -1) : url.pathname;
-    const common: https.RequestOptions = {
-      method: "POST",
-      path: base + path,
-      headers,
-      agent: false,
-    };
-    if (socketPath !== undefined) {
-      common.socketPath = socketPath;
+    const base = r.url.pathname.endsWith("/") ? r.url.pathname.slice(0, -1) : r.url.pathname;
+    const isTLS = r.socketPath === undefined && r.url.protocol === "https:";
+    const common: https.RequestOptions = { method: "POST", path: base + path, headers };
+    if (r.socketPath !== undefined) {
+      common.socketPath = r.socketPath;
     } else {
-      common.host = url.hostname.replace(/^\[(.*)\]$/, "$1");
-      if (url.port !== "") common.port = Number(url.port);
+      common.host = r.url.hostname.replace(/^\[(.*)\]$/, "$1");
+      if (r.url.port !== "") common.port = Number(r.url.port);
     }
-    const isTLS = socketPath === undefined && url.protocol === "https:";
-    if (isTLS && options.tls) {
-      const { cert, key, ca, servername } = options.tls;
+    if (isTLS && r.tls) {
+      const { cert, key, ca, servername } = r.tls;
       if (cert !== undefined) common.cert = cert;
       if (key !== undefined) common.key = key;
       if (ca !== undefined) common.ca = ca;
       if (servername !== undefined) common.servername = servername;
     }
 
+    let current: http.ClientRequest | undefined;
     let settled = false;
     const finish = (err: CallError | null, answer?: Answer) => {
       if (settled) return;
@@ -411,31 +549,44 @@ function post(path: string, payload: unknown, options: AuthzClientOptions): Prom
       clearTimeout(timer);
       signal?.removeEventListener("abort", onAbort);
       if (err !== null) {
-        req.destroy();
+        current?.destroy();
         reject(err);
       } else {
         resolve(answer as Answer);
       }
     };
     const onAbort = () => finish(new CallError(AUTHZ_ABORTED, "the call was aborted", { cause: signal?.reason }));
-    const timer = setTimeout(() => finish(new CallError(AUTHZ_TIMEOUT, `authz did not answer within ${timeoutMs} ms`)), timeoutMs);
+    const timer = setTimeout(() => finish(new CallError(AUTHZ_TIMEOUT, `authz did not answer within ${r.timeoutMs} ms`)), r.timeoutMs);
     signal?.addEventListener("abort", onAbort, { once: true });
 
-    const req = (isTLS ? https : http).request(common, (res) => {
-      const chunks: Buffer[] = [];
-      let size = 0;
-      res.on("data", (c: Buffer) => {
-        size += c.length;
-        if (size > MAX_ANSWER_BYTES) {
-          finish(new CallError(AUTHZ_MALFORMED_ANSWER, `authz answered more than ${MAX_ANSWER_BYTES} bytes`));
+    // pooled: false sends on a connection of its own (the retry after a stale pooled one).
+    const send = (pooled: boolean) => {
+      if (settled) return;
+      const agent = pooled && r.agents !== undefined ? (isTLS ? r.agents.https : r.agents.http) : false;
+      const req = (isTLS ? https : http).request({ ...common, agent }, (res) => {
+        const chunks: Buffer[] = [];
+        let size = 0;
+        res.on("data", (c: Buffer) => {
+          size += c.length;
+          if (size > MAX_ANSWER_BYTES) {
+            finish(new CallError(AUTHZ_MALFORMED_ANSWER, `authz answered more than ${MAX_ANSWER_BYTES} bytes`));
+            return;
+          }
+          chunks.push(c);
+        });
+        res.on("end", () => finish(null, { status: res.statusCode ?? 0, headers: res.headers, body: Buffer.concat(chunks).toString("utf8") }));
+        res.on("error", (cause) => finish(new CallError(AUTHZ_UNREACHABLE, `authz: reading the answer: ${cause.message}`, { cause })));
+      });
+      current = req;
+      req.on("error", (cause: NodeJS.ErrnoException) => {
+        if (pooled && agent !== false && isStaleConnection(req, cause)) {
+          send(false);
           return;
         }
-        chunks.push(c);
+        finish(new CallError(AUTHZ_UNREACHABLE, `authz could not be reached at ${r.socketPath ?? r.url.origin}: ${cause.message}`, { cause }));
       });
-      res.on("end", () => finish(null, { status: res.statusCode ?? 0, headers: res.headers, body: Buffer.concat(chunks).toString("utf8") }));
-      res.on("error", (cause) => finish(new CallError(AUTHZ_UNREACHABLE, `authz: reading the answer: ${cause.message}`, { cause })));
-    });
-    req.on("error", (cause) => finish(new CallError(AUTHZ_UNREACHABLE, `authz could not be reached at ${socketPath ?? url.origin}: ${cause.message}`, { cause })));
-    req.end(body);
+      req.end(body);
+    };
+    send(true);
   });
 }

@@ -3,6 +3,7 @@
 import { after, before, describe, test } from "node:test";
 import assert from "node:assert/strict";
 import { execFile } from "node:child_process";
+import { createRequire } from "node:module";
 import { mkdtemp, readFile, rm } from "node:fs/promises";
 import * as http from "node:http";
 import * as https from "node:https";
@@ -169,12 +170,145 @@ describe("what the client sends", () => {
     assert.equal(fake.seen.url, "/authz/v1/authorize");
   });
 
-  test("a base URL that is not http, https or unix fails closed", async () => {
-    for (const bad of ["ftp://127.0.0.1", "127.0.0.1:8181", "unix://relative.sock"]) {
-      const err = await gateError(() => openDuplexChannelGate(req, { baseUrl: bad }));
-      assert.equal(err.code, "AUTHZ_UNREACHABLE", bad);
-      assert.equal(await effectiveSandboxCapabilities(req, { baseUrl: bad }), null);
+});
+
+describe("options", () => {
+  test("options that can never work are a TypeError: at creation, and at the call of every function", async () => {
+    const bad: Array<[string, AuthzClientOptions]> = [
+      ["scheme-less address", { baseUrl: "127.0.0.1:8181" }],
+      ["ftp scheme", { baseUrl: "ftp://127.0.0.1" }],
+      ["relative unix socket", { baseUrl: "unix://relative.sock" }],
+      ["query in the base URL", { baseUrl: "http://127.0.0.1:8181/?x=1" }],
+      ["time-out 0", { timeoutMs: 0 }],
+      ["negative time-out", { timeoutMs: -1 }],
+      ["NaN time-out", { timeoutMs: Number.NaN }],
+      ["infinite time-out", { timeoutMs: Number.POSITIVE_INFINITY }],
+      ["time-out as a string", { timeoutMs: "5000" as unknown as number }],
+      ["onError not a function", { onError: "log" as unknown as () => void }],
+    ];
+    for (const [name, opts] of bad) {
+      assert.throws(() => createAuthzClient(opts), TypeError, name);
+      await assert.rejects(openDuplexChannelGate(req, opts), TypeError, name);
+      await assert.rejects(runnerIngressGate(req, opts), TypeError, name);
+      await assert.rejects(effectiveSandboxCapabilities(req, opts), TypeError, name);
     }
+  });
+
+  test("a property set to undefined is its default", async () => {
+    fake.answer = (res) => json(res, 200, grant);
+    const fromEnv: AuthzClientOptions = { baseUrl: undefined, token: undefined, timeoutMs: undefined, signal: undefined, tls: undefined };
+    // The default base URL is port 8181; only baseUrl is set to reach the fake.
+    const doc = await openDuplexChannelGate(req, { ...fromEnv, baseUrl });
+    assert.equal(doc.allow, true);
+    assert.equal(fake.seen.headers?.["authorization"], undefined);
+  });
+});
+
+describe("onError", () => {
+  test("is told once of every call that got no decision, gates and capabilities alike, and not of a deny", async () => {
+    const seen: AuthzGateError[] = [];
+    const client = createAuthzClient({ baseUrl, onError: (e) => seen.push(e) });
+    try {
+      fake.answer = (res) => json(res, 503, { code: "SERVICE_OVERLOADED", message: "busy", allow: false });
+      const err = await gateError(() => client.openDuplexChannelGate(req));
+      assert.equal(seen.length, 1);
+      assert.equal(seen[0], err);
+      assert.equal(await client.effectiveSandboxCapabilities(req), null);
+      assert.equal(seen.length, 2);
+      assert.equal(seen[1]?.code, "AUTHZ_BAD_STATUS");
+      assert.equal(seen[1]?.status, 503);
+      assert.equal(seen[1]?.message, DUPLEX_DENIED);
+
+      fake.answer = (res) => json(res, 200, { capabilities: { nativeSyncIn: true } });
+      assert.equal(await client.effectiveSandboxCapabilities(req), null);
+      assert.equal(seen[2]?.code, "AUTHZ_MALFORMED_ANSWER");
+
+      fake.answer = (res) => json(res, 200, deny);
+      const denied = await gateError(() => client.openDuplexChannelGate(req));
+      assert.equal(denied.code, "DUPLEX_CHANNEL_CAPABILITY_DENIED");
+      assert.equal(seen.length, 3, "a deny is a decision, not an error");
+    } finally {
+      client.close();
+    }
+  });
+
+  test("what the hook throws does not change the answer", async () => {
+    fake.answer = (res) => res.socket?.destroy();
+    const onError = () => {
+      throw new Error("hook failed");
+    };
+    const err = await gateError(() => openDuplexChannelGate(req, { baseUrl, onError }));
+    assert.equal(err.code, "AUTHZ_UNREACHABLE");
+    assert.ok(err.cause instanceof Error, "the cause is kept");
+    assert.equal(await effectiveSandboxCapabilities(req, { baseUrl, onError }), null);
+  });
+});
+
+describe("connections", () => {
+  let counted: FakeService;
+  let countedUrl: string;
+  let connections = 0;
+  before(async () => {
+    counted = new FakeService();
+    counted.server.on("connection", () => connections++);
+    countedUrl = await counted.listen();
+  });
+  after(() => counted.close());
+
+  test("calls reuse kept-alive connections; keepAlive: false opens one per call", async () => {
+    connections = 0;
+    const client = createAuthzClient({ baseUrl: countedUrl });
+    try {
+      for (let i = 0; i < 50; i++) await client.openDuplexChannelGate(req);
+      assert.equal(connections, 1);
+    } finally {
+      client.close();
+    }
+    connections = 0;
+    for (let i = 0; i < 20; i++) await openDuplexChannelGate(req, { baseUrl: countedUrl, keepAlive: false });
+    assert.equal(connections, 20);
+  });
+
+  test("a kept-alive connection the service closed under a request is retried once on a new one", async () => {
+    connections = 0;
+    const client = createAuthzClient({ baseUrl: countedUrl });
+    try {
+      await client.openDuplexChannelGate(req);
+      // The next request on that connection finds it cut before any answer.
+      const used = new WeakSet<object>();
+      counted.answer = (res) => {
+        const sock = res.socket;
+        if (sock !== null && !used.has(sock) && connections === 1) {
+          used.add(sock);
+          sock.destroy();
+          return;
+        }
+        json(res, 200, grant);
+      };
+      const doc = await client.openDuplexChannelGate(req);
+      assert.equal(doc.allow, true);
+      assert.equal(connections, 2);
+      // A new connection cut under its first request is not retried.
+      counted.answer = (res) => res.socket?.destroy();
+      const err = await gateError(() => client.openDuplexChannelGate(req));
+      assert.equal(err.code, "AUTHZ_UNREACHABLE");
+    } finally {
+      counted.answer = (res) => json(res, 200, grant);
+      client.close();
+    }
+  });
+});
+
+describe("module formats", () => {
+  test("the package loads by name with import and with require, with the same API", async () => {
+    const esm = (await import("@authz-dev/authz-client")) as Record<string, unknown>;
+    const cjs = createRequire(import.meta.url)("@authz-dev/authz-client") as Record<string, unknown>;
+    assert.deepEqual(Object.keys(cjs).sort(), Object.keys(esm).sort());
+    assert.deepEqual(cjs["CAPABILITY_KEYS"], esm["CAPABILITY_KEYS"]);
+    fake.answer = (res) => json(res, 200, deny);
+    const gateFn = cjs["openDuplexChannelGate"] as typeof openDuplexChannelGate;
+    const ErrorClass = cjs["AuthzGateError"] as typeof AuthzGateError;
+    await assert.rejects(gateFn(req, { baseUrl }), (e: unknown) => e instanceof ErrorClass && (e as AuthzGateError).code === "DUPLEX_CHANNEL_CAPABILITY_DENIED");
   });
 });
 

@@ -4,6 +4,7 @@ import { after, before, test } from "node:test";
 import assert from "node:assert/strict";
 import { mkdtemp, rm, writeFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
+import * as http from "node:http";
 import { join } from "node:path";
 
 import { OPAClient } from "@open-policy-agent/opa";
@@ -85,4 +86,20 @@ test("a bad request makes the SDK throw; it never yields a grant", async () => {
   });
   await assert.rejects(opa.evaluateDefault(bad));
   await assert.rejects(opa.evaluate("authz/decision/alow", grant));
+});
+
+test("a service that never answers: the SDK's sdk.timeoutMs, or an AbortSignal per call, ends the call", async () => {
+  const silent = http.createServer(() => {}); // accepts, reads, never answers
+  await new Promise((r) => silent.listen(0, "127.0.0.1", r));
+  const url = `http://127.0.0.1:${silent.address().port}`;
+  try {
+    // The SDK's per-call timeoutMs is not applied by evaluate(): these two are the ways that work.
+    const byClient = new OPAClient(url, { sdk: { timeoutMs: 300 } });
+    await assert.rejects(byClient.evaluate("authz/decision", grant), /timed out/i);
+    const perCall = new OPAClient(url);
+    await assert.rejects(perCall.evaluate("authz/decision", grant, { fetchOptions: { signal: AbortSignal.timeout(300) } }), /timed out|abort/i);
+  } finally {
+    silent.closeAllConnections();
+    await new Promise((r) => silent.close(r));
+  }
 });

@@ -16,6 +16,7 @@ Usage:
   authz serve  [flags]                 run the HTTP authorization service (docs/service.md)
   authz decide --facts FILE [flags]    decide one request (read from stdin or --request)
   authz run    [opa run flags]         OPA's run command with the gate built in (docs/service.md)
+  authz replay --log FILE [flags]      re-decide a decision log on a policy: what would change
   authz version                        print the version and the embedded policy's revision
   authz help [COMMAND]                 print this help, or the flags of a command
 
@@ -86,6 +87,7 @@ var commands = map[string]command{
 	"serve":          runServe,
 	"decide":         runDecide,
 	"run":            runOPA,
+	"replay":         runReplay,
 	"version":        runVersion,
 	"--version":      runVersion,
 	"help":           runHelp,

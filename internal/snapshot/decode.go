@@ -1,6 +1,7 @@
 package snapshot
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -22,6 +23,15 @@ func decodeOne(r io.Reader) (any, error) {
 		return nil, errors.New("unexpected data after the JSON value")
 	}
 	return v, nil
+}
+
+// DecodeJSON decodes one JSON document as encoding/json decodes it into an any with UseNumber
+// (numbers kept exact), refusing trailing data; in one pass when the document allows it.
+func DecodeJSON(data []byte) (any, error) {
+	if v, ok := decodeFast(data); ok {
+		return v, nil
+	}
+	return decodeOne(bytes.NewReader(data))
 }
 
 func typeName(v any) string {

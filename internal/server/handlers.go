@@ -80,11 +80,15 @@ func (s *Server) routes() http.Handler {
 		pathAuthorize:    {http.MethodPost, s.decisionHandler(pathAuthorize), ScopeDecide},
 		pathCapabilities: {http.MethodPost, s.decisionHandler(pathCapabilities), ScopeDecide},
 		pathDataDecision: {http.MethodPost, s.handleData, ScopeDecide},
-		"/v1/plugins":    {http.MethodGet, s.handlePlugins, ScopeInspect},
-		"/v1/facts":      {http.MethodGet, s.handleFacts, ScopeInspect},
-		pathStatus:       {http.MethodGet, s.handleStatus, ScopeInspect}, // status.go
-		"/health":        {http.MethodGet, s.handleHealth, ""},
-		"/health/ready":  {http.MethodGet, s.handleReady, ""},
+		// AuthZEN (authzen.go): the same decision in the AuthZEN shape.
+		pathAuthZENEvaluation:    {http.MethodPost, s.handleAuthZENEvaluation, ScopeDecide},
+		pathAuthZENEvaluations:   {http.MethodPost, s.handleAuthZENEvaluations, ScopeDecide},
+		pathAuthZENConfiguration: {http.MethodGet, s.handleAuthZENConfiguration, ""},
+		"/v1/plugins":            {http.MethodGet, s.handlePlugins, ScopeInspect},
+		"/v1/facts":              {http.MethodGet, s.handleFacts, ScopeInspect},
+		pathStatus:               {http.MethodGet, s.handleStatus, ScopeInspect}, // status.go
+		"/health":                {http.MethodGet, s.handleHealth, ""},
+		"/health/ready":          {http.MethodGet, s.handleReady, ""},
 		"/metrics": {http.MethodGet, promhttp.HandlerFor(s.metrics.reg, promhttp.HandlerOpts{
 			ErrorHandling: promhttp.ContinueOnError,
 			ErrorLog:      s.log.StandardLogger(nil),

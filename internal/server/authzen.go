@@ -1,0 +1,301 @@
+package server
+
+// The AuthZEN face (OpenID AuthZEN Authorization API 1.0): an AuthZEN enforcement point asks
+// the same decision as POST /v1/authorize, in the AuthZEN shape. The mapping is fixed
+// (docs/contract.md, "AuthZEN"): subject = the lease, resource = the environment, action = the
+// operation, context.command = the command. Each evaluation is one decision of the service:
+// same admission, bounds, decision log and metrics, and the answer's context carries the
+// decision document's code, message, reasons, capabilities, decision_id and revision.
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"net/http"
+
+	"github.com/authz-dev/authz/internal/coded"
+	"github.com/authz-dev/authz/internal/decision"
+	"github.com/authz-dev/authz/internal/snapshot"
+)
+
+const (
+	pathAuthZENEvaluation    = "/access/v1/evaluation"
+	pathAuthZENEvaluations   = "/access/v1/evaluations"
+	pathAuthZENConfiguration = "/.well-known/authzen-configuration"
+
+	// headerRequestID is echoed on AuthZEN answers, as the AuthZEN API asks.
+	headerRequestID = "X-Request-ID"
+
+	// maxAuthZENEvaluations bounds the evaluations of one request: each is a decision made
+	// under the one admission slot the request holds.
+	maxAuthZENEvaluations = 64
+
+	subjectTypeLease        = "lease"
+	resourceTypeEnvironment = "environment"
+)
+
+// The evaluation semantics of an evaluations request (options.evaluations_semantic).
+const (
+	semanticExecuteAll          = "execute_all"
+	semanticDenyOnFirstDeny     = "deny_on_first_deny"
+	semanticPermitOnFirstPermit = "permit_on_first_permit"
+)
+
+// authzenEntity is a subject or a resource: a type, an id and properties.
+type authzenEntity struct {
+	Type       *string        `json:"type"`
+	ID         any            `json:"id"`
+	Properties map[string]any `json:"properties"`
+}
+
+type authzenAction struct {
+	Name       *string        `json:"name"`
+	Properties map[string]any `json:"properties"`
+}
+
+// authzenEvaluation is one evaluation: the body of /access/v1/evaluation, or one element of
+// an evaluations request (where a missing member is taken from the request's top level).
+type authzenEvaluation struct {
+	Subject  *authzenEntity `json:"subject"`
+	Resource *authzenEntity `json:"resource"`
+	Action   *authzenAction `json:"action"`
+	Context  map[string]any `json:"context"`
+}
+
+type authzenEvaluations struct {
+	authzenEvaluation
+	Evaluations []authzenEvaluation `json:"evaluations"`
+	Options     struct {
+		Semantic string `json:"evaluations_semantic"`
+	} `json:"options"`
+}
+
+// authzenAnswer is one evaluation's answer.
+type authzenAnswer struct {
+	Decision bool           `json:"decision"`
+	Context  authzenContext `json:"context"`
+}
+
+// authzenContext is the decision document without allow (which is the answer's decision),
+// and the evaluation failure's code when the decision could not be evaluated.
+type authzenContext struct {
+	Code         string                 `json:"code"`
+	Message      string                 `json:"message"`
+	Reasons      []string               `json:"reasons"`
+	Capabilities *decision.Capabilities `json:"capabilities,omitempty"`
+	DecisionID   string                 `json:"decision_id,omitempty"`
+	Revision     string                 `json:"revision,omitempty"`
+	Error        string                 `json:"error,omitempty"`
+}
+
+func answerOf(doc decision.Document, evalCode string) authzenAnswer {
+	caps := doc.Capabilities
+	return authzenAnswer{Decision: doc.Allow && evalCode == "", Context: authzenContext{
+		Code: doc.Code, Message: doc.Message, Reasons: doc.Reasons, Capabilities: &caps,
+		DecisionID: doc.DecisionID, Revision: doc.Revision, Error: evalCode,
+	}}
+}
+
+// refusedAnswer is the answer of an evaluation of an evaluations request that is not a valid
+// request: no decision was made, and it denies.
+func refusedAnswer(err error) authzenAnswer {
+	return authzenAnswer{Context: authzenContext{Code: coded.CodeOf(err), Message: err.Error(), Reasons: []string{}}}
+}
+
+// withDefaults fills the members e lacks from the evaluations request's top level.
+func (e authzenEvaluation) withDefaults(top authzenEvaluation) authzenEvaluation {
+	if e.Subject == nil {
+		e.Subject = top.Subject
+	}
+	if e.Resource == nil {
+		e.Resource = top.Resource
+	}
+	if e.Action == nil {
+		e.Action = top.Action
+	}
+	if e.Context == nil {
+		e.Context = top.Context
+	}
+	return e
+}
+
+// request maps the evaluation onto the service's request (docs/contract.md, "AuthZEN") and
+// checks it as /v1/authorize checks its body.
+func (e authzenEvaluation) request() (*snapshot.Request, error) {
+	bad := func(format string, args ...any) error {
+		return coded.Errorf(coded.BadRequest, "AuthZEN "+format, args...)
+	}
+	switch {
+	case e.Subject == nil:
+		return nil, bad(`request has no subject: send {"type": "lease", "id": <lease id>, "properties": {…}}`)
+	case e.Subject.Type == nil || *e.Subject.Type != subjectTypeLease:
+		return nil, bad(`subject.type must be "lease"`)
+	case e.Resource == nil:
+		return nil, bad(`request has no resource: send {"type": "environment", "id": <environment id>, "properties": {"driver": …, "config": {…}}}`)
+	case e.Resource.Type == nil || *e.Resource.Type != resourceTypeEnvironment:
+		return nil, bad(`resource.type must be "environment"`)
+	case e.Action == nil || e.Action.Name == nil:
+		return nil, bad(`request has no action.name: send {"name": "openDuplexChannel"} or {"name": "getRunnerIngressEndpoint"}`)
+	}
+	lease := entityObject(e.Subject)
+	env := entityObject(e.Resource)
+	req := map[string]any{"operation": *e.Action.Name, "environment": env, "lease": lease}
+	if cmd, ok := e.Context["command"]; ok {
+		req["command"] = cmd
+	}
+	// The mapped request goes through the request parser of /v1/authorize, bounds included.
+	body, err := json.Marshal(req)
+	if err != nil {
+		return nil, bad("request could not be mapped: %v", err)
+	}
+	r, err := snapshot.ParseRequestBytes(body)
+	if err != nil {
+		return nil, fmt.Errorf("AuthZEN request, mapped onto the service's request: %w", err)
+	}
+	return r, nil
+}
+
+// entityObject is the object a subject or resource stands for: its properties and its id.
+func entityObject(e *authzenEntity) map[string]any {
+	obj := make(map[string]any, len(e.Properties)+1)
+	for k, v := range e.Properties {
+		obj[k] = v
+	}
+	if e.ID != nil {
+		obj["id"] = e.ID
+	}
+	return obj
+}
+
+// decodeAuthZEN decodes an AuthZEN body strictly: one JSON object, no trailing data.
+func decodeAuthZEN(body []byte, v any) error {
+	dec := json.NewDecoder(bytes.NewReader(body))
+	dec.UseNumber()
+	if err := dec.Decode(v); err != nil {
+		return coded.Errorf(coded.BadRequest, "AuthZEN request is not a JSON object of the AuthZEN shape: %v", err)
+	}
+	if dec.More() {
+		return coded.Errorf(coded.BadRequest, "AuthZEN request: unexpected data after the JSON object")
+	}
+	return nil
+}
+
+// echoRequestID copies X-Request-ID to the answer when it is a printable ASCII string of a
+// sensible length.
+func echoRequestID(w http.ResponseWriter, r *http.Request) {
+	id := r.Header.Get(headerRequestID)
+	if id == "" || len(id) > 256 {
+		return
+	}
+	for i := 0; i < len(id); i++ {
+		if id[i] < 0x20 || id[i] > 0x7e {
+			return
+		}
+	}
+	w.Header().Set(headerRequestID, id)
+}
+
+// handleAuthZENEvaluation answers POST /access/v1/evaluation: one decision. A request that
+// would be a 4xx on /v1/authorize is the same 4xx here; an evaluation failure is 500 with
+// X-Authz-Error and a denying answer, as on /v1/authorize.
+func (s *Server) handleAuthZENEvaluation(w http.ResponseWriter, r *http.Request) {
+	echoRequestID(w, r)
+	s.admitted(w, r, s.readBody, func(body []byte) {
+		var e authzenEvaluation
+		if err := decodeAuthZEN(body, &e); err != nil {
+			writeError(w, err)
+			return
+		}
+		req, err := e.request()
+		if err != nil {
+			writeError(w, err)
+			return
+		}
+		doc, status, ok := s.answerDecision(w, r, pathAuthZENEvaluation, req)
+		if !ok {
+			return
+		}
+		writeJSON(w, status, answerOf(doc, w.Header().Get(headerError)))
+	})
+}
+
+// handleAuthZENEvaluations answers POST /access/v1/evaluations: the evaluations in order, each
+// one decision, with the top-level subject, resource, action and context as defaults. Without
+// evaluations it is one evaluation, answered as /access/v1/evaluation answers it.
+func (s *Server) handleAuthZENEvaluations(w http.ResponseWriter, r *http.Request) {
+	echoRequestID(w, r)
+	s.admitted(w, r, s.readBody, func(body []byte) {
+		var batch authzenEvaluations
+		if err := decodeAuthZEN(body, &batch); err != nil {
+			writeError(w, err)
+			return
+		}
+		semantic := batch.Options.Semantic
+		switch semantic {
+		case "":
+			semantic = semanticExecuteAll
+		case semanticExecuteAll, semanticDenyOnFirstDeny, semanticPermitOnFirstPermit:
+		default:
+			writeError(w, coded.Errorf(coded.BadRequest, "AuthZEN options.evaluations_semantic %q is not one of %s, %s, %s",
+				semantic, semanticExecuteAll, semanticDenyOnFirstDeny, semanticPermitOnFirstPermit))
+			return
+		}
+		if len(batch.Evaluations) > maxAuthZENEvaluations {
+			writeError(w, coded.Errorf(coded.BadRequest, "AuthZEN request has %d evaluations; at most %d are decided in one request: split it",
+				len(batch.Evaluations), maxAuthZENEvaluations))
+			return
+		}
+		if len(batch.Evaluations) == 0 {
+			req, err := batch.authzenEvaluation.request()
+			if err != nil {
+				writeError(w, err)
+				return
+			}
+			doc, status, ok := s.answerDecision(w, r, pathAuthZENEvaluations, req)
+			if ok {
+				writeJSON(w, status, answerOf(doc, w.Header().Get(headerError)))
+			}
+			return
+		}
+		answers := make([]authzenAnswer, 0, len(batch.Evaluations))
+		for _, e := range batch.Evaluations {
+			req, err := e.withDefaults(batch.authzenEvaluation).request()
+			var a authzenAnswer
+			if err != nil {
+				a = refusedAnswer(err)
+			} else {
+				doc, evalCode, ok := s.decide(r, pathAuthZENEvaluations, req)
+				if !ok {
+					// The required decision log could not record it: nothing of this request
+					// may be used.
+					w.Header().Set(headerError, coded.DecisionLogUnavailable)
+					writeDecisionError(w, coded.Errorf(coded.DecisionLogUnavailable,
+						"a decision could not be recorded in the decision log, which this service requires; nothing is granted until the log is writable again"))
+					return
+				}
+				a = answerOf(doc, evalCode)
+			}
+			answers = append(answers, a)
+			if (semantic == semanticDenyOnFirstDeny && !a.Decision) || (semantic == semanticPermitOnFirstPermit && a.Decision) {
+				break
+			}
+		}
+		writeJSON(w, http.StatusOK, map[string]any{"evaluations": answers})
+	})
+}
+
+// handleAuthZENConfiguration answers GET /.well-known/authzen-configuration: where the
+// evaluation endpoints are, as absolute URLs on the address the request came to.
+func (s *Server) handleAuthZENConfiguration(w http.ResponseWriter, r *http.Request) {
+	echoRequestID(w, r)
+	scheme := "http"
+	if r.TLS != nil {
+		scheme = "https"
+	}
+	base := scheme + "://" + r.Host
+	writeJSON(w, http.StatusOK, map[string]string{
+		"policy_decision_point":       base,
+		"access_evaluation_endpoint":  base + pathAuthZENEvaluation,
+		"access_evaluations_endpoint": base + pathAuthZENEvaluations,
+	})
+}

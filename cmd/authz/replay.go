@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -179,7 +180,7 @@ func replayLog(ctx context.Context, eng *decision.Engine, r io.Reader) ([]replay
 	var readErr error
 	for line := 1; ; line++ {
 		raw, tooLong, err := readLine(br)
-		if err == io.EOF {
+		if errors.Is(err, io.EOF) {
 			break
 		}
 		if err != nil {

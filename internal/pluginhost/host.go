@@ -67,8 +67,7 @@ type Host struct {
 	lineages map[string]*lineage // by plugin id, kept after a plugin is removed
 	reconfMu sync.Mutex          // serialises Reconfigure
 
-	cacheMu sync.Mutex
-	cache   map[configKey]bool
+	checks *configChecks // the config checks' answers and each plugin's share of them
 
 	keyMu  sync.RWMutex // held to change a plugin's key (publishReady) and to list every key
 	reaper *reaper      // ends the descendants of drivers
@@ -167,7 +166,7 @@ func New(cfg Config) (*Host, error) {
 		cfg:      cfg,
 		log:      cfg.Logger,
 		closed:   make(chan struct{}),
-		cache:    map[configKey]bool{},
+		checks:   newConfigChecks(),
 		lineages: map[string]*lineage{},
 	}
 	h.builtins.Store(&builtins)

@@ -99,11 +99,46 @@ func lookUpFacts(facts Facts, r resolved) (factsDoc, plugin map[string]any, work
 	return factsDoc, plugin, worker
 }
 
+// consultsConfigCheck reports whether the decision consults the driver's config check: on the
+// plugin-backed sandbox path with a ready plugin and a worker.
+func consultsConfigCheck(r resolved, plugin map[string]any, worker *Worker) bool {
+	return r.driver == "sandbox" && r.pluginBacked && r.providerKey != "" && worker != nil && plugin["status"] == "ready"
+}
+
+// ConfigCheckPreparer is implemented by facts whose config check may wait on a driver (the plugin
+// host), so that a caller can wait for the check before it assembles the input, holding neither
+// the request nor anything that grows with it.
+type ConfigCheckPreparer interface {
+	// PrepareConfigCheck returns the wait for the check ConfigValid would make with these
+	// arguments (it makes the check, or joins the same check in progress, and keeps its
+	// answer for ConfigValid), or nil when ConfigValid would answer at once.
+	PrepareConfigCheck(pluginID string, w *Worker, driverKey string, config any) func(ctx context.Context)
+}
+
+// PendingConfigCheck returns the wait for the config check Build would make for req when facts
+// would have to ask a driver for it (see ConfigCheckPreparer), or nil when Build consults no
+// config check or its answer is at hand. The wait holds nothing of req.
+func PendingConfigCheck(req *Request, facts Facts) func(ctx context.Context) {
+	p, ok := facts.(ConfigCheckPreparer)
+	if !ok {
+		return nil
+	}
+	r := resolve(req)
+	if r.driver != "sandbox" || !r.pluginBacked || r.providerKey == "" || r.pluginID == "" {
+		return nil
+	}
+	pf, ok := facts.Plugin(text(r.pluginID))
+	if !ok || !consultsConfigCheck(r, pf.Record, pf.Worker) {
+		return nil
+	}
+	return p.PrepareConfigCheck(text(r.pluginID), pf.Worker, text(r.providerKey), req.Environment["config"])
+}
+
 // checkConfig reports whether the driver's config check failed (an error or "not valid"). The
 // config check is the one fact that may cost a call into a driver: it is asked only where the
-// decision consults it, the plugin-backed sandbox path with a ready plugin and a worker.
+// decision consults it (consultsConfigCheck).
 func checkConfig(ctx context.Context, req *Request, facts Facts, r resolved, plugin map[string]any, worker *Worker, timeout time.Duration) bool {
-	if r.driver != "sandbox" || !r.pluginBacked || r.providerKey == "" || worker == nil || plugin["status"] != "ready" {
+	if !consultsConfigCheck(r, plugin, worker) {
 		return false
 	}
 	cctx, cancel := ctx, context.CancelFunc(func() {})

@@ -136,14 +136,14 @@ func (h *Host) ConfigValid(ctx context.Context, pluginID string, w *snapshot.Wor
 }
 
 // PrepareConfigCheck implements snapshot.ConfigCheckPreparer: when ConfigValid would ask the
-// driver (or wait on a check in progress), it returns the wait for that check, which holds only
-// the config's canonical JSON; nil when ConfigValid would answer at once.
-func (h *Host) PrepareConfigCheck(pluginID string, w *snapshot.Worker, driverKey string, config any) func(context.Context) {
+// driver (or wait on a check in progress), it returns the wait for that check and its answer,
+// which holds only the config's canonical JSON; nil when ConfigValid would answer at once.
+func (h *Host) PrepareConfigCheck(pluginID string, w *snapshot.Worker, driverKey string, config any) func(context.Context) (bool, error) {
 	c, _, _ := h.prepareCheck(pluginID, w, driverKey, config)
 	if c == nil {
 		return nil
 	}
-	return func(ctx context.Context) { _, _ = c.await(ctx) }
+	return c.await
 }
 
 var _ snapshot.ConfigCheckPreparer = (*Host)(nil)

@@ -33,11 +33,12 @@ const (
 
 // Options say how the config check behaves.
 type Options struct {
-	PluginKey  string // reported by Describe
-	Dir        string // control directory: CountFile and HoldFile
-	Fail       bool   // answer every check with an error
-	ErrorText  string // answer every check with an error of this text
-	ErrorBytes int    // answer every check with an error whose text is this long
+	PluginKey  string        // reported by Describe
+	Dir        string        // control directory: CountFile and HoldFile
+	Delay      time.Duration // take this long over every check (or until the caller gives up)
+	Fail       bool          // answer every check with an error
+	ErrorText  string        // answer every check with an error of this text
+	ErrorBytes int           // answer every check with an error whose text is this long
 	// ReasonBytes answers every check "not valid" with a reason this long.
 	ReasonBytes int
 }
@@ -72,6 +73,15 @@ func (d *Driver) CheckConfig(ctx context.Context, driverKey string, config map[s
 		d.count()
 		if err := d.hold(ctx); err != nil {
 			return false, "", err
+		}
+	}
+	if d.opts.Delay > 0 {
+		t := time.NewTimer(d.opts.Delay)
+		defer t.Stop()
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			return false, "", ctx.Err()
 		}
 	}
 	switch {
@@ -136,6 +146,7 @@ func run(args []string, stderr io.Writer) int {
 	opts := Options{PluginKey: "checks.sandbox"}
 	fs.StringVar(&opts.PluginKey, "plugin-key", opts.PluginKey, "plugin key reported by Describe")
 	fs.StringVar(&opts.Dir, "dir", "", "control directory: count calls in DIR/"+CountFile+", hold while DIR/"+HoldFile+" exists")
+	fs.DurationVar(&opts.Delay, "delay", 0, "take this long over every config check")
 	fs.BoolVar(&opts.Fail, "fail", false, "answer every config check with an error")
 	fs.StringVar(&opts.ErrorText, "error-text", "", "answer every config check with an error of this text")
 	fs.IntVar(&opts.ErrorBytes, "error-bytes", 0, "answer every config check with an error text of N bytes")

@@ -3,8 +3,6 @@
 package pluginhost
 
 import (
-	"bytes"
-	"context"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -20,6 +18,7 @@ import (
 	"github.com/authz-dev/authz/internal/coded"
 	"github.com/authz-dev/authz/internal/snapshot"
 	"github.com/authz-dev/authz/internal/testdrivers/checks"
+	"github.com/authz-dev/authz/internal/testutil"
 )
 
 // The test binary serves as the driver of internal/testdrivers/checks when started with its
@@ -204,7 +203,7 @@ func TestConfigCheckShed(t *testing.T) {
 // TestConfigCheckFailuresLogged: failed checks are logged at WARN, at most one line per plugin
 // per interval with the count of those left out, the driver's text escaped.
 func TestConfigCheckFailuresLogged(t *testing.T) {
-	var logged syncBuffer
+	var logged testutil.SyncBuffer
 	dir := t.TempDir()
 	cfg := testConfig(t, checksPlugin(t, "chk", dir, "-error-text", "no\x1b[31m\nforged line"))
 	cfg.Logger = testLogger(t, &logged)
@@ -235,23 +234,3 @@ func TestConfigCheckFailuresLogged(t *testing.T) {
 	_, _ = h.ConfigValid(t.Context(), "chk", w, "example", map[string]any{"i": "last"})
 	assert.Contains(t, logged.String(), "suppressed=4")
 }
-
-// syncBuffer is a bytes.Buffer safe for concurrent writers.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
-var _ = context.Background

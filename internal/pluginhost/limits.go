@@ -30,7 +30,7 @@ const (
 	defaultLogLineBytes       = 1024
 	defaultMaxBrokerMessages  = 16
 	defaultMaxCheckAnswer     = 64 << 10
-	defaultMaxCheckConfig     = 64 << 10
+	defaultMaxCheckConfig     = 16 << 10
 )
 
 // checkTextBytes is how much of a config check's reason or error text the host keeps (for the

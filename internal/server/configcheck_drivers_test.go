@@ -50,15 +50,58 @@ func TestConfigCheckLoadRealDrivers(t *testing.T) {
 			if tt.hold {
 				require.NoError(t, os.WriteFile(filepath.Join(slowDir, checks.HoldFile), nil, 0o600))
 			}
-			base := serveRealDrivers(t, slowDir, tt.flags)
+			base := serveRealDrivers(t, slowDir, tt.flags, nil, nil)
 			measureOtherPlugin(t, base, slowDir, tt.callers)
 		})
 	}
 }
 
+// TestConfigCheckHoldsNoDecidingSlotRealDrivers: with more callers of plugin "slow" waiting in
+// its driver's config check than there are deciding slots, a decision on plugin "fast" is
+// answered at once; the slow callers are decided once the driver answers.
+func TestConfigCheckHoldsNoDecidingSlotRealDrivers(t *testing.T) {
+	const deciding, slowCallers = 2, 6
+	slowDir := t.TempDir()
+	require.NoError(t, os.WriteFile(filepath.Join(slowDir, checks.HoldFile), nil, 0o600))
+	base := serveRealDrivers(t, slowDir, nil,
+		func(c *pluginhost.Config) {
+			c.ConfigCheck.MaxConcurrent = slowCallers // every caller's check at the driver
+			c.ConfigCheckTimeout = 20 * time.Second
+		},
+		func(c *server.Config) {
+			c.Limits.MaxDeciding = deciding
+			c.Limits.QueueWait = 500 * time.Millisecond
+		})
+
+	var wg sync.WaitGroup
+	slowStatus := make(chan int, slowCallers)
+	for i := range slowCallers {
+		body := driverRequest(t, "slow", i)
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			slowStatus <- postStatus(t.Context(), base+"/v1/authorize", body)
+		}()
+	}
+	waitUntil(t, 20*time.Second, "every slow caller's check at the driver", func() bool {
+		return checks.Calls(slowDir) == slowCallers
+	})
+	a := post(t, base+"/v1/authorize", driverRequest(t, "fast", 1))
+	t.Logf("with %d checks of slow waiting at its driver: fast answered %d", checks.Calls(slowDir), a.status)
+	require.Equal(t, http.StatusOK, a.status, "%s", a.body)
+	assert.Equal(t, true, a.json(t)["allow"])
+
+	require.NoError(t, os.Remove(filepath.Join(slowDir, checks.HoldFile)))
+	wg.Wait()
+	close(slowStatus)
+	for st := range slowStatus {
+		assert.Equal(t, http.StatusOK, st)
+	}
+}
+
 // serveRealDrivers serves decisions over a plugin host with two checks drivers, "slow" (with
 // flags, control directory slowDir) and "fast".
-func serveRealDrivers(t *testing.T, slowDir string, flags []string) string {
+func serveRealDrivers(t *testing.T, slowDir string, flags []string, changeHost func(*pluginhost.Config), changeServer func(*server.Config)) string {
 	t.Helper()
 	self, err := os.Executable()
 	require.NoError(t, err)
@@ -72,6 +115,9 @@ func serveRealDrivers(t *testing.T, slowDir string, flags []string) string {
 	cfg.Plugins = []pluginhost.PluginConfig{plugin("slow", slowDir, flags...), plugin("fast", t.TempDir())}
 	cfg.StartTimeout = 30 * time.Second
 	cfg.Logger = hclog.New(&hclog.LoggerOptions{Level: hclog.Error, Output: testWriter{t}})
+	if changeHost != nil {
+		changeHost(&cfg)
+	}
 	host, err := pluginhost.New(cfg)
 	require.NoError(t, err)
 	t.Cleanup(func() { assert.NoError(t, host.Close()) })
@@ -79,7 +125,12 @@ func serveRealDrivers(t *testing.T, slowDir string, flags []string) string {
 	ctx, cancel := context.WithTimeout(t.Context(), 60*time.Second)
 	defer cancel()
 	require.NoError(t, host.WaitStarted(ctx))
-	s := newServer(t, withFacts(host), withConfig(func(c *server.Config) { c.Limits.QueueWait = time.Second }))
+	s := newServer(t, withFacts(host), withConfig(func(c *server.Config) {
+		c.Limits.QueueWait = time.Second
+		if changeServer != nil {
+			changeServer(c)
+		}
+	}))
 	base := startHTTP(t, s)
 	require.Equal(t, http.StatusOK, post(t, base+"/v1/authorize", driverRequest(t, "fast", 0)).status)
 	return base

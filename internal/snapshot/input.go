@@ -126,7 +126,7 @@ func PendingConfigCheck(req *Request, facts Facts) func(ctx context.Context) Fac
 		return nil
 	}
 	r := resolve(req)
-	if r.driver != "sandbox" || !r.pluginBacked || r.providerKey == "" || r.pluginID == "" {
+	if r.pluginID == "" {
 		return nil
 	}
 	pluginID, driverKey := text(r.pluginID), text(r.providerKey)

@@ -87,11 +87,21 @@ func (c *GRPCClient) SupportedMethods(ctx context.Context) ([]string, error) {
 
 // CheckConfig implements Driver. A config that cannot be carried as JSON is an error.
 func (c *GRPCClient) CheckConfig(ctx context.Context, driverKey string, config map[string]any) (bool, string, error) {
+	return c.CheckConfigWithin(ctx, driverKey, config, 0)
+}
+
+// CheckConfigWithin is CheckConfig with the answer's message bounded to maxAnswerBytes (0: the
+// connection's bound): a larger answer is an error, and is not kept.
+func (c *GRPCClient) CheckConfigWithin(ctx context.Context, driverKey string, config map[string]any, maxAnswerBytes int) (bool, string, error) {
 	cfg, err := structpb.NewStruct(config)
 	if err != nil {
 		return false, "", fmt.Errorf("driver CheckConfig: config is not a JSON object: %w", err)
 	}
-	resp, err := c.client.CheckConfig(ctx, &driverpb.CheckConfigRequest{DriverKey: driverKey, Config: cfg})
+	var opts []grpc.CallOption
+	if maxAnswerBytes > 0 {
+		opts = append(opts, grpc.MaxCallRecvMsgSize(maxAnswerBytes))
+	}
+	resp, err := c.client.CheckConfig(ctx, &driverpb.CheckConfigRequest{DriverKey: driverKey, Config: cfg}, opts...)
 	if err != nil {
 		return false, "", rpcError(ctx, "CheckConfig", err)
 	}

@@ -56,6 +56,15 @@ const (
 	StartFailed     = "START_FAILED"     // any other failure to start or set up a worker
 )
 
+// Codes of a driver's config check that did not answer "valid" or "not valid" (the service log,
+// tracing). The decision denies as for a config that is not valid.
+const (
+	ConfigCheckFailed      = "CONFIG_CHECK_FAILED"      // the driver answered with an error, or an answer beyond the limits
+	ConfigCheckTimeout     = "CONFIG_CHECK_TIMEOUT"     // the driver did not answer within configCheckTimeout
+	ConfigCheckShed        = "CONFIG_CHECK_SHED"        // the plugin's checks in progress were at configCheck.maxConcurrent for configCheck.maxWait
+	ConfigCheckUnavailable = "CONFIG_CHECK_UNAVAILABLE" // the plugin's checks timed out repeatedly: failing fast until the cool-down ends
+)
+
 // Codes of a policy source's failures (GET /v1/status, the service log, the start). A bundle
 // that fails never replaces the active policy.
 const (

@@ -101,6 +101,10 @@ type Config struct {
 	// ConfigCheckTimeout bounds one CheckConfig call, the driver's config check inside a
 	// decision. Zero means DefaultConfigCheckTimeout.
 	ConfigCheckTimeout time.Duration `yaml:"configCheckTimeout"`
+	// ConfigCheck bounds each plugin's config checks: how many run at once, how long a failure
+	// is kept, and when a plugin whose checks time out fails fast. Zero fields mean their
+	// defaults.
+	ConfigCheck ConfigCheckConfig `yaml:"configCheck"`
 	// InsecureSkipPinCheck starts binaries without checking their SHA-256. Development only:
 	// the host logs a loud warning at every start.
 	InsecureSkipPinCheck bool `yaml:"-"`
@@ -148,6 +152,7 @@ func (c Config) withDefaults() Config {
 		c.Logger = hclog.Default()
 	}
 	c.Limits = c.Limits.withDefaults()
+	c.ConfigCheck = c.ConfigCheck.withDefaults()
 	return c
 }
 
@@ -208,6 +213,7 @@ func (c Config) Validate() error {
 	c.validatePlugins(v)
 	c.validateBuiltinProviders(v)
 	c.validateDurations(v)
+	c.ConfigCheck.validate(v)
 	c.Limits.validate(v)
 	return v.Err()
 }
@@ -373,4 +379,78 @@ func resolveCredential(userName, groupName string) (*syscall.Credential, error) 
 		cred.Gid = uint32(gid)
 	}
 	return cred, nil
+}
+
+// Defaults of ConfigCheckConfig.
+const (
+	DefaultConfigCheckMaxConcurrent   = 4
+	DefaultConfigCheckMaxWait         = 250 * time.Millisecond
+	DefaultConfigCheckFailureTTL      = time.Second
+	DefaultConfigCheckBreakerTimeouts = 5
+	DefaultConfigCheckBreakerCooldown = 10 * time.Second
+)
+
+// ConfigCheckConfig bounds the config checks of each plugin (the configCheck section of the
+// configuration file). Every plugin has its own share: what one plugin or its callers do does
+// not hold up the checks of another. A zero field means its default.
+type ConfigCheckConfig struct {
+	// MaxConcurrent bounds the config checks of one plugin in progress at once (identical
+	// checks in progress are one). Default DefaultConfigCheckMaxConcurrent.
+	MaxConcurrent int `yaml:"maxConcurrent"`
+	// MaxWait bounds how long a check waits for its turn when MaxConcurrent are in progress;
+	// then the config is not valid (CONFIG_CHECK_SHED). Default DefaultConfigCheckMaxWait.
+	MaxWait time.Duration `yaml:"maxWait"`
+	// FailureTTL is how long a check that failed (an error or a time-out) is kept: the same
+	// check within it is not valid without asking the driver again. Answers ("valid", "not
+	// valid") are kept while the worker runs. Default DefaultConfigCheckFailureTTL.
+	FailureTTL time.Duration `yaml:"failureTTL"`
+	// BreakerTimeouts is how many consecutive time-outs open the plugin's breaker: its checks
+	// are then not valid at once (CONFIG_CHECK_UNAVAILABLE) for BreakerCooldown, after which
+	// one check is let through as a probe; an answer closes the breaker, a time-out opens it
+	// again. A new worker starts closed. Defaults DefaultConfigCheckBreakerTimeouts and
+	// DefaultConfigCheckBreakerCooldown.
+	BreakerTimeouts int           `yaml:"breakerTimeouts"`
+	BreakerCooldown time.Duration `yaml:"breakerCooldown"`
+}
+
+// withDefaults fills zero fields.
+func (c ConfigCheckConfig) withDefaults() ConfigCheckConfig {
+	if c.MaxConcurrent == 0 {
+		c.MaxConcurrent = DefaultConfigCheckMaxConcurrent
+	}
+	if c.MaxWait == 0 {
+		c.MaxWait = DefaultConfigCheckMaxWait
+	}
+	if c.FailureTTL == 0 {
+		c.FailureTTL = DefaultConfigCheckFailureTTL
+	}
+	if c.BreakerTimeouts == 0 {
+		c.BreakerTimeouts = DefaultConfigCheckBreakerTimeouts
+	}
+	if c.BreakerCooldown == 0 {
+		c.BreakerCooldown = DefaultConfigCheckBreakerCooldown
+	}
+	return c
+}
+
+// validate reports every negative field.
+func (c ConfigCheckConfig) validate(v *configcheck.Problems) {
+	if c.MaxConcurrent < 0 {
+		v.Add("configCheck.maxConcurrent", "must not be negative (zero means the default, %d)", DefaultConfigCheckMaxConcurrent)
+	}
+	if c.BreakerTimeouts < 0 {
+		v.Add("configCheck.breakerTimeouts", "must not be negative (zero means the default, %d)", DefaultConfigCheckBreakerTimeouts)
+	}
+	for _, d := range []struct {
+		field string
+		v     time.Duration
+	}{
+		{"configCheck.maxWait", c.MaxWait},
+		{"configCheck.failureTTL", c.FailureTTL},
+		{"configCheck.breakerCooldown", c.BreakerCooldown},
+	} {
+		if d.v < 0 {
+			v.Add(d.field, "must not be negative (zero means the default)")
+		}
+	}
 }

@@ -18,7 +18,6 @@ package pluginhost
 
 import (
 	"context"
-	"crypto/sha256"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -51,9 +50,6 @@ var (
 	errStaleWorker   = errors.New("worker generation is no longer running")
 )
 
-// maxConfigCacheEntries bounds the CheckConfig result cache; past it the cache starts afresh.
-const maxConfigCacheEntries = 4096
-
 // Host supervises the driver plugins of one Config. It is safe for concurrent use.
 type Host struct {
 	cfg      Config
@@ -71,8 +67,7 @@ type Host struct {
 	lineages map[string]*lineage // by plugin id, kept after a plugin is removed
 	reconfMu sync.Mutex          // serialises Reconfigure
 
-	cacheMu sync.Mutex
-	cache   map[configKey]bool
+	checks *configChecks // the config checks' answers and each plugin's share of them
 
 	keyMu  sync.RWMutex // held to change a plugin's key (publishReady) and to list every key
 	reaper *reaper      // ends the descendants of drivers
@@ -132,13 +127,6 @@ type worker struct {
 // a worker whose process exited is gone at once, even before its supervisor has noticed.
 func (w *worker) alive() bool { return w.proc.alive() }
 
-type configKey struct {
-	pluginID   string
-	generation uint64
-	driverKey  string
-	configSum  [sha256.Size]byte
-}
-
 // PluginState is a plugin's state as GET /v1/plugins shows it (the JSON names) and as the
 // service log and tests read it.
 type PluginState struct {
@@ -178,7 +166,7 @@ func New(cfg Config) (*Host, error) {
 		cfg:      cfg,
 		log:      cfg.Logger,
 		closed:   make(chan struct{}),
-		cache:    map[configKey]bool{},
+		checks:   newConfigChecks(),
 		lineages: map[string]*lineage{},
 	}
 	h.builtins.Store(&builtins)
@@ -397,75 +385,6 @@ func (h *Host) BuiltinProvider(key string) (map[string]any, bool) {
 		return nil, false
 	}
 	return snapshot.CopyDocument(b).(map[string]any), true
-}
-
-// ConfigValid implements snapshot.Facts: it asks worker w of the plugin whether it accepts
-// config for driverKey, bounded by ConfigCheckTimeout and ctx. Answers are cached per plugin,
-// worker generation, driver key and config (by the SHA-256 of its canonical JSON); errors and
-// time-outs are not cached. A worker other than the running one, an error or a time-out is
-// "not valid" (false with the error). A config that is not a JSON object is not valid, without
-// asking the driver.
-func (h *Host) ConfigValid(ctx context.Context, pluginID string, w *snapshot.Worker, driverKey string, config any) (bool, error) {
-	m, ok := h.current().byID[pluginID]
-	if !ok {
-		return false, fmt.Errorf("%w: %q", errUnknownPlugin, pluginID)
-	}
-	if w == nil {
-		return false, fmt.Errorf("%w: plugin %q", errNoWorker, pluginID)
-	}
-	cfg, ok := config.(map[string]any)
-	if !ok {
-		return false, nil
-	}
-	cur := m.state.Load().worker
-	if cur == nil || !cur.alive() {
-		return false, fmt.Errorf("%w: plugin %q", errNoWorker, pluginID)
-	}
-	if cur.generation != w.Generation {
-		return false, fmt.Errorf("%w: plugin %q was asked about generation %d, the running worker is generation %d",
-			errStaleWorker, pluginID, w.Generation, cur.generation)
-	}
-	canonical, err := json.Marshal(cfg) // map keys sorted: canonical
-	if err != nil {
-		return false, fmt.Errorf("plugin %q: config is not JSON: %w", pluginID, err)
-	}
-	key := configKey{pluginID: pluginID, generation: cur.generation, driverKey: driverKey, configSum: sha256.Sum256(canonical)}
-	h.cacheMu.Lock()
-	valid, hit := h.cache[key]
-	h.cacheMu.Unlock()
-	if hit {
-		return valid, nil
-	}
-
-	cctx, cancel := context.WithTimeout(ctx, h.cfg.ConfigCheckTimeout)
-	defer cancel()
-	valid, reason, err := cur.driver.CheckConfig(cctx, driverKey, cfg)
-	if err != nil {
-		return false, fmt.Errorf("plugin %q (generation %d): check config for driver key %q: %w", pluginID, cur.generation, driverKey, err)
-	}
-	if !valid {
-		m.log.Debug("driver does not accept the config", "driverKey", driverKey, "generation", cur.generation, "reason", reason)
-	}
-	if m.state.Load().worker == cur { // still the running worker: worth remembering
-		h.cacheMu.Lock()
-		if len(h.cache) >= maxConfigCacheEntries {
-			clear(h.cache)
-		}
-		h.cache[key] = valid
-		h.cacheMu.Unlock()
-	}
-	return valid, nil
-}
-
-// forgetConfigChecks drops the cached answers of older workers of the plugin.
-func (h *Host) forgetConfigChecks(pluginID string, current uint64) {
-	h.cacheMu.Lock()
-	defer h.cacheMu.Unlock()
-	for k := range h.cache {
-		if k.pluginID == pluginID && k.generation != current {
-			delete(h.cache, k)
-		}
-	}
 }
 
 // Plugins returns every configured plugin's state, in configuration order.

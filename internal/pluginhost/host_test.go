@@ -16,6 +16,7 @@ import (
 
 	"github.com/authz-dev/authz/driverplugin"
 	"github.com/authz-dev/authz/examples/exampledriver"
+	"github.com/authz-dev/authz/internal/coded"
 	"github.com/authz-dev/authz/internal/snapshot"
 	"github.com/authz-dev/authz/internal/testutil"
 )
@@ -529,22 +530,21 @@ func TestConfigValid(t *testing.T) {
 		require.ErrorIs(t, err, context.DeadlineExceeded, "the caller's deadline applies")
 		assert.Less(t, time.Since(start), 2*time.Second)
 	})
-	t.Run("time-out counts as not valid and is not cached", func(t *testing.T) {
+	t.Run("time-out counts as not valid and is kept for failureTTL only", func(t *testing.T) {
 		w, ok := h.Worker("slow")
 		require.True(t, ok)
 		for range 2 {
-			start := time.Now()
 			valid, err := h.ConfigValid(t.Context(), "slow", w, "example", map[string]any{})
-			elapsed := time.Since(start)
 			assert.False(t, valid)
 			require.ErrorIs(t, err, context.DeadlineExceeded)
-			assert.GreaterOrEqual(t, elapsed, 300*time.Millisecond, "not answered from a cache")
-			assert.Less(t, elapsed, 5*time.Second)
+			assert.Equal(t, coded.ConfigCheckTimeout, coded.CodeOf(err))
 		}
-		h.cacheMu.Lock()
-		defer h.cacheMu.Unlock()
-		for k := range h.cache {
-			assert.NotEqual(t, "slow", k.pluginID, "time-outs are not cached")
+		h.checks.mu.Lock()
+		defer h.checks.mu.Unlock()
+		for k, e := range h.checks.entries {
+			if k.pluginID == "slow" {
+				assert.False(t, e.expires.IsZero(), "a time-out is kept for failureTTL only")
+			}
 		}
 	})
 }
@@ -580,11 +580,11 @@ func TestConfigValidCachePerGeneration(t *testing.T) {
 	valid, err = h.ConfigValid(t.Context(), "gen", w1, "example", map[string]any{"a": 1})
 	require.ErrorIs(t, err, errStaleWorker)
 	require.False(t, valid)
-	h.cacheMu.Lock()
-	for k := range h.cache {
+	h.checks.mu.Lock()
+	for k := range h.checks.entries {
 		assert.Equal(t, uint64(2), k.generation, "older generations' answers are dropped")
 	}
-	h.cacheMu.Unlock()
+	h.checks.mu.Unlock()
 
 	// Generation 2 is asked afresh (its third RPC), and then answers from the cache.
 	valid, err = h.ConfigValid(t.Context(), "gen", w2, "example", map[string]any{"a": 1})

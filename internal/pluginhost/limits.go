@@ -29,7 +29,13 @@ const (
 	defaultLogBurst           = 500
 	defaultLogLineBytes       = 1024
 	defaultMaxBrokerMessages  = 16
+	defaultMaxCheckAnswer     = 64 << 10
+	defaultMaxCheckConfig     = 16 << 10
 )
+
+// checkTextBytes is how much of a config check's reason or error text the host keeps (for the
+// log); the rest is cut and counted.
+const checkTextBytes = 4 << 10
 
 // Limits bound what a driver may report and how much of the host its output may use. A zero
 // field means its default. A start whose answers break a bound is refused: the plugin gets
@@ -57,6 +63,13 @@ type Limits struct {
 	// MaxBrokerMessages is how many go-plugin broker messages the host ignores before it ends
 	// the worker. The host does not offer the broker: a driver never needs it.
 	MaxBrokerMessages int
+	// MaxCheckAnswerBytes bounds a CheckConfig answer the host receives: its message, and the
+	// header block that carries an error's text (every RPC's headers are bounded by it too). A
+	// larger answer is a failed check; of what arrives, checkTextBytes of text are kept.
+	MaxCheckAnswerBytes int
+	// MaxCheckConfigBytes bounds the config (its canonical JSON) a config check sends and keeps
+	// while it waits: a larger config is not valid without asking the driver.
+	MaxCheckConfigBytes int
 }
 
 // withDefaults fills zero fields.
@@ -76,6 +89,8 @@ func (l Limits) withDefaults() Limits {
 	def(&l.LogBurst, defaultLogBurst)
 	def(&l.LogLineBytes, defaultLogLineBytes)
 	def(&l.MaxBrokerMessages, defaultMaxBrokerMessages)
+	def(&l.MaxCheckAnswerBytes, defaultMaxCheckAnswer)
+	def(&l.MaxCheckConfigBytes, defaultMaxCheckConfig)
 	return l
 }
 
@@ -90,6 +105,7 @@ func (l Limits) validate(v *configcheck.Problems) {
 		{"maxMessageBytes", l.MaxMessageBytes}, {"maxLastErrorBytes", l.MaxLastErrorBytes},
 		{"logLinesPerSecond", l.LogLinesPerSecond}, {"logBurst", l.LogBurst},
 		{"logLineBytes", l.LogLineBytes}, {"maxBrokerMessages", l.MaxBrokerMessages},
+		{"maxCheckAnswerBytes", l.MaxCheckAnswerBytes}, {"maxCheckConfigBytes", l.MaxCheckConfigBytes},
 	} {
 		if f.v < 0 {
 			v.Add("limits."+f.name, "must not be negative (zero means the default)")

@@ -231,6 +231,7 @@ func (h *Host) newLaunch(ctx context.Context, m *managed, exe *pinnedExecutable)
 				return pp.dial(ctx, addr)
 			}),
 			grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(lim.MaxMessageBytes)),
+			grpc.WithMaxHeaderListSize(uint32(lim.MaxCheckAnswerBytes)), // an error's text travels in headers
 			grpc.WithStreamInterceptor(refuseBroker(m.log, l.guard, lim.MaxBrokerMessages)),
 		},
 		AllowedProtocols: []plugin.Protocol{plugin.ProtocolGRPC},

@@ -13,7 +13,9 @@ import (
 // (a reading slot) before a byte of its body is read, and holds the slot until it is answered:
 // so at most maxReading bodies are in memory. It then takes a deciding slot for decoding,
 // evaluating and logging, where memory grows in proportion to the body: at most maxDeciding
-// at once. A request that waits longer than queueWait for either is answered 503.
+// at once. A driver's config check is waited for outside the deciding slot, holding nothing
+// that grows with the body (Server.admitted). A request that waits longer than queueWait for
+// a slot is answered 503.
 type admission struct {
 	reading, deciding chan struct{}
 	wait              time.Duration

@@ -62,22 +62,17 @@ func (s *Server) handleData(w http.ResponseWriter, r *http.Request) {
 		writeError(w, err)
 		return
 	}
-	s.admitted(w, r, s.readDataBody, func(body []byte) {
-		var req *snapshot.Request
-		if r.URL.Path == pathDefaultDecision {
-			if misdirectedDataBody(body) {
-				err = coded.Errorf(coded.BadRequest, `POST / takes the request itself as the body, not {"input": <request>}: send the request, or POST {"input": <request>} to `+pathDataDecision)
-			} else {
-				req, err = snapshot.ParseRequestBytes(body)
-			}
-		} else {
-			req, err = parseDataRequest(body)
+	parse := func(body []byte) (*snapshot.Request, error) {
+		if r.URL.Path != pathDefaultDecision {
+			return parseDataRequest(body)
 		}
-		if err != nil {
-			writeError(w, err) // a bad request
-			return
+		if misdirectedDataBody(body) {
+			return nil, coded.Errorf(coded.BadRequest, `POST / takes the request itself as the body, not {"input": <request>}: send the request, or POST {"input": <request>} to `+pathDataDecision)
 		}
-		doc, status, ok := s.answerDecision(w, r, r.URL.Path, req)
+		return snapshot.ParseRequestBytes(body)
+	}
+	s.admitted(w, r, s.readDataBody, parse, func(req *snapshot.Request, facts snapshot.Facts) {
+		doc, status, ok := s.answerDecision(w, r, r.URL.Path, req, facts)
 		if !ok {
 			return
 		}

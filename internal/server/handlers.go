@@ -155,17 +155,14 @@ func (s *Server) routes() http.Handler {
 // decide through admitted and answerDecision.
 func (s *Server) decisionHandler(path string) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
-		s.admitted(w, r, s.readBody, func(body []byte) {
+		parse := func(body []byte) (*snapshot.Request, error) {
 			if err := misdirectedDataBodyError(path, body); err != nil {
-				writeError(w, err)
-				return
+				return nil, err
 			}
-			req, err := snapshot.ParseRequestBytes(body)
-			if err != nil {
-				writeError(w, err) // a bad request
-				return
-			}
-			doc, status, ok := s.answerDecision(w, r, path, req)
+			return snapshot.ParseRequestBytes(body)
+		}
+		s.admitted(w, r, s.readBody, parse, func(req *snapshot.Request, facts snapshot.Facts) {
+			doc, status, ok := s.answerDecision(w, r, path, req, facts)
 			if !ok {
 				return
 			}
@@ -178,12 +175,19 @@ func (s *Server) decisionHandler(path string) http.HandlerFunc {
 	}
 }
 
-// admitted reads the body of a decision request with read and hands it to serve, holding the
-// admission slots: the request is admitted before a byte of its body is read, and admitted
-// again before it is decoded and decided, so that the bodies in memory and the decisions
-// being decoded stay bounded whatever the number of clients. A request not admitted in time
-// is answered 503 SERVICE_OVERLOADED.
-func (s *Server) admitted(w http.ResponseWriter, r *http.Request, read func(http.ResponseWriter, *http.Request) ([]byte, error), serve func(body []byte)) {
+// admitted reads the body of a decision request with read, decodes it with parse and hands
+// the request to serve, holding the admission slots: the request is admitted before a byte of
+// its body is read, and admitted again before it is decoded and decided, so that the bodies in
+// memory and the decisions being decoded stay bounded whatever the number of clients. A
+// request not admitted in time is answered 503 SERVICE_OVERLOADED; one that does not decode is
+// answered with parse's error.
+//
+// A driver's config check that must be asked is not waited for in a deciding slot: the
+// request gives its slot and its decoded form up, waits for the check (which holds only the
+// config), and is admitted, decoded and decided again, the answer then at hand. So a plugin
+// whose checks are slow holds up its own callers only.
+func (s *Server) admitted(w http.ResponseWriter, r *http.Request, read func(http.ResponseWriter, *http.Request) ([]byte, error),
+	parse func(body []byte) (*snapshot.Request, error), serve func(req *snapshot.Request, facts snapshot.Facts)) {
 	release := s.admit.acquire(r.Context(), s.admit.reading)
 	if release == nil {
 		s.answerOverloaded(w, r)
@@ -200,15 +204,36 @@ func (s *Server) admitted(w http.ResponseWriter, r *http.Request, read func(http
 		s.answerOverloaded(w, r)
 		return
 	}
+	req, err := parse(body)
+	if err != nil {
+		releaseDeciding()
+		writeError(w, err) // a bad request
+		return
+	}
+	var facts snapshot.Facts = s.facts
+	if wait := snapshot.PendingConfigCheck(req, s.facts); wait != nil {
+		req = nil // not held while waiting: decoded again below
+		releaseDeciding()
+		facts = wait(r.Context())
+		if releaseDeciding = s.admit.acquire(r.Context(), s.admit.deciding); releaseDeciding == nil {
+			s.answerOverloaded(w, r)
+			return
+		}
+		if req, err = parse(body); err != nil {
+			releaseDeciding()
+			writeError(w, err)
+			return
+		}
+	}
 	defer releaseDeciding()
-	serve(body)
+	serve(req, facts)
 }
 
 // answerDecision decides req and returns the document with the HTTP status to answer it with
 // (500 with X-Authz-Error when it could not be evaluated: the document then denies). When the
 // required decision log could not record it, it has answered 503 itself and ok is false.
-func (s *Server) answerDecision(w http.ResponseWriter, r *http.Request, path string, req *snapshot.Request) (doc decision.Document, status int, ok bool) {
-	doc, evalCode, ok := s.decide(r, path, req)
+func (s *Server) answerDecision(w http.ResponseWriter, r *http.Request, path string, req *snapshot.Request, facts snapshot.Facts) (doc decision.Document, status int, ok bool) {
+	doc, evalCode, ok := s.decide(r, path, req, facts)
 	if !ok {
 		w.Header().Set(headerError, coded.DecisionLogUnavailable)
 		writeDecisionError(w, coded.Errorf(coded.DecisionLogUnavailable,
@@ -236,10 +261,10 @@ type dataAnswer struct {
 // decide makes and records one decision. evalCode is the failure's code when the decision
 // could not be evaluated (the document is then the fail-closed deny). ok is false when the
 // decision log is required and its line could not be written: the decision must not be used.
-func (s *Server) decide(r *http.Request, path string, req *snapshot.Request) (doc decision.Document, evalCode string, ok bool) {
+func (s *Server) decide(r *http.Request, path string, req *snapshot.Request, facts snapshot.Facts) (doc decision.Document, evalCode string, ok bool) {
 	start := time.Now()
 	ctx, span := s.startDecisionSpan(r, path, req) // tracing.go; nil span when tracing is off
-	doc, in, err := s.decider.Decide(ctx, req, s.facts)
+	doc, in, err := s.decider.Decide(ctx, req, facts)
 	latency := time.Since(start)
 	if err != nil {
 		// Whatever the decider returned alongside its error, the answer is the docs/contract.md section 11

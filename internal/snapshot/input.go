@@ -99,11 +99,77 @@ func lookUpFacts(facts Facts, r resolved) (factsDoc, plugin map[string]any, work
 	return factsDoc, plugin, worker
 }
 
+// consultsConfigCheck reports whether the decision consults the driver's config check: on the
+// plugin-backed sandbox path with a ready plugin and a worker.
+func consultsConfigCheck(r resolved, plugin map[string]any, worker *Worker) bool {
+	return r.driver == "sandbox" && r.pluginBacked && r.providerKey != "" && worker != nil && plugin["status"] == "ready"
+}
+
+// ConfigCheckPreparer is implemented by facts whose config check may wait on a driver (the plugin
+// host), so that a caller can wait for the check before it assembles the input, holding neither
+// the request nor anything that grows with it.
+type ConfigCheckPreparer interface {
+	// PrepareConfigCheck returns the wait for the check ConfigValid would make with these
+	// arguments (it makes the check, or joins the same check in progress) and its answer, or
+	// nil when ConfigValid would answer at once.
+	PrepareConfigCheck(pluginID string, w *Worker, driverKey string, config any) func(ctx context.Context) (bool, error)
+}
+
+// PendingConfigCheck returns the wait for the config check Build would make for req when facts
+// would have to ask a driver for it (see ConfigCheckPreparer), or nil when Build consults no
+// config check or its answer is at hand. The wait holds nothing of req. It returns facts that
+// answer that check as the wait found it, for a Build of the same request (decoded again from
+// the same body): its config is the one checked, so the check is not made twice.
+func PendingConfigCheck(req *Request, facts Facts) func(ctx context.Context) Facts {
+	p, ok := facts.(ConfigCheckPreparer)
+	if !ok {
+		return nil
+	}
+	r := resolve(req)
+	if r.pluginID == "" {
+		return nil
+	}
+	pluginID, driverKey := text(r.pluginID), text(r.providerKey)
+	pf, ok := facts.Plugin(pluginID)
+	if !ok || !consultsConfigCheck(r, pf.Record, pf.Worker) {
+		return nil
+	}
+	wait := p.PrepareConfigCheck(pluginID, pf.Worker, driverKey, req.Environment["config"])
+	if wait == nil {
+		return nil
+	}
+	generation := pf.Worker.Generation
+	return func(ctx context.Context) Facts {
+		valid, err := wait(ctx)
+		return checkedFacts{Facts: facts, pluginID: pluginID, generation: generation, driverKey: driverKey, valid: valid, err: err}
+	}
+}
+
+// checkedFacts are facts with the answer of one config check at hand: the check of one
+// request, asked of the same plugin, worker generation and driver key.
+type checkedFacts struct {
+	Facts
+	pluginID   string
+	generation uint64
+	driverKey  string
+	valid      bool
+	err        error
+}
+
+// ConfigValid implements Facts: the answer at hand for the check it holds; any other check
+// (another worker generation, say) is asked of the facts.
+func (f checkedFacts) ConfigValid(ctx context.Context, pluginID string, w *Worker, driverKey string, config any) (bool, error) {
+	if pluginID == f.pluginID && w != nil && w.Generation == f.generation && driverKey == f.driverKey {
+		return f.valid, f.err
+	}
+	return f.Facts.ConfigValid(ctx, pluginID, w, driverKey, config)
+}
+
 // checkConfig reports whether the driver's config check failed (an error or "not valid"). The
 // config check is the one fact that may cost a call into a driver: it is asked only where the
-// decision consults it, the plugin-backed sandbox path with a ready plugin and a worker.
+// decision consults it (consultsConfigCheck).
 func checkConfig(ctx context.Context, req *Request, facts Facts, r resolved, plugin map[string]any, worker *Worker, timeout time.Duration) bool {
-	if r.driver != "sandbox" || !r.pluginBacked || r.providerKey == "" || worker == nil || plugin["status"] != "ready" {
+	if !consultsConfigCheck(r, plugin, worker) {
 		return false
 	}
 	cctx, cancel := ctx, context.CancelFunc(func() {})

@@ -10,6 +10,7 @@ package server
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http"
 
@@ -200,23 +201,29 @@ func echoRequestID(w http.ResponseWriter, r *http.Request) {
 // X-Authz-Error and a denying answer, as on /v1/authorize.
 func (s *Server) handleAuthZENEvaluation(w http.ResponseWriter, r *http.Request) {
 	echoRequestID(w, r)
-	s.admitted(w, r, s.readBody, func(body []byte) {
+	parse := func(body []byte) (*snapshot.Request, error) {
 		var e authzenEvaluation
 		if err := decodeAuthZEN(body, &e); err != nil {
-			writeError(w, err)
-			return
+			return nil, err
 		}
-		req, err := e.request()
-		if err != nil {
-			writeError(w, err)
-			return
-		}
-		doc, status, ok := s.answerDecision(w, r, pathAuthZENEvaluation, req)
-		if !ok {
-			return
-		}
-		writeJSON(w, status, answerOf(doc, w.Header().Get(headerError)))
+		return e.request()
+	}
+	s.admitted(w, r, s.readBody, parse, func(req *snapshot.Request, facts snapshot.Facts) {
+		s.answerAuthZEN(w, r, pathAuthZENEvaluation, req, facts)
 	})
+}
+
+// answerAuthZEN decides one evaluation and answers it as /access/v1/evaluation does.
+func (s *Server) answerAuthZEN(w http.ResponseWriter, r *http.Request, path string, req *snapshot.Request, facts snapshot.Facts) {
+	doc, status, ok := s.answerDecision(w, r, path, req, facts)
+	if !ok {
+		return
+	}
+	evalCode := ""
+	if status != http.StatusOK {
+		evalCode = w.Header().Get(headerError)
+	}
+	writeJSON(w, status, answerOf(doc, evalCode))
 }
 
 // handleAuthZENEvaluations answers POST /access/v1/evaluations: the evaluations in order, each
@@ -224,7 +231,7 @@ func (s *Server) handleAuthZENEvaluation(w http.ResponseWriter, r *http.Request)
 // evaluations it is one evaluation, answered as /access/v1/evaluation answers it.
 func (s *Server) handleAuthZENEvaluations(w http.ResponseWriter, r *http.Request) {
 	echoRequestID(w, r)
-	s.admitted(w, r, s.readBody, func(body []byte) {
+	s.withBody(w, r, s.readBody, func(body []byte) {
 		var batch authzenEvaluations
 		if err := decodeAuthZEN(body, &batch); err != nil {
 			writeError(w, err)
@@ -246,34 +253,33 @@ func (s *Server) handleAuthZENEvaluations(w http.ResponseWriter, r *http.Request
 			return
 		}
 		if len(batch.Evaluations) == 0 {
-			req, err := batch.authzenEvaluation.request()
-			if err != nil {
-				writeError(w, err)
-				return
-			}
-			doc, status, ok := s.answerDecision(w, r, pathAuthZENEvaluations, req)
-			if ok {
-				writeJSON(w, status, answerOf(doc, w.Header().Get(headerError)))
-			}
+			err := s.deciding(r, batch.authzenEvaluation.request, func(req *snapshot.Request, facts snapshot.Facts) {
+				s.answerAuthZEN(w, r, pathAuthZENEvaluations, req, facts)
+			})
+			s.answerNotDecided(w, r, err)
 			return
 		}
 		answers := make([]authzenAnswer, 0, len(batch.Evaluations))
 		for _, e := range batch.Evaluations {
-			req, err := e.withDefaults(batch.authzenEvaluation).request()
 			var a authzenAnswer
-			if err != nil {
+			logged := true
+			err := s.deciding(r, e.withDefaults(batch.authzenEvaluation).request, func(req *snapshot.Request, facts snapshot.Facts) {
+				doc, evalCode, ok := s.decide(r, pathAuthZENEvaluations, req, facts)
+				a, logged = answerOf(doc, evalCode), ok
+			})
+			switch {
+			case errors.Is(err, errNotAdmitted):
+				s.answerNotDecided(w, r, err) // the evaluations decided so far are not answered
+				return
+			case err != nil:
 				a = refusedAnswer(err)
-			} else {
-				doc, evalCode, ok := s.decide(r, pathAuthZENEvaluations, req)
-				if !ok {
-					// The required decision log could not record it: nothing of this request
-					// may be used.
-					w.Header().Set(headerError, coded.DecisionLogUnavailable)
-					writeDecisionError(w, coded.Errorf(coded.DecisionLogUnavailable,
-						"a decision could not be recorded in the decision log, which this service requires; nothing is granted until the log is writable again"))
-					return
-				}
-				a = answerOf(doc, evalCode)
+			case !logged:
+				// The required decision log could not record it: nothing of this request may
+				// be used.
+				w.Header().Set(headerError, coded.DecisionLogUnavailable)
+				writeDecisionError(w, coded.Errorf(coded.DecisionLogUnavailable,
+					"a decision could not be recorded in the decision log, which this service requires; nothing is granted until the log is writable again"))
+				return
 			}
 			answers = append(answers, a)
 			if (semantic == semanticDenyOnFirstDeny && !a.Decision) || (semantic == semanticPermitOnFirstPermit && a.Decision) {

@@ -181,13 +181,16 @@ func (s *Server) decisionHandler(path string) http.HandlerFunc {
 // memory and the decisions being decoded stay bounded whatever the number of clients. A
 // request not admitted in time is answered 503 SERVICE_OVERLOADED; one that does not decode is
 // answered with parse's error.
-//
-// A driver's config check that must be asked is not waited for in a deciding slot: the
-// request gives its slot and its decoded form up, waits for the check (which holds only the
-// config), and is admitted, decoded and decided again, the answer then at hand. So a plugin
-// whose checks are slow holds up its own callers only.
 func (s *Server) admitted(w http.ResponseWriter, r *http.Request, read func(http.ResponseWriter, *http.Request) ([]byte, error),
 	parse func(body []byte) (*snapshot.Request, error), serve func(req *snapshot.Request, facts snapshot.Facts)) {
+	s.withBody(w, r, read, func(body []byte) {
+		s.answerNotDecided(w, r, s.deciding(r, func() (*snapshot.Request, error) { return parse(body) }, serve))
+	})
+}
+
+// withBody reads the body of a decision request with read and hands it to serve, holding a
+// reading slot from before the first byte is read until serve returns.
+func (s *Server) withBody(w http.ResponseWriter, r *http.Request, read func(http.ResponseWriter, *http.Request) ([]byte, error), serve func(body []byte)) {
 	release := s.admit.acquire(r.Context(), s.admit.reading)
 	if release == nil {
 		s.answerOverloaded(w, r)
@@ -199,16 +202,28 @@ func (s *Server) admitted(w http.ResponseWriter, r *http.Request, read func(http
 		writeError(w, err)
 		return
 	}
+	serve(body)
+}
+
+// errNotAdmitted is deciding's error when no deciding slot was free in time.
+var errNotAdmitted = errors.New("not admitted")
+
+// deciding decodes a request with parse and decides it with serve, holding a deciding slot
+// for both. It returns errNotAdmitted when no slot came in time, or parse's error.
+//
+// A driver's config check that must be asked is not waited for in a deciding slot: the
+// request gives its slot and its decoded form up, waits for the check (which holds only the
+// config), and is admitted, decoded and decided again, the answer then at hand. So a plugin
+// whose checks are slow holds up its own callers only.
+func (s *Server) deciding(r *http.Request, parse func() (*snapshot.Request, error), serve func(req *snapshot.Request, facts snapshot.Facts)) error {
 	releaseDeciding := s.admit.acquire(r.Context(), s.admit.deciding)
 	if releaseDeciding == nil {
-		s.answerOverloaded(w, r)
-		return
+		return errNotAdmitted
 	}
-	req, err := parse(body)
+	req, err := parse()
 	if err != nil {
 		releaseDeciding()
-		writeError(w, err) // a bad request
-		return
+		return err
 	}
 	var facts snapshot.Facts = s.facts
 	if wait := snapshot.PendingConfigCheck(req, s.facts); wait != nil {
@@ -216,17 +231,27 @@ func (s *Server) admitted(w http.ResponseWriter, r *http.Request, read func(http
 		releaseDeciding()
 		facts = wait(r.Context())
 		if releaseDeciding = s.admit.acquire(r.Context(), s.admit.deciding); releaseDeciding == nil {
-			s.answerOverloaded(w, r)
-			return
+			return errNotAdmitted
 		}
-		if req, err = parse(body); err != nil {
+		if req, err = parse(); err != nil {
 			releaseDeciding()
-			writeError(w, err)
-			return
+			return err
 		}
 	}
 	defer releaseDeciding()
 	serve(req, facts)
+	return nil
+}
+
+// answerNotDecided answers deciding's error: 503 when no slot came in time, the error (a bad
+// request) otherwise; nothing when err is nil (the decision was answered).
+func (s *Server) answerNotDecided(w http.ResponseWriter, r *http.Request, err error) {
+	switch {
+	case errors.Is(err, errNotAdmitted):
+		s.answerOverloaded(w, r)
+	case err != nil:
+		writeError(w, err)
+	}
 }
 
 // answerDecision decides req and returns the document with the HTTP status to answer it with

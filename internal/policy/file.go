@@ -17,6 +17,7 @@ import (
 
 	"github.com/authz-dev/authz/internal/coded"
 	"github.com/authz-dev/authz/internal/decision"
+	"github.com/authz-dev/authz/internal/logtext"
 )
 
 // readBundle reads a bundle file or directory as `opa run --bundle` does, verifying its
@@ -59,11 +60,12 @@ func (s *Source) loadFile(ctx context.Context) error {
 	st.SetRequest()
 	s.watched = fingerprint(path)
 	fail := func(code string, err error) error {
-		e := &coded.Error{Code: code, Err: fmt.Errorf("%s: %w", path, err)}
+		// The error quotes the bundle's entry names: it is shown and logged cleaned.
+		e := &coded.Error{Code: code, Err: cleanedError{fmt.Errorf("%s: %w", path, err)}}
 		st.Code, st.Message, st.Errors = code, e.Err.Error(), nil
 		s.status.LastError = e.Error()
 		if rev := s.eng.Revision(); rev != "" {
-			s.log.Error("bundle refused; the active policy stays", "bundle", path, "active_revision", rev, "error", e)
+			s.log.Error("bundle refused; the active policy stays", "bundle", path, "active_revision", rev, "error", e.Error())
 		}
 		return e
 	}
@@ -127,3 +129,10 @@ func fingerprint(path string) string {
 	}
 	return hex.EncodeToString(h.Sum(nil))
 }
+
+// cleanedError is an error whose text is cleaned (logtext.Clean) and whose cause stays
+// reachable with errors.Is and errors.As.
+type cleanedError struct{ err error }
+
+func (e cleanedError) Error() string { return logtext.Clean(e.err.Error()) }
+func (e cleanedError) Unwrap() error { return e.err }

@@ -20,6 +20,7 @@ import (
 
 	"github.com/authz-dev/authz/internal/coded"
 	"github.com/authz-dev/authz/internal/decision"
+	"github.com/authz-dev/authz/internal/logtext"
 )
 
 // remote runs OPA's plugin manager over the opa section: the bundle plugin downloads (ETag
@@ -95,7 +96,7 @@ func (r *remote) onActivate(ctx context.Context, txn storage.Transaction) {
 		if rerr != nil {
 			err = errors.Join(err, rerr)
 		}
-		revs[n] = rev
+		revs[n] = logtext.Clean(rev)
 	}
 	var data map[string]any
 	if err == nil {
@@ -124,15 +125,15 @@ func (r *remote) onActivate(ctx context.Context, txn storage.Transaction) {
 	for _, n := range names {
 		s.checks[n] = ""
 		if err != nil {
-			s.checks[n] = err.Error()
+			s.checks[n] = logtext.Clean(err.Error())
 		} else {
 			s.served[n] = revs[n]
 		}
 	}
 	if err != nil {
 		e := &coded.Error{Code: coded.PolicyBundleCheck, Err: err}
-		s.status.LastError = e.Error()
-		s.log.Error("bundle refused; the active policy stays", "bundles", names, "active_revision", s.eng.Revision(), "error", e)
+		s.status.LastError = logtext.Clean(e.Error())
+		s.log.Error("bundle refused; the active policy stays", "bundles", names, "active_revision", s.eng.Revision(), "error", s.status.LastError)
 	}
 }
 
@@ -148,19 +149,20 @@ func moduleSources(c *ast.Compiler) map[string]string {
 	return out
 }
 
-// onStatus records OPA's status of every bundle, and logs each new failure.
+// onStatus records OPA's status of every bundle (its texts cleaned: cleanStatus), and logs each
+// new failure.
 func (r *remote) onStatus(st map[string]*bundleplugin.Status) {
 	s := r.s
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for n, b := range st {
-		cp := *b
+		cp := cleanStatus(b)
 		prev := s.status.Bundles[n]
 		if cp.Code != "" && (prev == nil || prev.Message != cp.Message) {
 			s.status.LastError = cp.Code + ": " + cp.Message
 			s.log.Error("bundle refused; the active policy stays", "bundle", n, "active_revision", s.eng.Revision(), "code", cp.Code, "error", cp.Message)
 		}
-		s.status.Bundles[n] = &cp
+		s.status.Bundles[n] = cp
 	}
 }
 
@@ -176,7 +178,40 @@ func (r *remote) stop(ctx context.Context) {
 	r.mgr.Stop(ctx)
 }
 
-// opaLogger writes OPA's log into the service log.
+// cleanStatus is a copy of OPA's status of a bundle whose texts are safe to show and log: OPA's
+// messages quote bundle entry names, URLs and server answers, so each is escaped and its URLs'
+// credentials redacted (logtext.Clean).
+func cleanStatus(b *bundleplugin.Status) *bundleplugin.Status {
+	cp := *b
+	cp.Name = logtext.Clean(cp.Name)
+	cp.ActiveRevision = logtext.Clean(cp.ActiveRevision)
+	cp.Message = logtext.Clean(cp.Message)
+	cp.Errors = nil
+	for _, err := range b.Errors {
+		cp.Errors = append(cp.Errors, cleanError(err))
+	}
+	return &cp
+}
+
+// cleanError is err with its texts cleaned, keeping the shape of OPA's compile errors.
+func cleanError(err error) error {
+	var ae *ast.Error
+	if !errors.As(err, &ae) {
+		return errors.New(logtext.Clean(err.Error()))
+	}
+	out := &ast.Error{Code: logtext.Clean(ae.Code), Message: logtext.Clean(ae.Message)}
+	if ae.Location != nil {
+		out.Location = &ast.Location{File: logtext.Clean(ae.Location.File), Row: ae.Location.Row, Col: ae.Location.Col}
+	}
+	if d, ok := ae.Details.(*ast.ParserErrorDetail); ok && d != nil {
+		out.Details = &ast.ParserErrorDetail{Line: logtext.Clean(d.Line), Idx: d.Idx}
+	}
+	return out
+}
+
+// opaLogger writes OPA's log into the service log. OPA's messages and fields quote what bundle,
+// decision-log and status servers sent (entry names, error bodies) and the URLs of requests, so
+// every text is cleaned (logtext.Clean): escaped, and without URL credentials.
 type opaLogger struct {
 	l      hclog.Logger
 	fields []any
@@ -184,17 +219,39 @@ type opaLogger struct {
 
 func (o *opaLogger) args() []any { return o.fields }
 
-func (o *opaLogger) Debug(f string, a ...any) { o.l.Debug(fmt.Sprintf(f, a...), o.args()...) }
-func (o *opaLogger) Info(f string, a ...any)  { o.l.Info(fmt.Sprintf(f, a...), o.args()...) }
-func (o *opaLogger) Warn(f string, a ...any)  { o.l.Warn(fmt.Sprintf(f, a...), o.args()...) }
-func (o *opaLogger) Error(f string, a ...any) { o.l.Error(fmt.Sprintf(f, a...), o.args()...) }
+func (o *opaLogger) Debug(f string, a ...any) {
+	o.l.Debug(logtext.Clean(fmt.Sprintf(f, a...)), o.args()...)
+}
+func (o *opaLogger) Info(f string, a ...any) {
+	o.l.Info(logtext.Clean(fmt.Sprintf(f, a...)), o.args()...)
+}
+func (o *opaLogger) Warn(f string, a ...any) {
+	o.l.Warn(logtext.Clean(fmt.Sprintf(f, a...)), o.args()...)
+}
+func (o *opaLogger) Error(f string, a ...any) {
+	o.l.Error(logtext.Clean(fmt.Sprintf(f, a...)), o.args()...)
+}
 
 func (o *opaLogger) WithFields(m map[string]any) logging.Logger {
 	f := append([]any(nil), o.fields...)
 	for _, k := range sortedNames(m) {
-		f = append(f, k, m[k])
+		f = append(f, logtext.Clean(k), cleanField(m[k]))
 	}
 	return &opaLogger{l: o.l, fields: f}
+}
+
+// cleanField is a field of OPA's log as logged: numbers and booleans as they are, anything else
+// as its cleaned text.
+func cleanField(v any) any {
+	switch x := v.(type) {
+	case nil, bool, int, int32, int64, uint, uint32, uint64, float32, float64:
+		return v
+	case string:
+		return logtext.Clean(x)
+	case error:
+		return logtext.Clean(x.Error())
+	}
+	return logtext.Clean(fmt.Sprintf("%v", v))
 }
 
 func (o *opaLogger) GetLevel() logging.Level {

@@ -22,6 +22,7 @@ import (
 
 	"github.com/authz-dev/authz/internal/coded"
 	"github.com/authz-dev/authz/internal/decision"
+	"github.com/authz-dev/authz/internal/logtext"
 	"github.com/authz-dev/authz/policies"
 )
 
@@ -256,7 +257,7 @@ func (s *Source) loadEmbedded(ctx context.Context) error {
 // has none.
 func bundleRevision(b *bundle.Bundle) string {
 	if b.Manifest.Revision != "" {
-		return b.Manifest.Revision
+		return logtext.Clean(b.Manifest.Revision)
 	}
 	mods := make(map[string]string, len(b.Modules))
 	for _, m := range b.Modules {

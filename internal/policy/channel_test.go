@@ -322,6 +322,19 @@ func TestUnchangedBundleIsNotReactivated(t *testing.T) {
 	assert.Equal(t, at, src.Status().ActivatedAt)
 	assert.Equal(t, uint64(1), eng.CacheStats().Hits, "the decision cache was purged")
 
+	// A server with ETag that publishes the same bundle under a new ETag: not activated again.
+	esrv := policytest.NewBundleServer(t)
+	eeng, esrc, eout := startLogged(t, remoteConfig(esrv, "", true, ""), hclog.Info)
+	esrv.Publish(body)
+	policytest.WaitFor(t, "activation", 20*time.Second, func() bool { return eeng.Revision() == "same" })
+	eat := esrc.Status().ActivatedAt
+	esrv.Publish(body)
+	policytest.WaitFor(t, "the new ETag's download", 20*time.Second, func() bool {
+		return strings.Count(eout.String(), "Bundle loaded and activated successfully") >= 2
+	})
+	assert.Equal(t, 1, strings.Count(eout.String(), "policy activated"))
+	assert.Equal(t, eat, esrc.Status().ActivatedAt)
+
 	// A watched bundle file touched without a change is not activated again either.
 	dir := t.TempDir()
 	path := filepath.Join(dir, "b.tar.gz")

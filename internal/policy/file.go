@@ -46,6 +46,15 @@ func compileBundle(b *bundle.Bundle) (*decision.Policy, error) {
 	return decision.CompileModules(mods, b.Data, bundleRevision(b))
 }
 
+// rawModules are the sources of a bundle's modules by path.
+func rawModules(b *bundle.Bundle) map[string]string {
+	out := make(map[string]string, len(b.Modules))
+	for _, m := range b.Modules {
+		out[m.Path] = string(m.Raw)
+	}
+	return out
+}
+
 // loadFile reads the bundle file or directory and activates it; on any failure the active
 // policy stays and the error is recorded in the status.
 func (s *Source) loadFile(ctx context.Context) error {
@@ -75,11 +84,18 @@ func (s *Source) loadFile(ctx context.Context) error {
 	}
 	st.SetDownloadSuccess()
 	st.Type = b.Type()
+	origin := OriginFile + ":" + path
+	digest := contentDigest(origin, bundleRevision(b), rawModules(b), b.Data)
+	if s.unchangedLocked(digest) {
+		st.SetError(nil)
+		s.status.LastError = ""
+		return nil
+	}
 	p, err := compileBundle(b)
 	if err != nil {
 		return fail(coded.PolicyBundleCheck, err)
 	}
-	if err := s.activateLocked(ctx, p, OriginFile+":"+path); err != nil {
+	if err := s.activateLocked(ctx, p, origin, digest); err != nil {
 		return fail(coded.PolicyBundleCheck, err)
 	}
 	st.SetError(nil)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"strings"
 
 	"github.com/google/uuid"
@@ -115,12 +116,22 @@ func (r *remote) onActivate(ctx context.Context, txn storage.Transaction) {
 			revs[n] = contentRevision(moduleSources(c), nil)
 		}
 	}
-	var p *decision.Policy
+	origin, rev := OriginRemote+":"+strings.Join(sortedNames(revs), ","), joinRevisions(revs)
+	var digest string
 	if err == nil {
-		p, err = decision.CompiledPolicy(c, data, joinRevisions(revs))
+		digest = contentDigest(origin, rev, moduleSources(c), withoutBundleState(data))
 	}
-	if err == nil {
-		err = s.activateLocked(ctx, p, OriginRemote+":"+strings.Join(sortedNames(revs), ","))
+	var p *decision.Policy
+	switch {
+	case err != nil:
+	case s.unchangedLocked(digest):
+		// The same content again (a server without ETag): the active policy and its
+		// decision cache stay.
+		s.log.Debug("bundle unchanged; not activated again", "revision", rev)
+	default:
+		if p, err = decision.CompiledPolicy(c, data, rev); err == nil {
+			err = s.activateLocked(ctx, p, origin, digest)
+		}
 	}
 	for _, n := range names {
 		s.checks[n] = ""
@@ -135,6 +146,31 @@ func (r *remote) onActivate(ctx context.Context, txn storage.Transaction) {
 		s.status.LastError = logtext.Clean(e.Error())
 		s.log.Error("bundle refused; the active policy stays", "bundles", names, "active_revision", s.eng.Revision(), "error", s.status.LastError)
 	}
+}
+
+// withoutBundleState is data without the ETags of OPA's record of the bundles
+// (data.system.bundles.NAME.etag), which change with a download even when the content does not.
+func withoutBundleState(data map[string]any) map[string]any {
+	sys, _ := data["system"].(map[string]any)
+	bundles, _ := sys["bundles"].(map[string]any)
+	if len(bundles) == 0 {
+		return data
+	}
+	bOut := make(map[string]any, len(bundles))
+	for n, v := range bundles {
+		if m, ok := v.(map[string]any); ok {
+			if _, has := m["etag"]; has {
+				m = maps.Clone(m)
+				delete(m, "etag")
+			}
+			v = m
+		}
+		bOut[n] = v
+	}
+	out, sysOut := maps.Clone(data), maps.Clone(sys)
+	sysOut["bundles"] = bOut
+	out["system"] = sysOut
+	return out
 }
 
 // moduleSources are the sources of the compiled modules (for a content revision).

@@ -75,6 +75,7 @@ type Source struct {
 	checks  map[string]string // per bundle: authz's own check failure, "" when none
 	served  map[string]string // per remote bundle: the revision the engine serves
 	watched string            // fingerprint of the watched bundle
+	digest  string            // contentDigest of the active policy; "" for the embedded one
 
 	remote *remote
 	stop   chan struct{}
@@ -212,11 +213,13 @@ func (s *Source) Origin() string {
 	return s.status.Origin
 }
 
-// activate makes p the engine's policy; s.mu is held.
-func (s *Source) activateLocked(ctx context.Context, p *decision.Policy, origin string) error {
+// activateLocked makes p the engine's policy, digest its contentDigest ("" for none); s.mu is
+// held.
+func (s *Source) activateLocked(ctx context.Context, p *decision.Policy, origin, digest string) error {
 	if err := s.eng.Activate(ctx, p); err != nil {
 		return err
 	}
+	s.digest = digest
 	s.status.Revision, s.status.Origin, s.status.ActivatedAt, s.status.LastError = p.Revision(), origin, time.Now().UTC(), ""
 	s.log.Info("policy activated", "revision", p.Revision(), "origin", origin, "cache", cacheNote(p))
 	return nil
@@ -250,7 +253,7 @@ func (s *Source) loadEmbedded(ctx context.Context) error {
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.activateLocked(ctx, p, OriginEmbedded)
+	return s.activateLocked(ctx, p, OriginEmbedded, "")
 }
 
 // bundleRevision is a bundle's manifest revision, or a digest of its modules and data when it
@@ -276,6 +279,29 @@ func contentRevision(mods map[string]string, data map[string]any) string {
 	b, _ := json.Marshal(data) // map keys are sorted by encoding/json
 	h.Write(b)
 	return "sha256:" + hex.EncodeToString(h.Sum(nil))[:16]
+}
+
+// contentDigest identifies a policy's content: where it comes from, its revision, its modules
+// and its data. A bundle whose digest is the active policy's is not activated again (its
+// decisions would be the same), so a server that sends the same bundle at every poll, with or
+// without ETag, does not purge the decision cache.
+func contentDigest(origin, revision string, mods map[string]string, data map[string]any) string {
+	h := sha256.New()
+	fmt.Fprintf(h, "%d:%s%d:%s", len(origin), origin, len(revision), revision)
+	for _, n := range slices.Sorted(maps.Keys(mods)) {
+		fmt.Fprintf(h, "%d:%s%d:%s", len(n), n, len(mods[n]), mods[n])
+	}
+	b, err := json.Marshal(data) // map keys are sorted by encoding/json
+	if err != nil {
+		return "" // never equal: the bundle is activated
+	}
+	h.Write(b)
+	return hex.EncodeToString(h.Sum(nil))
+}
+
+// unchangedLocked reports whether digest is the active policy's; s.mu is held.
+func (s *Source) unchangedLocked(digest string) bool {
+	return digest != "" && digest == s.digest
 }
 
 // joinRevisions is the revision of several bundles: NAME=REVISION, sorted by name; the revision

@@ -174,7 +174,7 @@ func TestFileBundleMasksApplyToOPADecisionLogs(t *testing.T) {
 	for _, layout := range []string{"file", "directory"} {
 		t.Run(layout, func(t *testing.T) {
 			mods := policytest.EmbeddedModules(t)
-			mods["system/log.rego"] = "package system.log\n\nmask contains \"/input/secret\"\n\ndrop if input.dropme\n"
+			mods["system/log.rego"] = "package system.log\n\nmask contains \"/input/secret\"\n\ndrop if input.input.dropme\n"
 			spec := policytest.BundleSpec{Revision: "masked-1", Modules: mods}
 			path := filepath.Join(t.TempDir(), "bundle")
 			if layout == "file" {

@@ -95,6 +95,13 @@ func (s *Source) loadFile(ctx context.Context) error {
 	if err != nil {
 		return fail(coded.PolicyBundleCheck, err)
 	}
+	if s.remote != nil {
+		// OPA's decision-log plugin masks and drops with the policy of its plugin manager:
+		// the bundle goes there too, or is refused (an unmasked log is not an option).
+		if err := s.remote.install(ctx, path, b); err != nil {
+			return fail(coded.PolicyBundleCheck, fmt.Errorf("install the bundle for OPA's decision log: %w", err))
+		}
+	}
 	if err := s.activateLocked(ctx, p, origin, digest); err != nil {
 		return fail(coded.PolicyBundleCheck, err)
 	}

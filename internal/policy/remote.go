@@ -12,6 +12,7 @@ import (
 	"github.com/open-policy-agent/opa/v1/ast"
 	"github.com/open-policy-agent/opa/v1/bundle"
 	"github.com/open-policy-agent/opa/v1/logging"
+	"github.com/open-policy-agent/opa/v1/metrics"
 	"github.com/open-policy-agent/opa/v1/plugins"
 	bundleplugin "github.com/open-policy-agent/opa/v1/plugins/bundle"
 	"github.com/open-policy-agent/opa/v1/plugins/discovery"
@@ -81,6 +82,30 @@ func startRemote(ctx context.Context, s *Source, bundles bool) (*remote, error) 
 	}
 	mgr.ServerInitialized()
 	return r, nil
+}
+
+// install puts a bundle file's policy and data into the plugin manager's store and compiler, as
+// OPA's bundle plugin does with a downloaded bundle, so that OPA's decision-log plugin applies
+// the bundle's system.log.mask and system.log.drop rules. The engine does not read the manager:
+// its policy is activated separately.
+func (r *remote) install(ctx context.Context, name string, b *bundle.Bundle) error {
+	params := storage.WriteParams
+	params.Context = storage.NewContext()
+	return storage.Txn(ctx, r.mgr.Store, params, func(txn storage.Transaction) error {
+		c := ast.NewCompiler().WithPathConflictsCheck(storage.NonEmpty(ctx, r.mgr.Store, txn))
+		if b.Manifest.Roots != nil {
+			c = c.WithPathConflictsCheckRoots(*b.Manifest.Roots)
+		}
+		err := bundle.Activate(&bundle.ActivateOpts{
+			Ctx: ctx, Store: r.mgr.Store, Txn: txn, TxnCtx: params.Context, Compiler: c,
+			Metrics: metrics.New(), Bundles: map[string]*bundle.Bundle{name: b}, ParserOptions: r.mgr.ParserOptions(),
+		})
+		if err != nil {
+			return err
+		}
+		plugins.SetCompilerOnContext(params.Context, c)
+		return nil
+	})
 }
 
 // onActivate runs inside the commit of a bundle activation: it reads the new compiler and the

@@ -129,25 +129,38 @@ func Start(ctx context.Context, cfg Config, engineOpts decision.Options, opts Op
 // bundles are activated as they arrive (a persisted one before Start returns): the engine has no
 // policy, and Ready is false, until then.
 func (s *Source) Start(ctx context.Context) error {
-	var err error
-	switch s.cfg.Kind() {
-	case OriginFile:
-		if err = s.loadFile(ctx); err == nil && s.cfg.Watch {
+	if s.cfg.Kind() == OriginEmbedded {
+		if err := s.loadEmbedded(ctx); err != nil {
+			return err
+		}
+	}
+	if len(s.cfg.OPA) > 0 {
+		// The opa section runs OPA's plugins: the bundles (the policy's origin), decision logs,
+		// status. They start before a bundle file is read, so that the file's policy is also
+		// the one OPA's decision-log plugin masks and drops with.
+		r, err := startRemote(ctx, s, s.cfg.Kind() == OriginRemote)
+		if err != nil {
+			return &coded.Error{Code: coded.PolicyRemote, Err: err}
+		}
+		s.mu.Lock()
+		s.remote = r
+		s.mu.Unlock()
+	}
+	if s.cfg.Kind() == OriginFile {
+		if err := s.loadFile(ctx); err != nil {
+			s.mu.Lock()
+			r := s.remote
+			s.remote = nil
+			s.mu.Unlock()
+			if r != nil {
+				r.stop(context.WithoutCancel(ctx))
+			}
+			return err
+		}
+		if s.cfg.Watch {
 			s.wg.Go(func() { s.watch(context.WithoutCancel(ctx)) })
 		}
-	case OriginEmbedded:
-		err = s.loadEmbedded(ctx)
 	}
-	if err != nil || len(s.cfg.OPA) == 0 {
-		return err
-	}
-	// The opa section runs OPA's plugins: the bundles (the policy's origin), decision logs,
-	// status.
-	r, err := startRemote(ctx, s, s.cfg.Kind() == OriginRemote)
-	if err != nil {
-		return &coded.Error{Code: coded.PolicyRemote, Err: err}
-	}
-	s.remote = r
 	return nil
 }
 

@@ -84,6 +84,16 @@ func (s *Source) loadFile(ctx context.Context) error {
 	}
 	st.SetDownloadSuccess()
 	st.Type = b.Type()
+	var iat int64
+	if s.vc != nil {
+		// Signed bundles are ordered by their signature's issue time (order.go).
+		if iat, err = signatureIAT(b.Signatures); err != nil {
+			return fail(coded.PolicyBundleLoad, err)
+		}
+		if err := s.order.check(path, iat); err != nil {
+			return fail(coded.PolicyBundleRollback, err)
+		}
+	}
 	origin := OriginFile + ":" + path
 	digest := contentDigest(origin, bundleRevision(b), rawModules(b), b.Data)
 	if s.unchangedLocked(digest) {
@@ -107,6 +117,7 @@ func (s *Source) loadFile(ctx context.Context) error {
 	}
 	st.SetError(nil)
 	st.SetActivateSuccess(p.Revision())
+	_ = s.order.commit(map[string]int64{path: iat}) // a bundle file's order is kept in the process
 	return nil
 }
 

@@ -76,6 +76,7 @@ type Source struct {
 	served  map[string]string // per remote bundle: the revision the engine serves
 	watched string            // fingerprint of the watched bundle
 	digest  string            // contentDigest of the active policy; "" for the embedded one
+	order   *bundleOrder      // issue times of the active signed bundles (order.go)
 
 	remote *remote
 	stop   chan struct{}
@@ -102,7 +103,8 @@ func New(cfg Config, eng *decision.Engine, opts Options) (*Source, error) {
 		return nil, &coded.Error{Code: coded.PolicyBundleLoad, Err: err}
 	}
 	s := &Source{cfg: cfg, eng: eng, opts: opts, log: opts.Logger.Named("policy"), vc: vc,
-		checks: map[string]string{}, served: map[string]string{}, stop: make(chan struct{})}
+		checks: map[string]string{}, served: map[string]string{}, stop: make(chan struct{}),
+		order: &bundleOrder{iat: map[string]int64{}}}
 	s.status.Bundles = map[string]*bundleplugin.Status{}
 	return s, nil
 }

@@ -106,6 +106,9 @@ func TestRemoteRollbackRefusedAcrossRestart(t *testing.T) {
 	assert.Contains(t, st.Bundles["authz"].Message, "issued at 1970-01-01T00:16:40Z, before the active bundle")
 	assert.Contains(t, st.LastError, coded.PolicyBundleRollback)
 	assert.Contains(t, out.String(), coded.PolicyBundleRollback)
+	state, err := os.ReadFile(filepath.Join(persist, orderStateName))
+	require.NoError(t, err, "the order is kept beside OPA's persisted bundles")
+	assert.JSONEq(t, `{"issued_at": {"authz": 2000}}`, string(state))
 	src.Close(t.Context())
 
 	// After a restart the order holds: the persisted v1 is served and v0 is refused again.

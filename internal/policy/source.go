@@ -72,16 +72,19 @@ type Source struct {
 
 	mu      sync.Mutex // serializes activations and guards the fields below
 	status  Status
-	checks  map[string]string // per bundle: authz's own check failure, "" when none
-	served  map[string]string // per remote bundle: the revision the engine serves
-	watched string            // fingerprint of the watched bundle
-	digest  string            // contentDigest of the active policy; "" for the embedded one
-	order   *bundleOrder      // issue times of the active signed bundles (order.go)
+	checks  map[string]refusal // per bundle: authz's own refusal of its last activation
+	served  map[string]string  // per remote bundle: the revision the engine serves
+	watched string             // fingerprint of the watched bundle
+	digest  string             // contentDigest of the active policy; "" for the embedded one
+	order   *bundleOrder       // issue times of the active signed bundles (order.go)
 
 	remote *remote
 	stop   chan struct{}
 	wg     sync.WaitGroup
 }
+
+// refusal is why authz refused a bundle OPA activated in its store: a code and a cleaned message.
+type refusal struct{ code, msg string }
 
 // New checks cfg and returns a Source that will activate policy in eng (an engine made with
 // decision.NewEmpty). It starts nothing.
@@ -103,7 +106,7 @@ func New(cfg Config, eng *decision.Engine, opts Options) (*Source, error) {
 		return nil, &coded.Error{Code: coded.PolicyBundleLoad, Err: err}
 	}
 	s := &Source{cfg: cfg, eng: eng, opts: opts, log: opts.Logger.Named("policy"), vc: vc,
-		checks: map[string]string{}, served: map[string]string{}, stop: make(chan struct{}),
+		checks: map[string]refusal{}, served: map[string]string{}, stop: make(chan struct{}),
 		order: &bundleOrder{iat: map[string]int64{}}}
 	s.status.Bundles = map[string]*bundleplugin.Status{}
 	return s, nil
@@ -208,8 +211,8 @@ func (s *Source) Status() Status {
 	for n, b := range s.status.Bundles {
 		cp := *b
 		cp.Metrics = nil // per-download timers, not state
-		if msg := s.checks[n]; msg != "" {
-			cp.Code, cp.Message, cp.Errors = coded.PolicyBundleCheck, msg, nil
+		if c := s.checks[n]; c.code != "" {
+			cp.Code, cp.Message, cp.Errors = c.code, c.msg, nil
 		}
 		if rev, ok := s.served[n]; ok {
 			// OPA's active revision is the one in its store; a bundle that failed authz's

@@ -13,7 +13,7 @@ import (
 	"unicode/utf8"
 )
 
-// Redacted replaces a password and every query value of a URL.
+// Redacted replaces the user information, every query value and the fragment of a URL.
 const Redacted = "xxxxx"
 
 // Clean is Escape(RedactURLs(s)): what every text from outside goes through before it is
@@ -76,8 +76,8 @@ func Escape(s string) string {
 // angle bracket (how URLs are delimited in Go's and OPA's error messages).
 var urlPattern = regexp.MustCompile(`[A-Za-z][A-Za-z0-9+.-]*://[^\s"'<>]+`)
 
-// RedactURLs returns s with the credentials of every URL in it replaced by Redacted: the
-// password of the user information, the value of every query parameter (query strings carry
+// RedactURLs returns s with the credentials of every URL in it replaced by Redacted: the user
+// information (name and password), the value of every query parameter (query strings carry
 // signed-URL signatures and tokens) and the fragment. A URL that does not parse loses all of its user
 // information and query. Text without "://" is returned as it is.
 func RedactURLs(s string) string {
@@ -87,16 +87,15 @@ func RedactURLs(s string) string {
 	return urlPattern.ReplaceAllStringFunc(s, RedactURL)
 }
 
-// RedactURL is one URL with its password and query values replaced by Redacted.
+// RedactURL is one URL with its user information, query values and fragment replaced by
+// Redacted.
 func RedactURL(raw string) string {
 	u, err := url.Parse(raw)
 	if err != nil {
 		return redactUnparsed(raw)
 	}
 	if u.User != nil {
-		if _, has := u.User.Password(); has {
-			u.User = url.UserPassword(u.User.Username(), Redacted)
-		}
+		u.User = url.User(Redacted) // a user name alone may be a token
 	}
 	if u.RawQuery != "" || u.ForceQuery {
 		u.RawQuery = redactQuery(u.RawQuery)

@@ -30,10 +30,10 @@ func TestRedactURLs(t *testing.T) {
 		{"plain URL", `Get "https://b.example/bundles/authz.tar.gz": EOF`, `Get "https://b.example/bundles/authz.tar.gz": EOF`},
 		{"query values", `Get "https://b.example/a.tar.gz?sig=SECRET&se=2026": EOF`, `Get "https://b.example/a.tar.gz?sig=xxxxx&se=xxxxx": EOF`},
 		{"query without value", "https://b.example/a?SECRET", "https://b.example/a?xxxxx"},
-		{"password", "https://user:SECRET@b.example/a", "https://user:xxxxx@b.example/a"},
-		{"user only kept", "https://user@b.example/a", "https://user@b.example/a"},
+		{"password", "https://user:SECRET@b.example/a", "https://xxxxx@b.example/a"},
+		{"token as user name", "https://SECRET@b.example/a", "https://xxxxx@b.example/a"},
 		{"fragment", "https://b.example/a#token=SECRET", "https://b.example/a#xxxxx"},
-		{"two URLs", "http://a/x?k=S1 and http://u:S2@b/y", "http://a/x?k=xxxxx and http://u:xxxxx@b/y"},
+		{"two URLs", "http://a/x?k=S1 and http://u:S2@b/y", "http://a/x?k=xxxxx and http://xxxxx@b/y"},
 		{"unparsable", "http://u:S1@b%zz/x?k=S2", "http://xxxxx@b%zz/x?xxxxx"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -347,3 +347,20 @@ func TestUnchangedBundleIsNotReactivated(t *testing.T) {
 	require.NoError(t, fsrc.Reload(t.Context()))
 	assert.Equal(t, 1, strings.Count(fout.String(), "policy activated"))
 }
+
+// A bundle's revision is shown in every answer, the status, the log and the metrics' revision
+// label: a revision from outside is escaped and its URLs' credentials redacted.
+func TestBundleRevisionIsCleaned(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "b.tar.gz")
+	rev := "v1\n[INFO] forged https://u:PASSWORD@h.example/b?sig=SECRET"
+	require.NoError(t, os.WriteFile(path, policytest.MakeBundle(t, policytest.BundleSpec{Revision: rev}), 0o600))
+	eng, src, out := startLogged(t, Config{Bundle: path}, hclog.Info)
+	want := `v1\n[INFO] forged https://xxxxx@h.example/b?sig=xxxxx`
+	assert.Equal(t, want, eng.Revision())
+	assert.Equal(t, want, src.Status().Revision)
+	assert.Equal(t, want, decideRevision(t, eng))
+	assert.NotContains(t, out.String(), "SECRET")
+	for line := range strings.SplitSeq(out.String(), "\n") {
+		assert.False(t, strings.HasPrefix(line, "[INFO] forged"), "a revision forged a log line: %q", line)
+	}
+}

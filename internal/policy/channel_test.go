@@ -364,3 +364,26 @@ func TestBundleRevisionIsCleaned(t *testing.T) {
 		assert.False(t, strings.HasPrefix(line, "[INFO] forged"), "a revision forged a log line: %q", line)
 	}
 }
+
+// OPA's log lines and fields go through opaLogger: messages, field names and every string of a
+// structured field (OPA's console decision log) are escaped and their URLs redacted; the
+// structure stays for the JSON log format.
+func TestOPALoggerCleansMessagesAndFields(t *testing.T) {
+	for _, jsonFormat := range []bool{false, true} {
+		out := &testutil.SyncBuffer{}
+		lg := &opaLogger{l: hclog.New(&hclog.LoggerOptions{Output: out, Level: hclog.Debug, JSONFormat: jsonFormat})}
+		lg.WithFields(map[string]any{
+			"url":   "https://u:PASSWORD@h.example/b.tar.gz?sig=SECRET",
+			"input": map[string]any{"s": []any{"a\n2026-01-01T00:00:00.000Z [INFO] forged\x1b[2J", json.Number("7")}},
+		}).Error("Bundle load failed: %v", "x.rego\n2026-01-01T00:00:00.000Z [INFO]  policy: policy activated")
+		text := out.String()
+		assert.Empty(t, forged(text), "json=%v: %s", jsonFormat, text)
+		assert.NotContains(t, text, "SECRET")
+		assert.NotContains(t, text, "PASSWORD")
+		if jsonFormat {
+			var line map[string]any
+			require.NoError(t, json.Unmarshal([]byte(text), &line))
+			assert.IsType(t, map[string]any{}, line["input"], "a structured field stays structured")
+		}
+	}
+}

@@ -514,16 +514,29 @@ func (o *opaLogger) WithFields(m map[string]any) logging.Logger {
 	return &opaLogger{l: o.l, fields: f}
 }
 
-// cleanField is a field of OPA's log as logged: numbers and booleans as they are, anything else
-// as its cleaned text.
+// cleanField is a field of OPA's log as logged: numbers and booleans as they are, strings
+// cleaned, JSON-shaped objects and arrays (OPA's console decision log) with every key and
+// string cleaned, anything else as its cleaned text.
 func cleanField(v any) any {
 	switch x := v.(type) {
-	case nil, bool, int, int32, int64, uint, uint32, uint64, float32, float64:
+	case nil, bool, int, int32, int64, uint, uint32, uint64, float32, float64, json.Number:
 		return v
 	case string:
 		return logtext.Clean(x)
 	case error:
 		return logtext.Clean(x.Error())
+	case map[string]any:
+		out := make(map[string]any, len(x))
+		for k, e := range x {
+			out[logtext.Clean(k)] = cleanField(e)
+		}
+		return out
+	case []any:
+		out := make([]any, len(x))
+		for i, e := range x {
+			out[i] = cleanField(e)
+		}
+		return out
 	}
 	return logtext.Clean(fmt.Sprintf("%v", v))
 }

@@ -387,3 +387,21 @@ func TestOPALoggerCleansMessagesAndFields(t *testing.T) {
 		}
 	}
 }
+
+// A malformed order file stops the start: without the recorded order an older bundle would be
+// accepted.
+func TestRemoteOrderStateUnreadableStopsStart(t *testing.T) {
+	a, _ := policytest.Keys(t)
+	persist := t.TempDir()
+	testutil.WriteFile(t, persist, orderStateName, "{not json")
+	srv := policytest.NewBundleServer(t)
+	src, err := New(remoteConfig(srv, a.Public, true, persist), decision.NewEmpty(decision.Options{}), Options{})
+	require.NoError(t, err)
+	err = src.Start(t.Context())
+	var ce *coded.Error
+	require.ErrorAs(t, err, &ce)
+	assert.Equal(t, coded.PolicyRemote, ce.Code)
+	assert.Contains(t, err.Error(), orderStateName)
+	assert.Contains(t, err.Error(), "restore or remove the file")
+	src.Close(t.Context())
+}

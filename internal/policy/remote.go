@@ -57,7 +57,7 @@ type remote struct {
 // pendingPolicy is a policy OPA activated in its store that waits for the order check of its
 // signed bundles.
 type pendingPolicy struct {
-	p                  *decision.Policy
+	p                  *decision.Policy // nil when its content is the active policy's
 	origin, digest     string
 	names              []string
 	revs, manifestRevs map[string]string // revisions as shown; manifest revisions as written
@@ -213,6 +213,9 @@ func (r *remote) onActivate(ctx context.Context, txn storage.Transaction) {
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	// A policy still pending is settled before this newer one takes its place: it may be a
+	// bundle loaded from the persistence directory, whose persisted copy is still in place.
+	r.settleLocked(false)
 	for _, n := range names {
 		if revs[n] == "" {
 			revs[n] = contentRevision(moduleSources(c), nil)
@@ -223,17 +226,11 @@ func (r *remote) onActivate(ctx context.Context, txn storage.Transaction) {
 	if err == nil {
 		digest = contentDigest(origin, rev, moduleSources(c), withoutBundleState(data))
 	}
+	// The same content again (a server without ETag, a new ETag for the same bundle) is not
+	// compiled nor activated again: the active policy and its decision cache stay. Its
+	// signature is still ordered: it is what OPA persisted.
 	var p *decision.Policy
-	switch {
-	case err != nil:
-	case s.unchangedLocked(digest):
-		// The same content again (a server without ETag): the active policy and its
-		// decision cache stay.
-		s.log.Debug("bundle unchanged; not activated again", "revision", rev)
-		r.pending = nil
-		r.servedLocked(names, revs)
-		return
-	default:
+	if err == nil && !s.unchangedLocked(digest) {
 		p, err = decision.CompiledPolicy(c, data, rev)
 	}
 	if err != nil {
@@ -241,9 +238,6 @@ func (r *remote) onActivate(ctx context.Context, txn storage.Transaction) {
 		r.refuseLocked(names, coded.PolicyBundleCheck, err)
 		return
 	}
-	// A policy still pending is settled before this newer one takes its place: it may be a
-	// bundle loaded from the persistence directory, whose persisted copy is still in place.
-	r.settleLocked(false)
 	r.pending = &pendingPolicy{p: p, origin: origin, digest: digest, names: names, revs: revs, manifestRevs: manifestRevs}
 	if len(r.signed) == 0 {
 		r.settleLocked(true) // nothing to order: activate now
@@ -300,9 +294,14 @@ func (r *remote) settleLocked(final bool) {
 		}
 		iats[n] = iat
 	}
-	if err := s.activateLocked(r.ctx, pend.p, pend.origin, pend.digest); err != nil {
-		r.refuseLocked(pend.names, coded.PolicyBundleCheck, err)
-		return
+	switch {
+	case pend.p == nil || s.unchangedLocked(pend.digest):
+		s.log.Debug("bundle unchanged; not activated again", "revision", joinRevisions(pend.revs))
+	default:
+		if err := s.activateLocked(r.ctx, pend.p, pend.origin, pend.digest); err != nil {
+			r.refuseLocked(pend.names, coded.PolicyBundleCheck, err)
+			return
+		}
 	}
 	r.servedLocked(pend.names, pend.revs)
 	for n := range iats {

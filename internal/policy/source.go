@@ -239,7 +239,7 @@ func (s *Source) activateLocked(ctx context.Context, p *decision.Policy, origin,
 	}
 	s.digest = digest
 	s.status.Revision, s.status.Origin, s.status.ActivatedAt, s.status.LastError = p.Revision(), origin, time.Now().UTC(), ""
-	s.log.Info("policy activated", "revision", p.Revision(), "origin", origin, "cache", cacheNote(p))
+	s.log.Info("policy activated", "revision", p.Revision(), "origin", origin, "cache", logtext.Clean(cacheNote(p))) // the note may quote the bundle
 	return nil
 }
 

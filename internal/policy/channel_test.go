@@ -77,8 +77,9 @@ func TestSeveralKeysBindEachBundleToItsKey(t *testing.T) {
 	assert.Equal(t, "release-1", decideRevision(t, eng), "a bundle signed with another configured key must not be activated")
 }
 
-// rollbackShapes publishes v1 (iat 2000), then older and iat-less bundles that must be refused,
-// then the old content re-signed with a newer iat, which is activated.
+// TestRemoteRollbackRefusedAcrossRestart publishes v1 (iat 2000), then an older bundle and one
+// without iat, which are refused (across a restart too), then the old content signed again with
+// a newer iat, which is activated.
 func TestRemoteRollbackRefusedAcrossRestart(t *testing.T) {
 	a, _ := policytest.Keys(t)
 	persist := t.TempDir()

@@ -71,4 +71,7 @@ const (
 	PolicyBundleLoad  = "POLICY_BUNDLE_LOAD"  // a bundle could not be read, or its signature did not verify
 	PolicyBundleCheck = "POLICY_BUNDLE_CHECK" // a bundle did not compile or does not define the entrypoint
 	PolicyRemote      = "POLICY_REMOTE"       // OPA's plugin manager could not be set up
+	// PolicyBundleRollback: a signed bundle was issued (its signature's iat) before the active
+	// one, or carries no iat while the active one does.
+	PolicyBundleRollback = "POLICY_BUNDLE_ROLLBACK"
 )

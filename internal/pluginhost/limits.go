@@ -13,6 +13,7 @@ import (
 	"github.com/authz-dev/authz/driverplugin"
 	"github.com/authz-dev/authz/internal/coded"
 	"github.com/authz-dev/authz/internal/configcheck"
+	"github.com/authz-dev/authz/internal/logtext"
 )
 
 // Defaults of Limits. They are far above what an honest driver reports (a handful of methods,
@@ -249,54 +250,8 @@ func quoteShort(s string) string {
 	return fmt.Sprintf("%q", s)
 }
 
-// isControl reports the runes that can move a terminal's cursor, change its state or reorder
-// text: C0 and C1 controls (tab excepted), DEL, the Unicode line and paragraph separators and
-// the bidirectional overrides and isolates.
-func isControl(r rune) bool {
-	switch {
-	case r == '\t':
-		return false
-	case r < 0x20, r == 0x7f, r >= 0x80 && r <= 0x9f:
-		return true
-	case r == 0x2028, r == 0x2029, r >= 0x202a && r <= 0x202e, r >= 0x2066 && r <= 0x2069:
-		return true
-	}
-	return false
-}
+// isControl is logtext.IsControl: the runes escaped in driver output.
+func isControl(r rune) bool { return logtext.IsControl(r) }
 
-// escapeControl writes every control rune (isControl) and every invalid UTF-8 byte of s as a
-// visible escape (\r, \n, \x1b, \u202e), so that a driver's text cannot forge or hide a line of
-// the host's log.
-func escapeControl(s string) string {
-	clean := true
-	for i, r := range s {
-		if isControl(r) || r == utf8.RuneError && !strings.HasPrefix(s[i:], "\uFFFD") {
-			clean = false
-			break
-		}
-	}
-	if clean {
-		return s
-	}
-	var b strings.Builder
-	b.Grow(len(s) + 16)
-	for i := 0; i < len(s); {
-		r, size := utf8.DecodeRuneInString(s[i:])
-		switch {
-		case r == utf8.RuneError && size == 1:
-			fmt.Fprintf(&b, `\x%02x`, s[i])
-		case r == '\n':
-			b.WriteString(`\n`)
-		case r == '\r':
-			b.WriteString(`\r`)
-		case r < 0x80 && isControl(r):
-			fmt.Fprintf(&b, `\x%02x`, r)
-		case isControl(r):
-			fmt.Fprintf(&b, `\u%04x`, r)
-		default:
-			b.WriteString(s[i : i+size])
-		}
-		i += size
-	}
-	return b.String()
-}
+// escapeControl is logtext.Escape: a driver's text cannot forge or hide a line of the host's log.
+func escapeControl(s string) string { return logtext.Escape(s) }

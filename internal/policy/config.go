@@ -9,6 +9,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"os"
 	"slices"
 	"strings"
@@ -137,7 +138,7 @@ func (c Config) opaRaw() ([]byte, error) {
 
 // opaConfig parses the opa section with OPA's own parser and checks what authz relies on: when
 // keys are configured, every bundle has a signing block, so that an unsigned bundle is refused
-// (OPA would accept one).
+// (OPA would accept one), and each bundle is bound to one key (checkSigning).
 func (c Config) opaConfig() (*opaconfig.Config, error) {
 	raw, err := c.opaRaw()
 	if err != nil {
@@ -164,19 +165,54 @@ func (c Config) opaConfig() (*opaconfig.Config, error) {
 	if len(oc.Bundle) > 0 && string(oc.Bundle) != "null" {
 		return nil, errors.New("bundle: the single-bundle key is deprecated in OPA: write bundles.NAME instead")
 	}
-	hasKeys := len(oc.Keys) > 0 && string(oc.Keys) != "null" && string(oc.Keys) != "{}"
-	names := make([]string, 0, len(bundles))
-	for n := range bundles {
-		names = append(names, n)
+	var keyNames []string
+	if len(oc.Keys) > 0 && string(oc.Keys) != "null" {
+		var ks map[string]json.RawMessage
+		if err := json.Unmarshal(oc.Keys, &ks); err != nil {
+			return nil, fmt.Errorf("keys: %w", err)
+		}
+		keyNames = slices.Sorted(maps.Keys(ks))
 	}
-	slices.Sort(names)
-	for _, n := range names {
-		s := strings.TrimSpace(string(bundles[n].Signing))
-		if hasKeys && (s == "" || s == "null") {
-			return nil, fmt.Errorf("bundles.%s: keys are configured but this bundle has no signing block, so OPA would accept it unsigned: add `signing: {}` (the signature's kid picks the key) or `signing: {keyid: NAME}`", n)
+	for _, n := range slices.Sorted(maps.Keys(bundles)) {
+		if err := checkSigning(n, bundles[n].Signing, keyNames); err != nil {
+			return nil, err
 		}
 	}
 	return oc, nil
+}
+
+// checkSigning checks the signing block of bundle name against the configured keys. With keys,
+// the block is required. With more than one key it must name the bundle's key (keyid): OPA
+// otherwise lets the signature's kid pick any configured key, so the holder of any key could
+// sign any bundle. With one key, `signing: {}` verifies with that key.
+func checkSigning(name string, raw json.RawMessage, keys []string) error {
+	s := strings.TrimSpace(string(raw))
+	signed := s != "" && s != "null"
+	if !signed {
+		if len(keys) > 0 {
+			return fmt.Errorf("bundles.%s: keys are configured but this bundle has no signing block, so OPA would accept it unsigned: add `signing: {keyid: NAME}` naming the key that signs it (%s)", name, strings.Join(keys, ", "))
+		}
+		return nil
+	}
+	var sg struct {
+		KeyID string `json:"keyid"`
+	}
+	if err := json.Unmarshal(raw, &sg); err != nil {
+		return fmt.Errorf("bundles.%s.signing: %w", name, err)
+	}
+	switch {
+	case len(keys) == 0:
+		return fmt.Errorf("bundles.%s.signing: no keys are configured to verify it: add the public key under keys", name)
+	case sg.KeyID != "" && !slices.Contains(keys, sg.KeyID):
+		return fmt.Errorf("bundles.%s.signing.keyid: %q is not one of keys (%s): name the key that signs this bundle", name, sg.KeyID, strings.Join(keys, ", "))
+	case sg.KeyID == "" && len(keys) > 1:
+		alts := make([]string, len(keys))
+		for i, k := range keys {
+			alts[i] = "`signing: {keyid: " + k + "}`"
+		}
+		return fmt.Errorf("bundles.%s.signing: %d keys are configured, so this bundle must name the one key that signs it, else any of them could sign it: add %s", name, len(keys), strings.Join(alts, " or "))
+	}
+	return nil
 }
 
 // verification is the verification configuration of a bundle file, as `opa run` builds it from

@@ -1,6 +1,7 @@
 package policy
 
 import (
+	"encoding/json"
 	"os"
 	"path/filepath"
 	"strings"
@@ -33,4 +34,13 @@ func TestExampleOPASectionIsValid(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, "/var/lib/authz/opa", *oc.PersistenceDirectory)
 	assert.Contains(t, string(oc.DecisionLogs), `"service":"bundles"`)
+	// The example binds its bundle to its key, the form that stays valid with several keys.
+	var bundles map[string]struct {
+		Signing map[string]any `json:"signing"`
+	}
+	require.NoError(t, json.Unmarshal(oc.Bundles, &bundles))
+	require.NotEmpty(t, bundles)
+	for n, b := range bundles {
+		assert.NotEmpty(t, b.Signing["keyid"], "bundles.%s.signing names its key", n)
+	}
 }

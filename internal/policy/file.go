@@ -17,6 +17,7 @@ import (
 
 	"github.com/authz-dev/authz/internal/coded"
 	"github.com/authz-dev/authz/internal/decision"
+	"github.com/authz-dev/authz/internal/logtext"
 )
 
 // readBundle reads a bundle file or directory as `opa run --bundle` does, verifying its
@@ -45,6 +46,15 @@ func compileBundle(b *bundle.Bundle) (*decision.Policy, error) {
 	return decision.CompileModules(mods, b.Data, bundleRevision(b))
 }
 
+// rawModules are the sources of a bundle's modules by path.
+func rawModules(b *bundle.Bundle) map[string]string {
+	out := make(map[string]string, len(b.Modules))
+	for _, m := range b.Modules {
+		out[m.Path] = string(m.Raw)
+	}
+	return out
+}
+
 // loadFile reads the bundle file or directory and activates it; on any failure the active
 // policy stays and the error is recorded in the status.
 func (s *Source) loadFile(ctx context.Context) error {
@@ -59,11 +69,12 @@ func (s *Source) loadFile(ctx context.Context) error {
 	st.SetRequest()
 	s.watched = fingerprint(path)
 	fail := func(code string, err error) error {
-		e := &coded.Error{Code: code, Err: fmt.Errorf("%s: %w", path, err)}
+		// The error quotes the bundle's entry names: it is shown and logged cleaned.
+		e := &coded.Error{Code: code, Err: cleanedError{fmt.Errorf("%s: %w", path, err)}}
 		st.Code, st.Message, st.Errors = code, e.Err.Error(), nil
 		s.status.LastError = e.Error()
 		if rev := s.eng.Revision(); rev != "" {
-			s.log.Error("bundle refused; the active policy stays", "bundle", path, "active_revision", rev, "error", e)
+			s.log.Error("bundle refused; the active policy stays", "bundle", path, "active_revision", rev, "error", e.Error())
 		}
 		return e
 	}
@@ -73,15 +84,40 @@ func (s *Source) loadFile(ctx context.Context) error {
 	}
 	st.SetDownloadSuccess()
 	st.Type = b.Type()
+	var iat int64
+	if s.vc != nil {
+		// Signed bundles are ordered by their signature's issue time (order.go).
+		if iat, err = signatureIAT(b.Signatures); err != nil {
+			return fail(coded.PolicyBundleLoad, err)
+		}
+		if err := s.order.check(path, iat); err != nil {
+			return fail(coded.PolicyBundleRollback, err)
+		}
+	}
+	origin := OriginFile + ":" + path
+	digest := contentDigest(origin, bundleRevision(b), rawModules(b), b.Data)
+	if s.unchangedLocked(digest) {
+		st.SetError(nil)
+		s.status.LastError = ""
+		return nil
+	}
 	p, err := compileBundle(b)
 	if err != nil {
 		return fail(coded.PolicyBundleCheck, err)
 	}
-	if err := s.activateLocked(ctx, p, OriginFile+":"+path); err != nil {
+	if s.remote != nil {
+		// OPA's decision-log plugin masks and drops with the policy of its plugin manager:
+		// the bundle goes there too, or is refused (an unmasked log is not an option).
+		if err := s.remote.install(ctx, path, b); err != nil {
+			return fail(coded.PolicyBundleCheck, fmt.Errorf("install the bundle for OPA's decision log: %w", err))
+		}
+	}
+	if err := s.activateLocked(ctx, p, origin, digest); err != nil {
 		return fail(coded.PolicyBundleCheck, err)
 	}
 	st.SetError(nil)
 	st.SetActivateSuccess(p.Revision())
+	_ = s.order.commit(map[string]int64{path: iat}) // a bundle file's order is kept in the process
 	return nil
 }
 
@@ -127,3 +163,10 @@ func fingerprint(path string) string {
 	}
 	return hex.EncodeToString(h.Sum(nil))
 }
+
+// cleanedError is an error whose text is cleaned (logtext.Clean) and whose cause stays
+// reachable with errors.Is and errors.As.
+type cleanedError struct{ err error }
+
+func (e cleanedError) Error() string { return logtext.Clean(e.err.Error()) }
+func (e cleanedError) Unwrap() error { return e.err }

@@ -2,8 +2,13 @@ package policy
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"io/fs"
+	"maps"
+	"os"
+	"path/filepath"
 	"strings"
 
 	"github.com/google/uuid"
@@ -11,6 +16,7 @@ import (
 	"github.com/open-policy-agent/opa/v1/ast"
 	"github.com/open-policy-agent/opa/v1/bundle"
 	"github.com/open-policy-agent/opa/v1/logging"
+	"github.com/open-policy-agent/opa/v1/metrics"
 	"github.com/open-policy-agent/opa/v1/plugins"
 	bundleplugin "github.com/open-policy-agent/opa/v1/plugins/bundle"
 	"github.com/open-policy-agent/opa/v1/plugins/discovery"
@@ -20,6 +26,7 @@ import (
 
 	"github.com/authz-dev/authz/internal/coded"
 	"github.com/authz-dev/authz/internal/decision"
+	"github.com/authz-dev/authz/internal/logtext"
 )
 
 // remote runs OPA's plugin manager over the opa section: the bundle plugin downloads (ETag
@@ -28,11 +35,70 @@ import (
 // activation the manager's compiler trigger hands the new compiler and a copy of the store's
 // data to the engine: the engine never reads the manager's store, so a store change takes
 // effect only through a new activation (and a new cache generation).
+//
+// Signed bundles are also ordered (order.go). OPA does not hand the compiler trigger the bundle,
+// so authz reads the activated bundle's signature back from where OPA persists it: every signed
+// bundle is persisted (in OPA's persistence_directory, or in a private directory removed at stop
+// when none is configured), and its policy is activated in the engine only after OPA reports
+// the download done (onStatus), when the persisted copy is the bundle just activated.
 type remote struct {
 	s    *Source
 	mgr  *plugins.Manager
 	bp   *bundleplugin.Plugin // nil when the policy comes from elsewhere
 	logs *logs.Plugin         // nil without decision_logs
+	ctx  context.Context      // of activations
+
+	signed     map[string]bool // bundles with a signing block: ordered
+	persistDir string          // OPA's persistence directory, when signed bundles exist
+	tmpDir     string          // a private persistence directory to remove at stop, or ""
+	pending    *pendingPolicy  // compiled and checked, waiting for its order check; s.mu
+}
+
+// pendingPolicy is a policy OPA activated in its store that waits for the order check of its
+// signed bundles.
+type pendingPolicy struct {
+	p                  *decision.Policy // nil when its content is the active policy's
+	origin, digest     string
+	names              []string
+	revs, manifestRevs map[string]string // revisions as shown; manifest revisions as written
+}
+
+// orderedDocument is the opa section as OPA's plugin manager reads it: with bundles, every
+// signed bundle is persisted, and without a persistence_directory a private one is made.
+func (r *remote) orderedDocument(raw []byte) ([]byte, error) {
+	var doc map[string]any
+	if err := json.Unmarshal(raw, &doc); err != nil {
+		return nil, err
+	}
+	bundles, _ := doc["bundles"].(map[string]any)
+	for n, v := range bundles {
+		if b, ok := v.(map[string]any); ok && b["signing"] != nil {
+			r.signed[n] = true
+			b["persist"] = true
+		}
+	}
+	if len(r.signed) == 0 {
+		return raw, nil
+	}
+	state := ""
+	if dir, ok := doc["persistence_directory"].(string); ok && dir != "" {
+		r.persistDir, state = dir, filepath.Join(dir, orderStateName)
+	} else {
+		tmp, err := os.MkdirTemp("", "authz-opa-")
+		if err != nil {
+			return nil, err
+		}
+		r.persistDir, r.tmpDir = tmp, tmp
+		doc["persistence_directory"] = tmp
+	}
+	order, err := loadOrder(state)
+	if err != nil {
+		return nil, err
+	}
+	r.s.mu.Lock()
+	r.s.order = order
+	r.s.mu.Unlock()
+	return json.Marshal(doc)
 }
 
 // startRemote starts OPA's plugin manager; bundles says whether the policy comes from its
@@ -46,39 +112,77 @@ func startRemote(ctx context.Context, s *Source, bundles bool) (*remote, error) 
 	if id == "" {
 		id = uuid.NewString()
 	}
+	r := &remote{s: s, ctx: context.WithoutCancel(ctx), signed: map[string]bool{}}
+	if bundles {
+		if raw, err = r.orderedDocument(raw); err != nil {
+			r.removeTmp()
+			return nil, err
+		}
+	}
 	lg := &opaLogger{l: s.log.Named("opa")}
 	store := inmem.New()
 	mgr, err := plugins.New(raw, id, store, append(managerTracing(s.opts.TracerProvider), // tracing.go
 		plugins.Logger(lg), plugins.ConsoleLogger(lg), plugins.WithEnableVersionCheck(false))...)
 	if err != nil {
+		r.removeTmp()
 		return nil, fmt.Errorf("opa: %w", err)
 	}
 	if err := mgr.Init(ctx); err != nil {
+		r.removeTmp()
 		return nil, fmt.Errorf("opa: %w", err)
 	}
 	// Discovery without a discovery block is how `opa run` creates the bundle, decision-log
 	// and status plugins of the configuration.
 	disco, err := discovery.New(mgr)
 	if err != nil {
+		r.removeTmp()
 		return nil, fmt.Errorf("opa: %w", err)
 	}
 	mgr.Register(discovery.Name, disco)
-	r := &remote{s: s, mgr: mgr, logs: logs.Lookup(mgr)}
+	r.mgr, r.logs = mgr, logs.Lookup(mgr)
 	if bundles {
 		if r.bp = bundleplugin.Lookup(mgr); r.bp == nil {
+			r.removeTmp()
 			return nil, errors.New("opa: no bundles configured")
 		}
 		// Both are registered before Start: a persisted bundle is activated inside Start.
-		actx := context.WithoutCancel(ctx)
-		mgr.RegisterCompilerTrigger(func(txn storage.Transaction) { r.onActivate(actx, txn) })
+		mgr.RegisterCompilerTrigger(func(txn storage.Transaction) { r.onActivate(r.ctx, txn) })
 		r.bp.RegisterBulkListener("authz", r.onStatus)
 	}
 	if err := mgr.Start(ctx); err != nil {
-		mgr.Stop(context.WithoutCancel(ctx))
+		r.stop(context.WithoutCancel(ctx))
 		return nil, fmt.Errorf("opa: %w", err)
 	}
+	// Bundles OPA loaded from its persistence directory were activated inside Start.
+	s.mu.Lock()
+	r.settleLocked(false)
+	s.mu.Unlock()
 	mgr.ServerInitialized()
 	return r, nil
+}
+
+// install puts a bundle file's policy and data into the plugin manager's store and compiler, as
+// OPA's bundle plugin does with a downloaded bundle, so that OPA's decision-log plugin applies
+// the bundle's system.log.mask and system.log.drop rules. The engine does not read the manager:
+// its policy is activated separately.
+func (r *remote) install(ctx context.Context, name string, b *bundle.Bundle) error {
+	params := storage.WriteParams
+	params.Context = storage.NewContext()
+	return storage.Txn(ctx, r.mgr.Store, params, func(txn storage.Transaction) error {
+		c := ast.NewCompiler().WithPathConflictsCheck(storage.NonEmpty(ctx, r.mgr.Store, txn))
+		if b.Manifest.Roots != nil {
+			c = c.WithPathConflictsCheckRoots(*b.Manifest.Roots)
+		}
+		err := bundle.Activate(&bundle.ActivateOpts{
+			Ctx: ctx, Store: r.mgr.Store, Txn: txn, TxnCtx: params.Context, Compiler: c,
+			Metrics: metrics.New(), Bundles: map[string]*bundle.Bundle{name: b}, ParserOptions: r.mgr.ParserOptions(),
+		})
+		if err != nil {
+			return err
+		}
+		plugins.SetCompilerOnContext(params.Context, c)
+		return nil
+	})
 }
 
 // onActivate runs inside the commit of a bundle activation: it reads the new compiler and the
@@ -89,13 +193,13 @@ func (r *remote) onActivate(ctx context.Context, txn storage.Transaction) {
 	store := r.mgr.Store
 	c := r.mgr.GetCompiler()
 	names, err := bundle.ReadBundleNamesFromStore(ctx, store, txn)
-	revs := map[string]string{}
+	revs, manifestRevs := map[string]string{}, map[string]string{}
 	for _, n := range names {
 		rev, rerr := bundle.ReadBundleRevisionFromStore(ctx, store, txn, n)
 		if rerr != nil {
 			err = errors.Join(err, rerr)
 		}
-		revs[n] = rev
+		revs[n], manifestRevs[n] = logtext.Clean(rev), rev
 	}
 	var data map[string]any
 	if err == nil {
@@ -109,31 +213,188 @@ func (r *remote) onActivate(ctx context.Context, txn storage.Transaction) {
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	// A policy still pending is settled before this newer one takes its place: it may be a
+	// bundle loaded from the persistence directory, whose persisted copy is still in place.
+	r.settleLocked(false)
 	for _, n := range names {
 		if revs[n] == "" {
 			revs[n] = contentRevision(moduleSources(c), nil)
 		}
 	}
+	origin, rev := OriginRemote+":"+strings.Join(sortedNames(revs), ","), joinRevisions(revs)
+	var digest string
+	if err == nil {
+		digest = contentDigest(origin, rev, moduleSources(c), withoutBundleState(data))
+	}
+	// The same content again (a server without ETag, a new ETag for the same bundle) is not
+	// compiled nor activated again: the active policy and its decision cache stay. Its
+	// signature is still ordered: it is what OPA persisted.
 	var p *decision.Policy
-	if err == nil {
-		p, err = decision.CompiledPolicy(c, data, joinRevisions(revs))
-	}
-	if err == nil {
-		err = s.activateLocked(ctx, p, OriginRemote+":"+strings.Join(sortedNames(revs), ","))
-	}
-	for _, n := range names {
-		s.checks[n] = ""
-		if err != nil {
-			s.checks[n] = err.Error()
-		} else {
-			s.served[n] = revs[n]
-		}
+	if err == nil && !s.unchangedLocked(digest) {
+		p, err = decision.CompiledPolicy(c, data, rev)
 	}
 	if err != nil {
-		e := &coded.Error{Code: coded.PolicyBundleCheck, Err: err}
-		s.status.LastError = e.Error()
-		s.log.Error("bundle refused; the active policy stays", "bundles", names, "active_revision", s.eng.Revision(), "error", e)
+		r.pending = nil
+		r.refuseLocked(names, coded.PolicyBundleCheck, err)
+		return
 	}
+	r.pending = &pendingPolicy{p: p, origin: origin, digest: digest, names: names, revs: revs, manifestRevs: manifestRevs}
+	if len(r.signed) == 0 {
+		r.settleLocked(true) // nothing to order: activate now
+	}
+}
+
+// settleLocked checks the order of the pending policy's signed bundles against the signatures
+// OPA persisted, and activates it or refuses it; s.mu is held. OPA persists a downloaded bundle
+// after activating it, so until it reports the download (final) a persisted copy of another
+// revision means "not yet": the policy stays pending. A bundle loaded from the persistence
+// directory at start is its persisted copy.
+func (r *remote) settleLocked(final bool) {
+	s, pend := r.s, r.pending
+	if pend == nil {
+		return
+	}
+	type readBack struct {
+		sc  bundle.SignaturesConfig
+		err error
+	}
+	got := map[string]readBack{}
+	for _, n := range pend.names {
+		if !r.signed[n] {
+			continue
+		}
+		sc, rev, err := persistedSignature(r.persistDir, n)
+		if err == nil && rev != pend.manifestRevs[n] {
+			err = fmt.Errorf("the persisted bundle has revision %q, not the activated %q", rev, pend.manifestRevs[n])
+			if !final {
+				return
+			}
+		}
+		if err != nil && !final && errors.Is(err, fs.ErrNotExist) {
+			return
+		}
+		got[n] = readBack{sc, err}
+	}
+	r.pending = nil
+	iats := map[string]int64{}
+	for _, n := range sortedNames(got) {
+		iat, err := int64(0), got[n].err
+		if err == nil {
+			iat, err = signatureIAT(got[n].sc)
+		}
+		if err != nil {
+			r.refuseLocked([]string{n}, coded.PolicyBundleLoad, fmt.Errorf("bundle %s: read back its signature to order it: %w", n, err))
+			r.restoreLocked(n)
+			return
+		}
+		if err := s.order.check(n, iat); err != nil {
+			r.refuseLocked([]string{n}, coded.PolicyBundleRollback, err)
+			r.restoreLocked(n)
+			return
+		}
+		iats[n] = iat
+	}
+	switch {
+	case pend.p == nil || s.unchangedLocked(pend.digest):
+		s.log.Debug("bundle unchanged; not activated again", "revision", joinRevisions(pend.revs))
+	default:
+		if err := s.activateLocked(r.ctx, pend.p, pend.origin, pend.digest); err != nil {
+			r.refuseLocked(pend.names, coded.PolicyBundleCheck, err)
+			return
+		}
+	}
+	r.servedLocked(pend.names, pend.revs)
+	for n := range iats {
+		// Kept, so that a refused bundle OPA persisted over it can be put back.
+		if err := copyFile(r.persisted(n), r.accepted(n)); err != nil {
+			s.log.Warn("the accepted bundle could not be kept; a restart may start without a policy", "bundle", n, "error", logtext.Clean(err.Error()))
+		}
+	}
+	if err := s.order.commit(iats); err != nil {
+		s.log.Error("the order of signed bundles could not be saved; after a restart an older bundle could be accepted", "file", s.order.state, "error", logtext.Clean(err.Error()))
+	}
+}
+
+// persisted is where OPA persists bundle n; accepted is where authz keeps the last one the
+// engine served.
+func (r *remote) persisted(n string) string {
+	return filepath.Join(r.persistDir, "bundles", n, "bundle.tar.gz")
+}
+
+func (r *remote) accepted(n string) string {
+	return filepath.Join(r.persistDir, "authz-accepted", n, "bundle.tar.gz")
+}
+
+// restoreLocked puts the last accepted bundle n back where OPA persisted the refused one, so
+// that a restart loads the bundle the engine serves, not the refused one; s.mu is held.
+func (r *remote) restoreLocked(n string) {
+	if _, err := os.Stat(r.accepted(n)); err != nil {
+		return // none accepted yet: the refused bundle stays refused at the next start too
+	}
+	if err := copyFile(r.accepted(n), r.persisted(n)); err != nil {
+		r.s.log.Error("the refused bundle is still persisted; a restart will refuse it again and start without this bundle's policy", "bundle", n, "error", logtext.Clean(err.Error()))
+	}
+}
+
+// copyFile copies src to dst through a temporary file and a rename.
+func copyFile(src, dst string) error {
+	b, err := os.ReadFile(src)
+	if err != nil {
+		return err
+	}
+	if err := os.MkdirAll(filepath.Dir(dst), 0o700); err != nil {
+		return err
+	}
+	tmp := dst + ".tmp"
+	if err := os.WriteFile(tmp, b, 0o600); err != nil {
+		return err
+	}
+	return os.Rename(tmp, dst)
+}
+
+// servedLocked records that the engine serves names at revs; s.mu is held.
+func (r *remote) servedLocked(names []string, revs map[string]string) {
+	for _, n := range names {
+		delete(r.s.checks, n)
+		r.s.served[n] = revs[n]
+	}
+}
+
+// refuseLocked records authz's refusal of names (OPA activated them in its store, the engine
+// keeps its policy); s.mu is held.
+func (r *remote) refuseLocked(names []string, code string, err error) {
+	s := r.s
+	msg := logtext.Clean(err.Error())
+	for _, n := range names {
+		s.checks[n] = refusal{code: code, msg: msg}
+	}
+	s.status.LastError = code + ": " + msg
+	s.log.Error("bundle refused; the active policy stays", "bundles", names, "active_revision", s.eng.Revision(), "code", code, "error", msg)
+}
+
+// withoutBundleState is data without the ETags of OPA's record of the bundles
+// (data.system.bundles.NAME.etag), which change with a download even when the content does not.
+func withoutBundleState(data map[string]any) map[string]any {
+	sys, _ := data["system"].(map[string]any)
+	bundles, _ := sys["bundles"].(map[string]any)
+	if len(bundles) == 0 {
+		return data
+	}
+	bOut := make(map[string]any, len(bundles))
+	for n, v := range bundles {
+		if m, ok := v.(map[string]any); ok {
+			if _, has := m["etag"]; has {
+				m = maps.Clone(m)
+				delete(m, "etag")
+			}
+			v = m
+		}
+		bOut[n] = v
+	}
+	out, sysOut := maps.Clone(data), maps.Clone(sys)
+	sysOut["bundles"] = bOut
+	out["system"] = sysOut
+	return out
 }
 
 // moduleSources are the sources of the compiled modules (for a content revision).
@@ -148,20 +409,23 @@ func moduleSources(c *ast.Compiler) map[string]string {
 	return out
 }
 
-// onStatus records OPA's status of every bundle, and logs each new failure.
+// onStatus records OPA's status of every bundle (its texts cleaned: cleanStatus), and logs each
+// new failure.
 func (r *remote) onStatus(st map[string]*bundleplugin.Status) {
 	s := r.s
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for n, b := range st {
-		cp := *b
+		cp := cleanStatus(b)
 		prev := s.status.Bundles[n]
 		if cp.Code != "" && (prev == nil || prev.Message != cp.Message) {
 			s.status.LastError = cp.Code + ": " + cp.Message
 			s.log.Error("bundle refused; the active policy stays", "bundle", n, "active_revision", s.eng.Revision(), "code", cp.Code, "error", cp.Message)
 		}
-		s.status.Bundles[n] = &cp
+		s.status.Bundles[n] = cp
 	}
+	// OPA reports a download once it has activated and persisted the bundle.
+	r.settleLocked(true)
 }
 
 // trigger downloads every bundle now (SIGHUP).
@@ -173,10 +437,54 @@ func (r *remote) trigger(ctx context.Context) error {
 }
 
 func (r *remote) stop(ctx context.Context) {
-	r.mgr.Stop(ctx)
+	if r.mgr != nil {
+		r.mgr.Stop(ctx)
+	}
+	r.removeTmp()
 }
 
-// opaLogger writes OPA's log into the service log.
+// removeTmp removes the private persistence directory, if one was made.
+func (r *remote) removeTmp() {
+	if r.tmpDir != "" {
+		_ = os.RemoveAll(r.tmpDir)
+		r.tmpDir = ""
+	}
+}
+
+// cleanStatus is a copy of OPA's status of a bundle whose texts are safe to show and log: OPA's
+// messages quote bundle entry names, URLs and server answers, so each is escaped and its URLs'
+// credentials redacted (logtext.Clean).
+func cleanStatus(b *bundleplugin.Status) *bundleplugin.Status {
+	cp := *b
+	cp.Name = logtext.Clean(cp.Name)
+	cp.ActiveRevision = logtext.Clean(cp.ActiveRevision)
+	cp.Message = logtext.Clean(cp.Message)
+	cp.Errors = nil
+	for _, err := range b.Errors {
+		cp.Errors = append(cp.Errors, cleanError(err))
+	}
+	return &cp
+}
+
+// cleanError is err with its texts cleaned, keeping the shape of OPA's compile errors.
+func cleanError(err error) error {
+	var ae *ast.Error
+	if !errors.As(err, &ae) {
+		return errors.New(logtext.Clean(err.Error()))
+	}
+	out := &ast.Error{Code: logtext.Clean(ae.Code), Message: logtext.Clean(ae.Message)}
+	if ae.Location != nil {
+		out.Location = &ast.Location{File: logtext.Clean(ae.Location.File), Row: ae.Location.Row, Col: ae.Location.Col}
+	}
+	if d, ok := ae.Details.(*ast.ParserErrorDetail); ok && d != nil {
+		out.Details = &ast.ParserErrorDetail{Line: logtext.Clean(d.Line), Idx: d.Idx}
+	}
+	return out
+}
+
+// opaLogger writes OPA's log into the service log. OPA's messages and fields quote what bundle,
+// decision-log and status servers sent (entry names, error bodies) and the URLs of requests, so
+// every text is cleaned (logtext.Clean): escaped, and without URL credentials.
 type opaLogger struct {
 	l      hclog.Logger
 	fields []any
@@ -184,17 +492,52 @@ type opaLogger struct {
 
 func (o *opaLogger) args() []any { return o.fields }
 
-func (o *opaLogger) Debug(f string, a ...any) { o.l.Debug(fmt.Sprintf(f, a...), o.args()...) }
-func (o *opaLogger) Info(f string, a ...any)  { o.l.Info(fmt.Sprintf(f, a...), o.args()...) }
-func (o *opaLogger) Warn(f string, a ...any)  { o.l.Warn(fmt.Sprintf(f, a...), o.args()...) }
-func (o *opaLogger) Error(f string, a ...any) { o.l.Error(fmt.Sprintf(f, a...), o.args()...) }
+func (o *opaLogger) Debug(f string, a ...any) {
+	o.l.Debug(logtext.Clean(fmt.Sprintf(f, a...)), o.args()...)
+}
+func (o *opaLogger) Info(f string, a ...any) {
+	o.l.Info(logtext.Clean(fmt.Sprintf(f, a...)), o.args()...)
+}
+func (o *opaLogger) Warn(f string, a ...any) {
+	o.l.Warn(logtext.Clean(fmt.Sprintf(f, a...)), o.args()...)
+}
+func (o *opaLogger) Error(f string, a ...any) {
+	o.l.Error(logtext.Clean(fmt.Sprintf(f, a...)), o.args()...)
+}
 
 func (o *opaLogger) WithFields(m map[string]any) logging.Logger {
 	f := append([]any(nil), o.fields...)
 	for _, k := range sortedNames(m) {
-		f = append(f, k, m[k])
+		f = append(f, logtext.Clean(k), cleanField(m[k]))
 	}
 	return &opaLogger{l: o.l, fields: f}
+}
+
+// cleanField is a field of OPA's log as logged: numbers and booleans as they are, strings
+// cleaned, JSON-shaped objects and arrays (OPA's console decision log) with every key and
+// string cleaned, anything else as its cleaned text.
+func cleanField(v any) any {
+	switch x := v.(type) {
+	case nil, bool, int, int32, int64, uint, uint32, uint64, float32, float64, json.Number:
+		return v
+	case string:
+		return logtext.Clean(x)
+	case error:
+		return logtext.Clean(x.Error())
+	case map[string]any:
+		out := make(map[string]any, len(x))
+		for k, e := range x {
+			out[logtext.Clean(k)] = cleanField(e)
+		}
+		return out
+	case []any:
+		out := make([]any, len(x))
+		for i, e := range x {
+			out[i] = cleanField(e)
+		}
+		return out
+	}
+	return logtext.Clean(fmt.Sprintf("%v", v))
 }
 
 func (o *opaLogger) GetLevel() logging.Level {

@@ -22,6 +22,7 @@ import (
 
 	"github.com/authz-dev/authz/internal/coded"
 	"github.com/authz-dev/authz/internal/decision"
+	"github.com/authz-dev/authz/internal/logtext"
 	"github.com/authz-dev/authz/policies"
 )
 
@@ -71,14 +72,19 @@ type Source struct {
 
 	mu      sync.Mutex // serializes activations and guards the fields below
 	status  Status
-	checks  map[string]string // per bundle: authz's own check failure, "" when none
-	served  map[string]string // per remote bundle: the revision the engine serves
-	watched string            // fingerprint of the watched bundle
+	checks  map[string]refusal // per bundle: authz's own refusal of its last activation
+	served  map[string]string  // per remote bundle: the revision the engine serves
+	watched string             // fingerprint of the watched bundle
+	digest  string             // contentDigest of the active policy; "" for the embedded one
+	order   *bundleOrder       // issue times of the active signed bundles (order.go)
 
 	remote *remote
 	stop   chan struct{}
 	wg     sync.WaitGroup
 }
+
+// refusal is why authz refused a bundle OPA activated in its store: a code and a cleaned message.
+type refusal struct{ code, msg string }
 
 // New checks cfg and returns a Source that will activate policy in eng (an engine made with
 // decision.NewEmpty). It starts nothing.
@@ -100,7 +106,8 @@ func New(cfg Config, eng *decision.Engine, opts Options) (*Source, error) {
 		return nil, &coded.Error{Code: coded.PolicyBundleLoad, Err: err}
 	}
 	s := &Source{cfg: cfg, eng: eng, opts: opts, log: opts.Logger.Named("policy"), vc: vc,
-		checks: map[string]string{}, served: map[string]string{}, stop: make(chan struct{})}
+		checks: map[string]refusal{}, served: map[string]string{}, stop: make(chan struct{}),
+		order: &bundleOrder{iat: map[string]int64{}}}
 	s.status.Bundles = map[string]*bundleplugin.Status{}
 	return s, nil
 }
@@ -127,25 +134,38 @@ func Start(ctx context.Context, cfg Config, engineOpts decision.Options, opts Op
 // bundles are activated as they arrive (a persisted one before Start returns): the engine has no
 // policy, and Ready is false, until then.
 func (s *Source) Start(ctx context.Context) error {
-	var err error
-	switch s.cfg.Kind() {
-	case OriginFile:
-		if err = s.loadFile(ctx); err == nil && s.cfg.Watch {
+	if s.cfg.Kind() == OriginEmbedded {
+		if err := s.loadEmbedded(ctx); err != nil {
+			return err
+		}
+	}
+	if len(s.cfg.OPA) > 0 {
+		// The opa section runs OPA's plugins: the bundles (the policy's origin), decision logs,
+		// status. They start before a bundle file is read, so that the file's policy is also
+		// the one OPA's decision-log plugin masks and drops with.
+		r, err := startRemote(ctx, s, s.cfg.Kind() == OriginRemote)
+		if err != nil {
+			return &coded.Error{Code: coded.PolicyRemote, Err: err}
+		}
+		s.mu.Lock()
+		s.remote = r
+		s.mu.Unlock()
+	}
+	if s.cfg.Kind() == OriginFile {
+		if err := s.loadFile(ctx); err != nil {
+			s.mu.Lock()
+			r := s.remote
+			s.remote = nil
+			s.mu.Unlock()
+			if r != nil {
+				r.stop(context.WithoutCancel(ctx))
+			}
+			return err
+		}
+		if s.cfg.Watch {
 			s.wg.Go(func() { s.watch(context.WithoutCancel(ctx)) })
 		}
-	case OriginEmbedded:
-		err = s.loadEmbedded(ctx)
 	}
-	if err != nil || len(s.cfg.OPA) == 0 {
-		return err
-	}
-	// The opa section runs OPA's plugins: the bundles (the policy's origin), decision logs,
-	// status.
-	r, err := startRemote(ctx, s, s.cfg.Kind() == OriginRemote)
-	if err != nil {
-		return &coded.Error{Code: coded.PolicyRemote, Err: err}
-	}
-	s.remote = r
 	return nil
 }
 
@@ -191,8 +211,8 @@ func (s *Source) Status() Status {
 	for n, b := range s.status.Bundles {
 		cp := *b
 		cp.Metrics = nil // per-download timers, not state
-		if msg := s.checks[n]; msg != "" {
-			cp.Code, cp.Message, cp.Errors = coded.PolicyBundleCheck, msg, nil
+		if c := s.checks[n]; c.code != "" {
+			cp.Code, cp.Message, cp.Errors = c.code, c.msg, nil
 		}
 		if rev, ok := s.served[n]; ok {
 			// OPA's active revision is the one in its store; a bundle that failed authz's
@@ -211,13 +231,15 @@ func (s *Source) Origin() string {
 	return s.status.Origin
 }
 
-// activate makes p the engine's policy; s.mu is held.
-func (s *Source) activateLocked(ctx context.Context, p *decision.Policy, origin string) error {
+// activateLocked makes p the engine's policy, digest its contentDigest ("" for none); s.mu is
+// held.
+func (s *Source) activateLocked(ctx context.Context, p *decision.Policy, origin, digest string) error {
 	if err := s.eng.Activate(ctx, p); err != nil {
 		return err
 	}
+	s.digest = digest
 	s.status.Revision, s.status.Origin, s.status.ActivatedAt, s.status.LastError = p.Revision(), origin, time.Now().UTC(), ""
-	s.log.Info("policy activated", "revision", p.Revision(), "origin", origin, "cache", cacheNote(p))
+	s.log.Info("policy activated", "revision", p.Revision(), "origin", origin, "cache", logtext.Clean(cacheNote(p))) // the note may quote the bundle
 	return nil
 }
 
@@ -249,14 +271,14 @@ func (s *Source) loadEmbedded(ctx context.Context) error {
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.activateLocked(ctx, p, OriginEmbedded)
+	return s.activateLocked(ctx, p, OriginEmbedded, "")
 }
 
 // bundleRevision is a bundle's manifest revision, or a digest of its modules and data when it
 // has none.
 func bundleRevision(b *bundle.Bundle) string {
 	if b.Manifest.Revision != "" {
-		return b.Manifest.Revision
+		return logtext.Clean(b.Manifest.Revision)
 	}
 	mods := make(map[string]string, len(b.Modules))
 	for _, m := range b.Modules {
@@ -275,6 +297,29 @@ func contentRevision(mods map[string]string, data map[string]any) string {
 	b, _ := json.Marshal(data) // map keys are sorted by encoding/json
 	h.Write(b)
 	return "sha256:" + hex.EncodeToString(h.Sum(nil))[:16]
+}
+
+// contentDigest identifies a policy's content: where it comes from, its revision, its modules
+// and its data. A bundle whose digest is the active policy's is not activated again (its
+// decisions would be the same), so a server that sends the same bundle at every poll, with or
+// without ETag, does not purge the decision cache.
+func contentDigest(origin, revision string, mods map[string]string, data map[string]any) string {
+	h := sha256.New()
+	fmt.Fprintf(h, "%d:%s%d:%s", len(origin), origin, len(revision), revision)
+	for _, n := range slices.Sorted(maps.Keys(mods)) {
+		fmt.Fprintf(h, "%d:%s%d:%s", len(n), n, len(mods[n]), mods[n])
+	}
+	b, err := json.Marshal(data) // map keys are sorted by encoding/json
+	if err != nil {
+		return "" // never equal: the bundle is activated
+	}
+	h.Write(b)
+	return hex.EncodeToString(h.Sum(nil))
+}
+
+// unchangedLocked reports whether digest is the active policy's; s.mu is held.
+func (s *Source) unchangedLocked(digest string) bool {
+	return digest != "" && digest == s.digest
 }
 
 // joinRevisions is the revision of several bundles: NAME=REVISION, sorted by name; the revision

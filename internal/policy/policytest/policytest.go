@@ -72,6 +72,28 @@ type Signing struct {
 	Alg   string // RS256 when empty
 	KeyID string // the JWT's kid; "" for none
 	Scope string // the scope claim
+	// IssuedAt is the iat claim (seconds since the epoch), as `opa build --claims-file` sets
+	// it; none when zero.
+	IssuedAt int64
+}
+
+// claimsFile writes the claims of sign as `opa build --claims-file` reads them; "" when the
+// signature has no claims of its own.
+func claimsFile(tb testing.TB, sign Signing) string {
+	tb.Helper()
+	claims := map[string]any{}
+	if sign.Scope != "" {
+		claims["scope"] = sign.Scope
+	}
+	if sign.IssuedAt != 0 {
+		claims["iat"] = sign.IssuedAt
+	}
+	if len(claims) == 0 {
+		return ""
+	}
+	b, err := json.Marshal(claims)
+	require.NoError(tb, err)
+	return testutil.WriteFile(tb, tb.TempDir(), "claims.json", string(b))
 }
 
 // BundleSpec describes a test bundle.
@@ -133,11 +155,7 @@ func NewBundle(tb testing.TB, spec BundleSpec) *bundle.Bundle {
 		if alg == "" {
 			alg = "RS256"
 		}
-		claims := ""
-		if spec.Sign.Scope != "" {
-			claims = testutil.WriteFile(tb, tb.TempDir(), "claims.json", fmt.Sprintf(`{"scope": %q}`, spec.Sign.Scope))
-		}
-		require.NoError(tb, b.GenerateSignature(bundle.NewSigningConfig(spec.Sign.Key, alg, claims), spec.Sign.KeyID, false))
+		require.NoError(tb, b.GenerateSignature(bundle.NewSigningConfig(spec.Sign.Key, alg, claimsFile(tb, spec.Sign)), spec.Sign.KeyID, false))
 	}
 	for p, src := range spec.Tamper {
 		for i := range b.Modules {
@@ -320,11 +338,7 @@ func signDir(tb testing.TB, dir string, sign Signing) {
 	if alg == "" {
 		alg = "RS256"
 	}
-	claims := ""
-	if sign.Scope != "" {
-		claims = testutil.WriteFile(tb, tb.TempDir(), "claims.json", fmt.Sprintf(`{"scope": %q}`, sign.Scope))
-	}
-	token, err := bundle.GenerateSignedToken(files, bundle.NewSigningConfig(sign.Key, alg, claims), sign.KeyID)
+	token, err := bundle.GenerateSignedToken(files, bundle.NewSigningConfig(sign.Key, alg, claimsFile(tb, sign)), sign.KeyID)
 	require.NoError(tb, err)
 	b, err := json.Marshal(map[string]any{"signatures": []string{token}})
 	require.NoError(tb, err)

@@ -428,12 +428,24 @@ func (r *remote) onStatus(st map[string]*bundleplugin.Status) {
 	r.settleLocked(true)
 }
 
-// trigger downloads every bundle now (SIGHUP).
+// trigger downloads now (SIGHUP) every bundle whose download is triggered by hand. A polled
+// bundle is left to its polling: OPA's downloader must not run a second download of it beside
+// the polling one (they share its state unguarded).
 func (r *remote) trigger(ctx context.Context) error {
 	if r.bp == nil {
 		return nil
 	}
-	return r.bp.Trigger(ctx)
+	bundles := r.bp.Config().Bundles
+	var errs []error
+	for name, loader := range r.bp.Loaders() {
+		if src := bundles[name]; src == nil || src.Trigger == nil || *src.Trigger != plugins.TriggerManual {
+			continue
+		}
+		if err := loader.Trigger(ctx); err != nil {
+			errs = append(errs, fmt.Errorf("bundle %s: %w", name, err))
+		}
+	}
+	return errors.Join(errs...)
 }
 
 func (r *remote) stop(ctx context.Context) {

@@ -19,8 +19,9 @@ import (
 	"time"
 
 	"github.com/hashicorp/go-hclog"
+	"github.com/open-policy-agent/opa/v1/bundle"
 	"github.com/open-policy-agent/opa/v1/plugins"
-	"github.com/open-policy-agent/opa/v1/storage"
+	bundleplugin "github.com/open-policy-agent/opa/v1/plugins/bundle"
 
 	"github.com/authz-dev/authz/internal/coded"
 	"github.com/authz-dev/authz/internal/decision"
@@ -53,8 +54,12 @@ type Factory struct {
 
 var _ plugins.Factory = Factory{}
 
-// Validate parses and checks the plugins.authz section.
+// Validate parses and checks the plugins.authz section. The gate's bundle activator must be
+// registered (RegisterActivator): without it the gate would not see OPA's bundles.
 func (f Factory) Validate(_ *plugins.Manager, config []byte) (any, error) {
+	if !bundle.HasExtension() || !activatorRegistered() {
+		return nil, fmt.Errorf("%s: the gate's bundle activator is not registered: call opaplugin.RegisterActivator before OPA's runtime starts", section)
+	}
 	return parseConfig(config, f.StartHost)
 }
 
@@ -68,9 +73,8 @@ func (f Factory) New(m *plugins.Manager, config any) plugins.Plugin {
 		policyMsg: "the active policy has not been prepared yet"}
 	p.gate = newGate(m)
 	p.gate.settings.Store(gateSettings(p.cfg))
-	// Every policy OPA activates (a bundle, a file under --watch, a policy PUT through its API)
-	// recompiles; the gate then prepares the new policy, off the commit and off the hot path.
-	m.RegisterCompilerTrigger(func(storage.Transaction) { p.requestReload() })
+	// OPA's own server: the Host check, and its write APIs off unless opaWriteAPI.
+	m.ExtraMiddleware(p.gate.guardOPA)
 	m.UpdatePluginStatus(Name, &plugins.Status{State: plugins.StateNotReady, Message: "not started"})
 	return p
 }
@@ -120,9 +124,18 @@ type policyLoader struct {
 func (p *Plugin) Start(ctx context.Context) error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	// The policy OPA has already activated is prepared before the first request; later
+	// Every bundle OPA activates (a download, --bundle under --watch) commits; the gate then
+	// compiles its copies of the bundles, off the commit and off the hot path.
+	p.gate.bundles.listen(p, p.requestReload)
+	if bp := bundleplugin.Lookup(p.m); bp != nil {
+		bp.Register(p, func(st bundleplugin.Status) {
+			p.gate.bundleStatus(st)
+			p.requestReload()
+		})
+	}
+	// The bundles OPA has already activated are compiled before the first request; later
 	// activations are the loader's.
-	p.applyLoad(p.gate.load(ctx, p.m))
+	p.applyLoad(p.gate.load(ctx))
 	if err := p.startServing(p.cfg); err != nil {
 		p.setFailure(err.Error())
 		return err
@@ -139,12 +152,17 @@ func (p *Plugin) Start(ctx context.Context) error {
 func (p *Plugin) Stop(_ context.Context) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	p.gate.bundles.unlisten(p)
+	if bp := bundleplugin.Lookup(p.m); bp != nil {
+		bp.Unregister(p)
+	}
 	if p.loop != nil {
 		p.loop.cancel()
 		<-p.loop.done
 		p.loop = nil
 	}
 	p.stopServing()
+	p.gate.stopLog()
 	p.stMu.Lock()
 	p.stopped, p.facts = true, nil
 	p.stMu.Unlock()
@@ -212,7 +230,7 @@ func (p *Plugin) startServing(cfg *Config) error {
 		}
 		facts, stopFacts = f, stop
 	}
-	srv, err := server.New(cfg.Server, p.gate, facts, server.Options{Logger: log, Tracing: gateTracing(p.m), OPADecisionLog: p.gate})
+	srv, err := server.New(cfg.Server, p.gate, facts, server.Options{Logger: log, Tracing: gateTracing(p.m), OPADecisionLog: p.gate, Policy: p.gate})
 	if err != nil {
 		stopFacts()
 		cancel()
@@ -275,7 +293,7 @@ func (p *Plugin) runLoader(ctx context.Context, done chan struct{}) {
 		case <-ctx.Done():
 			return
 		case <-p.reload:
-			p.applyLoad(p.gate.load(ctx, p.m))
+			p.applyLoad(p.gate.load(ctx))
 		case <-tick.C:
 			p.report()
 		}
@@ -333,7 +351,18 @@ func (p *Plugin) report() {
 
 // gateSettings are the gate's settings for cfg (whose masks Validate has checked).
 func gateSettings(cfg *Config) *settings {
+	var hosts []string
+	anyHost := false
+	for _, h := range cfg.Server.Authentication.AllowedHosts {
+		if h == "*" {
+			anyHost = true
+		}
+		hosts = append(hosts, strings.ToLower(h))
+	}
 	return &settings{
+		writeAPI:     cfg.OPAWriteAPI,
+		allowedHosts: hosts,
+		anyHost:      anyHost,
 		opts: decision.Options{
 			EvalTimeout:   cfg.Decision.EvalTimeout,
 			MaxConcurrent: runtime.GOMAXPROCS(0),

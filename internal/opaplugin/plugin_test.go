@@ -36,7 +36,10 @@ import (
 	"github.com/authz-dev/authz/internal/testutil"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+func TestMain(m *testing.M) {
+	RegisterActivator()
+	goleak.VerifyTestMain(m)
+}
 
 // writeFacts writes a facts document to a fresh file and returns its path.
 func writeFacts(t testing.TB, facts []byte) string {
@@ -278,43 +281,79 @@ func setPolicy(t testing.TB, m *plugins.Manager, b *bundle.Bundle) {
 	}))
 }
 
-// TestPolicyLifeCycle: with no policy, the plugin is not ready and every decision denies with
-// EVAL_NO_POLICY; a policy put into OPA is prepared on its commit (the compiler trigger) and
-// decides, with a revision derived from its modules; when it is removed, the deny comes back.
-func TestPolicyLifeCycle(t *testing.T) {
+// grantAllModule is a policy that grants every request every capability.
+const grantAllModule = `package authz
+decision := {"allow": true, "code": "", "message": "", "reasons": [], "capabilities": {"reusableLeases": true,
+	"nativeSyncIn": true, "nativeSyncOut": true, "persistentProcessSessions": true, "independentControlCommands": true,
+	"incrementalSessionOutput": true, "concurrentSyncOperations": true, "duplexCommandStream": true, "runnerWebSocketIngress": true}}
+`
+
+// putModule writes a policy into OPA's store, as OPA's Policy API does.
+func putModule(t testing.TB, m *plugins.Manager, id, src string) {
+	t.Helper()
+	ctx := t.Context()
+	require.NoError(t, storage.Txn(ctx, m.Store, storage.WriteParams, func(txn storage.Transaction) error {
+		return m.Store.UpsertPolicy(ctx, txn, id, []byte(src))
+	}))
+}
+
+// TestGateIgnoresOPAStore: without a bundle the gate decides with the embedded policy (origin
+// embedded, ready); a policy written into OPA's store (as OPA's Policy API writes it) changes
+// none of its answers: the gate compiles only what OPA activated from bundles.
+func TestGateIgnoresOPAStore(t *testing.T) {
+	embedded, err := decision.New(t.Context(), decision.Options{})
+	require.NoError(t, err)
 	m := newManager(t, nil)
 	p := startPlugin(t, m, `{"addr": "127.0.0.1:0", "facts": "`+specFactsFile(t)+`"}`, io.Discard)
+	waitState(t, m, plugins.StateOK)
+	gateURL := "http://" + p.Addr().String()
+	var deny []byte
+	for _, ex := range specexamples.Rows() {
+		if req, facts := ex.Fixture().JSON(); !ex.Allow && bytes.Equal(facts, must(os.ReadFile(specFactsFile(t)))) {
+			deny = req
+			break
+		}
+	}
+	require.NotNil(t, deny)
+	before := mustPost(t, gateURL+"/v1/authorize", deny)
+	assert.Equal(t, false, before["allow"])
+	assert.Equal(t, embedded.Revision(), before["revision"])
+	assert.Equal(t, "embedded", p.gate.Status().Origin)
+
+	putModule(t, m, "grant.rego", grantAllModule)
+	putModule(t, m, "drop.rego", "package system.log\ndrop if true\n")
+	p.requestReload()
+	require.Eventually(t, func() bool { return len(p.reload) == 0 }, 10*time.Second, 5*time.Millisecond)
+	after := mustPost(t, gateURL+"/v1/authorize", deny)
+	delete(before, "decision_id")
+	delete(after, "decision_id")
+	assert.Equal(t, before, after, "what OPA's store holds is not the gate's policy")
+	waitState(t, m, plugins.StateOK)
+}
+
+// TestGateWaitsForConfiguredBundle: with a bundle configured in OPA's bundles section and not
+// activated yet, the gate is not ready and every decision denies (EVAL_NO_POLICY), even with a
+// grant-all policy in OPA's store.
+func TestGateWaitsForConfiguredBundle(t *testing.T) {
+	m, err := plugins.New([]byte(`{"services": {"s": {"url": "http://127.0.0.1:1"}}, "bundles": {"authz": {"service": "s", "resource": "/b.tar.gz"}}}`),
+		"test", inmem.New())
+	require.NoError(t, err)
+	require.NoError(t, m.Init(t.Context()))
+	t.Cleanup(func() { m.Stop(context.Background()) })
+	putModule(t, m, "grant.rego", grantAllModule)
+	p := startPlugin(t, m, `{"addr": "127.0.0.1:0", "facts": "`+specFactsFile(t)+`"}`, io.Discard)
+	st := waitState(t, m, plugins.StateNotReady)
+	assert.Contains(t, st.Message, "waiting for bundle(s) authz")
 	gateURL := "http://" + p.Addr().String()
 	reqJSON, _ := specexamples.NewFixture().JSON()
-
-	assertNoPolicy := func(t *testing.T) {
-		st := waitState(t, m, plugins.StateNotReady)
-		assert.Contains(t, st.Message, "no active policy defines data.authz.decision")
-		status, header, doc := post(t, gateURL+"/v1/authorize", reqJSON)
-		assert.Equal(t, http.StatusInternalServerError, status)
-		assert.Equal(t, coded.EvalNoPolicy, header.Get("X-Authz-Error"))
-		assert.Equal(t, false, doc["allow"])
-		assert.Equal(t, "DUPLEX_CHANNEL_CAPABILITY_DENIED", doc["code"])
-		assert.Equal(t, []any{"evaluation_failed"}, doc["reasons"])
-		resp, err := http.Get(gateURL + "/health/ready")
-		require.NoError(t, err)
-		resp.Body.Close()
-		assert.Equal(t, http.StatusServiceUnavailable, resp.StatusCode, "not ready without a policy")
-	}
-	t.Run("no policy", assertNoPolicy)
-
-	t.Run("policy put", func(t *testing.T) {
-		setPolicy(t, m, policyBundle(t, ""))
-		waitState(t, m, plugins.StateOK)
-		doc := mustPost(t, gateURL+"/v1/authorize", reqJSON)
-		assert.Equal(t, true, doc["allow"])
-		assert.Regexp(t, `^sha256:[0-9a-f]{16}$`, doc["revision"])
-	})
-
-	t.Run("policy removed", func(t *testing.T) {
-		setPolicy(t, m, nil)
-		assertNoPolicy(t)
-	})
+	status, header, doc := post(t, gateURL+"/v1/authorize", reqJSON)
+	assert.Equal(t, http.StatusInternalServerError, status)
+	assert.Equal(t, coded.EvalNoPolicy, header.Get("X-Authz-Error"))
+	assert.Equal(t, false, doc["allow"])
+	resp, err := http.Get(gateURL + "/health/ready")
+	require.NoError(t, err)
+	resp.Body.Close()
+	assert.Equal(t, http.StatusServiceUnavailable, resp.StatusCode)
 }
 
 // consoleRecorder is an OPA logger that keeps the fields of every "Decision Log" entry.

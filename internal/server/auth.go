@@ -302,7 +302,19 @@ func bearerToken(r *http.Request) (string, bool) {
 // refused. TLS connections and unix sockets are not concerned: a browser cannot be steered to
 // them that way.
 func (a *access) checkHost(r *http.Request) error {
-	if a.anyHost || r.TLS != nil {
+	if a.anyHost {
+		return nil
+	}
+	return CheckLoopbackHost(r, a.allowedHosts)
+}
+
+// CheckLoopbackHost is the Host check of the gate's listener (DNS rebinding) for another
+// listener, such as OPA's under `authz run`: on a plain-HTTP connection that arrived at a
+// loopback address, the Host header must be localhost, 127.0.0.1 or [::1] with the port the
+// connection arrived at (or no port on port 80), or one of allowedHosts (lower case, without
+// port). It returns nil when r may pass, else a coded.HostNotAllowed error.
+func CheckLoopbackHost(r *http.Request, allowedHosts []string) error {
+	if r.TLS != nil {
 		return nil
 	}
 	local, ok := r.Context().Value(http.LocalAddrContextKey).(net.Addr)
@@ -325,7 +337,7 @@ func (a *access) checkHost(r *http.Request) error {
 	switch {
 	case portOK && (host == "localhost" || host == "127.0.0.1" || host == "::1"):
 		return nil
-	case (portOK || port == "") && slices.Contains(a.allowedHosts, host):
+	case (portOK || port == "") && slices.Contains(allowedHosts, host):
 		return nil
 	}
 	return coded.Errorf(coded.HostNotAllowed, "Host %q is not a name of this service on a loopback address: use localhost:%s or 127.0.0.1:%s, or add the name to authentication.allowedHosts", r.Host, wantPort, wantPort)

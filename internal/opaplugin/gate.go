@@ -37,11 +37,12 @@ type gate struct {
 	settings atomic.Pointer[settings]
 	active   atomic.Pointer[activePolicy]
 
-	mu       sync.Mutex // guards loaded and remote
-	loaded   string     // what the active policy was made of (skip a load that would change nothing)
-	remote   map[string]*bundleplugin.Status
-	logMu    sync.Mutex
-	logMaker *logMirror // OPA's decision log, fed from the gate's own policy
+	mu        sync.Mutex // guards loaded and remote
+	loaded    string     // what the active policy was made of (skip a load that would change nothing)
+	remote    map[string]*bundleplugin.Status
+	logMu     sync.Mutex
+	logMaker  *logMirror // OPA's decision log, fed from the gate's own policy
+	logFailed string     // the key of the policy whose decision log could not be set up
 }
 
 // settings are what the gate takes from the plugins.authz section.
@@ -180,6 +181,7 @@ func (g *gate) load(ctx context.Context) (msg string, err error) {
 	pol.key, pol.copies = key, use
 	g.active.Store(pol)
 	g.setLoaded(key)
+	g.decisionLog(ctx) // set up off the hot path: the first decision of the policy finds it ready
 	return "", nil
 }
 

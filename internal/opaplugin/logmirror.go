@@ -39,8 +39,11 @@ func (g *gate) decisionLog(ctx context.Context) *logs.Plugin {
 	pol := g.active.Load()
 	g.logMu.Lock()
 	defer g.logMu.Unlock()
-	if g.logMaker != nil && g.logMaker.key == pol.key {
+	switch {
+	case g.logMaker != nil && g.logMaker.key == pol.key:
 		return g.logMaker.lp
+	case g.logFailed == pol.key:
+		return nil // tried for this policy already
 	}
 	old := g.logMaker
 	g.logMaker = nil
@@ -49,10 +52,11 @@ func (g *gate) decisionLog(ctx context.Context) *logs.Plugin {
 	}
 	lm, err := newLogMirror(ctx, g.m, opaLP, pol)
 	if err != nil {
+		g.logFailed = pol.key
 		g.m.Logger().Error("authz: the gate's decision log could not be set up: %v; its events are not logged until the next policy", err)
 		return nil
 	}
-	g.logMaker = lm
+	g.logMaker, g.logFailed = lm, ""
 	return lm.lp
 }
 

@@ -88,6 +88,15 @@ func TestParseConfig(t *testing.T) {
 			wantErr: []string{`plugins.authz.addr: "localhost": want host:port`}},
 		{name: "unknown field", raw: `{"adress": "127.0.0.1:1", "facts": "` + facts + `"}`, host: noHost,
 			wantErr: []string{"plugins.authz.adress: unknown field; the fields are addr, authentication, builtinProviders,"}},
+		{name: "OPA's write APIs opened", raw: `{"facts": "` + facts + `", "opaWriteAPI": true, "evalTimeout": "9s"}`, host: noHost, check: func(t *testing.T, c *Config) {
+			assert.True(t, c.OPAWriteAPI)
+			assert.Equal(t, 9*time.Second, c.Decision.EvalTimeout, "the other fields are read as without it")
+		}},
+		{name: "OPA's write APIs off by default", raw: `{"facts": "` + facts + `"}`, host: noHost, check: func(t *testing.T, c *Config) {
+			assert.False(t, c.OPAWriteAPI)
+		}},
+		{name: "opaWriteAPI not a boolean", raw: `{"facts": "` + facts + `", "opaWriteAPI": "yes"}`, host: noHost,
+			wantErr: []string{"plugins.authz.opaWriteAPI: must be true or false; got yes"}},
 		{name: "unknown nested field", raw: `{"http": {"readTimout": "1s"}, "facts": "` + facts + `"}`, host: noHost,
 			wantErr: []string{"plugins.authz.http (line 1): field readTimout not found"}},
 		{name: "both plugins and facts", raw: `{"plugins": [], "facts": "` + facts + `"}`, host: someHost,

@@ -127,6 +127,7 @@ func TestRunRefusesOPAWrites(t *testing.T) {
 		{name: "default, with a bundle", section: "", wantPut: http.StatusForbidden, bundleOf: "r1"},
 		{name: "default, embedded policy", section: "", wantPut: http.StatusForbidden},
 		{name: "opaWriteAPI, embedded policy", section: "    opaWriteAPI: true\n", wantPut: http.StatusOK},
+		{name: "opaWriteAPI, with a bundle", section: "    opaWriteAPI: true\n", wantPut: http.StatusOK, bundleOf: "r2"},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			dir := t.TempDir()
@@ -169,7 +170,7 @@ func TestRunRefusesOPAWrites(t *testing.T) {
 			assert.Equal(t, tt.wantPut, status, "PUT drop: %s", body)
 			decideLogged(t, c, gate, grant, ar.Stderr) // still logged: not dropped
 
-			if tt.wantPut == http.StatusOK {
+			if tt.wantPut == http.StatusOK && tt.bundleOf == "" {
 				// OPA's own Data API sees what was written: it is OPA's, not the gate's.
 				_, got := testutil.PostJSON(t, c, opa+"/v1/data/authz/decision", `{"input": {}}`)
 				assert.Equal(t, true, got["result"].(map[string]any)["allow"], "OPA's own query sees the written policy")

@@ -100,6 +100,8 @@ func newLogMirror(ctx context.Context, opa *plugins.Manager, opaLP *logs.Plugin,
 		return nil, fmt.Errorf("configure: %w", err)
 	}
 	if err := m.Init(ctx); err != nil {
+		m.Stop(ctx)
+		bundles.drop(m.Store)
 		return nil, fmt.Errorf("load the policy's bundles: %w", err)
 	}
 	lcfg := opaLP.Config()
@@ -112,6 +114,8 @@ func newLogMirror(ctx context.Context, opa *plugins.Manager, opaLP *logs.Plugin,
 	lp := logs.New(lcfg, m)
 	m.Register(logs.Name, lp)
 	if err := lp.Start(ctx); err != nil {
+		m.Stop(ctx)
+		bundles.drop(m.Store)
 		return nil, err
 	}
 	return &logMirror{key: pol.key, m: m, lp: lp}, nil

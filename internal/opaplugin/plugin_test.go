@@ -29,6 +29,7 @@ import (
 
 	"github.com/authz-dev/authz/internal/coded"
 	"github.com/authz-dev/authz/internal/decision"
+	"github.com/authz-dev/authz/internal/policy"
 	"github.com/authz-dev/authz/internal/policy/policytest"
 	"github.com/authz-dev/authz/internal/server"
 	"github.com/authz-dev/authz/internal/service"
@@ -464,4 +465,55 @@ func TestStartAndStop(t *testing.T) {
 	assert.Nil(t, p.Addr())
 	_, err = net.DialTimeout("tcp", addr, time.Second)
 	assert.Error(t, err, "nothing listens on the gate's address after Stop")
+}
+
+// TestBundleCopyHoldsItsData: the copy of a bundle holds its data whether OPA read it whole or
+// lazily (as it reads downloaded bundles: data files kept raw).
+func TestBundleCopyHoldsItsData(t *testing.T) {
+	want := map[string]any{"authz": map[string]any{"tables": map[string]any{"a": json.Number("1"), "b": []any{"x"}}}}
+	raw := policytest.MakeBundle(t, policytest.BundleSpec{Revision: "d1", Roots: []string{"authz"}, Data: want})
+	for _, lazy := range []bool{false, true} {
+		b, err := bundle.NewReader(bytes.NewReader(raw)).WithLazyLoadingMode(lazy).Read()
+		require.NoError(t, err)
+		c := copyBundle("authz", &b)
+		require.Empty(t, c.err)
+		assert.Equal(t, "d1", c.revision)
+		assert.Equal(t, []string{"authz"}, c.roots)
+		assert.NotEmpty(t, c.modules)
+		assert.Equal(t, testutil.JSONObject(t, want), testutil.JSONObject(t, c.data), "lazy %v", lazy)
+	}
+}
+
+// TestBundleLogRulesApplyStoreOnesDoNot: the gate's events in OPA's decision log are masked
+// by the system.log rules of the bundle, and a drop rule written into OPA's store (as OPA's
+// Policy API writes it) does not drop them.
+func TestBundleLogRulesApplyStoreOnesDoNot(t *testing.T) {
+	mods := policytest.EmbeddedModules(t)
+	mods["system/log.rego"] = "package system.log\nmask contains \"/input/operation\"\n"
+	b := policytest.NewBundle(t, policytest.BundleSpec{Revision: "m1", Roots: []string{"authz", "system/log"}, Modules: mods})
+	console := newConsoleRecorder()
+	m := newManager(t, b, plugins.ConsoleLogger(console))
+	lcfg, err := logs.NewConfigBuilder().WithBytes([]byte(`{"console": true}`)).Parse()
+	require.NoError(t, err)
+	lp := logs.New(lcfg, m)
+	m.Register(logs.Name, lp)
+	require.NoError(t, lp.Start(t.Context()))
+	putModule(t, m, "drop.rego", "package system.log.extra\ndrop if true\n")
+	putModule(t, m, "drop2.rego", "package system\nlog.drop if true\n")
+	p := startPlugin(t, m, `{"addr": "127.0.0.1:0", "facts": "`+specFactsFile(t)+`"}`, io.Discard)
+	waitState(t, m, plugins.StateOK)
+	reqJSON, _ := specexamples.NewFixture().JSON()
+	doc := mustPost(t, "http://"+p.Addr().String()+"/v1/authorize", reqJSON)
+	require.Equal(t, "m1", doc["revision"])
+	events := console.Events()
+	require.Len(t, events, 1, "not dropped by the store's rule")
+	ev := testutil.JSONObject(t, events[0])
+	assert.Equal(t, doc["decision_id"], ev["decision_id"])
+	input := ev["input"].(map[string]any)
+	assert.NotContains(t, input, "operation", "masked by the bundle's rule")
+	assert.Contains(t, input, "resolved")
+
+	// The store's rule is in force for OPA's own plugin: the same event through it is dropped.
+	require.NoError(t, policy.LogToOPA(t.Context(), lp, policy.Decision{ID: "opa-own", Path: "authz/decision", Input: map[string]any{}, Result: map[string]any{}}))
+	assert.Len(t, console.Events(), 1, "OPA's own plugin drops it")
 }

@@ -31,8 +31,10 @@ const defaultAddr = "127.0.0.1:8182"
 //	    facts: /etc/authz/facts.json  # a static facts file instead of plugins
 //	    evalTimeout: 5s               # and the other knobs of authz serve
 //
-// The policy is not configured here: it is OPA's (bundles, --bundle, files on the command
-// line), and the gate decides with whatever OPA has activated.
+//	    opaWriteAPI: true             # open OPA's policy and data write APIs (off by default)
+//
+// The policy is not configured here: it is the bundles OPA activates (the bundles section,
+// --bundle), copied on their way into OPA's store; the embedded policy when there is none.
 type Config struct {
 	service.Config
 	// OPAWriteAPI opens OPA's policy and data write APIs (opaWriteAPI: true); off by default.

@@ -1,13 +1,14 @@
 // Package opaplugin runs the authz gate inside OPA: an OPA runtime plugin, configured by the
 // plugins.authz section of an OPA configuration, that serves the gate's HTTP endpoints
-// (internal/server) beside OPA's own and decides with the policy OPA has activated (its bundles,
-// signatures, decision logs and status are OPA's). `authz run` is OPA's run command with this
-// plugin built in (docs/service.md, "Running inside OPA").
+// (internal/server) beside OPA's own. It decides with a policy it compiles itself from copies of
+// the bundles OPA activates (downloads, signatures and bundle status are OPA's), never from OPA's
+// store, which OPA's API writes; it guards OPA's own listener (Host check, write APIs off unless
+// opaWriteAPI). `authz run` is OPA's run command with this plugin built in (docs/service.md,
+// "Running inside OPA").
 package opaplugin
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -23,7 +24,6 @@ import (
 	"github.com/open-policy-agent/opa/v1/plugins"
 	bundleplugin "github.com/open-policy-agent/opa/v1/plugins/bundle"
 
-	"github.com/authz-dev/authz/internal/coded"
 	"github.com/authz-dev/authz/internal/decision"
 	"github.com/authz-dev/authz/internal/server"
 	"github.com/authz-dev/authz/internal/service"
@@ -370,6 +370,3 @@ func gateSettings(cfg *Config) *settings {
 		},
 	}
 }
-
-// errNoEntrypoint is the state of a gate whose OPA has no policy that defines the entrypoint.
-var errNoEntrypoint = errors.New("no active policy defines " + decision.Query + ": every decision denies (" + coded.EvalNoPolicy + ") until OPA activates one (a bundle, --bundle PATH, or policy files)")

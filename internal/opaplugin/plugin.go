@@ -20,11 +20,13 @@ import (
 	"time"
 
 	"github.com/hashicorp/go-hclog"
+	"github.com/open-policy-agent/opa/v1/ast"
 	"github.com/open-policy-agent/opa/v1/bundle"
 	"github.com/open-policy-agent/opa/v1/plugins"
 	bundleplugin "github.com/open-policy-agent/opa/v1/plugins/bundle"
 
 	"github.com/authz-dev/authz/internal/decision"
+	"github.com/authz-dev/authz/internal/policy"
 	"github.com/authz-dev/authz/internal/server"
 	"github.com/authz-dev/authz/internal/service"
 )
@@ -92,7 +94,8 @@ type Plugin struct {
 	run  *serving
 	loop *policyLoader
 
-	log atomic.Pointer[hclog.Logger] // the gate's log, for the loader
+	log          atomic.Pointer[hclog.Logger] // the gate's log, for the loader
+	warnedUnused atomic.Bool                  // warnUnusedPolicy has warned
 
 	stMu       sync.Mutex // guards the state reported to OPA
 	facts      server.FactsSource
@@ -303,14 +306,30 @@ func (p *Plugin) runLoader(ctx context.Context, done chan struct{}) {
 // applyLoad records the outcome of a policy preparation in the state reported to OPA.
 func (p *Plugin) applyLoad(msg string, err error) {
 	if err != nil {
-		p.logger().Error("the active policy could not be prepared; the gate keeps deciding with the one it had", "error", err)
+		p.logger().Error("the bundles' policy could not be compiled; the gate keeps deciding with the one it had", "error", err)
 		msg = err.Error()
 	}
+	p.warnUnusedPolicy()
 	p.stMu.Lock()
 	p.policyMsg = msg
 	p.stMu.Unlock()
 	p.report()
 }
+
+// warnUnusedPolicy warns, once, when the gate decides with the embedded policy while OPA's
+// compiler defines the entrypoint from something else (policy files on the command line, or
+// OPA's Policy API): the gate does not decide with those.
+func (p *Plugin) warnUnusedPolicy() {
+	pol := p.gate.active.Load()
+	if pol.origin != policy.OriginEmbedded || p.warnedUnused.Load() {
+		return
+	}
+	if c := p.m.GetCompiler(); c != nil && len(c.GetRulesExact(entrypoint)) > 0 && p.warnedUnused.CompareAndSwap(false, true) {
+		p.logger().Warn("OPA defines " + decision.Query + " outside a bundle (policy files or its Policy API); the gate decides with the embedded policy: pass the policy as a bundle (--bundle DIR or FILE.tar.gz, or OPA's bundles section)")
+	}
+}
+
+var entrypoint = ast.MustParseRef(decision.Query)
 
 func (p *Plugin) logger() hclog.Logger {
 	if l := p.log.Load(); l != nil {

@@ -314,7 +314,8 @@ func TestGateIgnoresOPAStore(t *testing.T) {
 	embedded, err := decision.New(t.Context(), decision.Options{})
 	require.NoError(t, err)
 	m := newManager(t, nil)
-	p := startPlugin(t, m, `{"addr": "127.0.0.1:0", "facts": "`+specFactsFile(t)+`"}`, io.Discard)
+	log := &testutil.SyncBuffer{}
+	p := startPlugin(t, m, `{"addr": "127.0.0.1:0", "facts": "`+specFactsFile(t)+`"}`, log)
 	waitState(t, m, plugins.StateOK)
 	gateURL := "http://" + p.Addr().String()
 	var deny []byte
@@ -333,7 +334,8 @@ func TestGateIgnoresOPAStore(t *testing.T) {
 	putModule(t, m, "grant.rego", grantAllModule)
 	putModule(t, m, "drop.rego", "package system.log\ndrop if true\n")
 	p.requestReload()
-	require.Eventually(t, func() bool { return len(p.reload) == 0 }, 10*time.Second, 5*time.Millisecond)
+	require.Eventually(t, func() bool { return strings.Contains(log.String(), "outside a bundle") }, 10*time.Second, 5*time.Millisecond,
+		"the gate warns that OPA's policy is not its own; log:\n%s", log)
 	after := mustPost(t, gateURL+"/v1/authorize", deny)
 	delete(before, "decision_id")
 	delete(after, "decision_id")

@@ -75,8 +75,15 @@ func (f Factory) New(m *plugins.Manager, config any) plugins.Plugin {
 		policyMsg: "the active policy has not been prepared yet"}
 	p.gate = newGate(m)
 	p.gate.settings.Store(gateSettings(p.cfg))
-	// OPA's own server: the Host check, and its write APIs off unless opaWriteAPI.
+	// OPA's own server: the Host check, and its write APIs off unless opaWriteAPI. OPA's server
+	// takes the middleware when it starts: a plugin made after that (from a discovered
+	// configuration) cannot guard it, and says so at Start.
 	m.ExtraMiddleware(p.gate.guardOPA)
+	select {
+	case <-m.ServerInitializedChannel():
+		p.unguarded = true
+	default:
+	}
 	m.UpdatePluginStatus(Name, &plugins.Status{State: plugins.StateNotReady, Message: "not started"})
 	return p
 }
@@ -94,6 +101,7 @@ type Plugin struct {
 	run  *serving
 	loop *policyLoader
 
+	unguarded    bool                         // OPA's server started before the plugin: its API is not guarded
 	log          atomic.Pointer[hclog.Logger] // the gate's log, for the loader
 	warnedUnused atomic.Bool                  // warnUnusedPolicy has warned
 
@@ -127,6 +135,9 @@ type policyLoader struct {
 func (p *Plugin) Start(ctx context.Context) error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	if p.unguarded {
+		p.logger().Error("OPA's server was already running when plugins.authz was configured: its write APIs are open and its Host check is off; configure plugins.authz in OPA's boot configuration (--config-file), not through discovery")
+	}
 	// Every bundle OPA activates (a download, --bundle under --watch) commits; the gate then
 	// compiles its copies of the bundles, off the commit and off the hot path.
 	p.gate.bundles.listen(p, p.requestReload)

@@ -341,6 +341,10 @@ func TestGateIgnoresOPAStore(t *testing.T) {
 	delete(after, "decision_id")
 	assert.Equal(t, before, after, "what OPA's store holds is not the gate's policy")
 	waitState(t, m, plugins.StateOK)
+
+	eng := p.gate.active.Load().engine
+	assert.Empty(t, eng.CacheStatus(), "decisions are cached, as in authz serve")
+	assert.Equal(t, uint64(1), eng.CacheStats().Hits, "the second decision of the same input came from the cache")
 }
 
 // TestGateWaitsForConfiguredBundle: with a bundle configured in OPA's bundles section and not

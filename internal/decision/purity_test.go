@@ -168,7 +168,7 @@ func hs256(secret string, exp time.Time) string {
 // `with f as io.jwt.decode_verify` is not served from the cache once the token expired: the
 // engine with the cache on answers what a fresh evaluation answers, a deny.
 func TestCachedJWTGrantDoesNotOutliveExpiry(t *testing.T) {
-	token := hs256("s", time.Now().Add(1500*time.Millisecond))
+	token := hs256("s", time.Now().Add(3*time.Second)) // valid for 2 s at least (exp is in whole seconds)
 	src := `package authz
 verify(_, _) := [false, {}, {}]
 default decision := {"allow": false, "code": "EXPIRED", "message": "", "reasons": [], "capabilities": ` + allFalse + `}

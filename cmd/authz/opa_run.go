@@ -19,6 +19,8 @@ import (
 // (internal/opaplugin). OPA handles SIGINT and SIGTERM itself: it stops its server, then its
 // plugins (the gate's server, then the driver plugins).
 func runOPA(_ context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) error {
+	// The gate compiles its policy from the bundles OPA activates, copied on their way in.
+	opaplugin.RegisterActivator()
 	runtime.RegisterPlugin(opaplugin.Name, opaplugin.Factory{StartHost: startPluginHost, LogOutput: stderr})
 	root := opacmd.Command(&cobra.Command{
 		Use:           "authz",

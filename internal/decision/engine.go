@@ -125,7 +125,9 @@ func (e *Engine) LoadModules(ctx context.Context, modules map[string]string, rev
 //	})
 //
 // Decisions of a policy prepared here are never cached: its store may change without a new
-// revision.
+// revision. A plugin manager's store and compiler are also written by OPA's management API;
+// a policy that only its configured bundles may define is compiled from their content
+// (CompileModules) and activated (Activate), as the gate inside `authz run` does.
 func (e *Engine) Prepare(ctx context.Context, revision string, opts ...func(*rego.Rego)) error {
 	return e.prepare(ctx, revision, inputReads{uncacheable: "the policy was prepared with caller options (its data may change)"}, opts...)
 }

@@ -29,6 +29,7 @@ var impureBuiltins = map[string]bool{
 	"net.lookup_ip_addr":                                     true,
 	"rand.intn":                                              true,
 	"uuid.rfc4122":                                           true,
+	"io.jwt.decode_verify":                                   true, // checks exp and nbf against the clock
 }
 
 // inputReads is what a compiled policy can read of its input: every reference rooted at input,
@@ -46,7 +47,11 @@ type inputReads struct {
 }
 
 // analyzeInputReads walks the compiled modules: every rule, function and import, whether or not
-// the entrypoint reaches it (over-approximating what is read is safe).
+// the entrypoint reaches it (over-approximating what is read is safe). A policy is cacheable
+// only when no term anywhere in it names a non-deterministic or impure builtin, whatever the
+// term's place: the operator of a call, the value of a `with` (which makes the replaced
+// function that builtin), its target, or an argument. Rules and functions reached through data
+// references, imports or `with` values are modules of the policy and walked like the others.
 func analyzeInputReads(modules map[string]*ast.Module) inputReads {
 	var r inputReads
 	var paths [][]any
@@ -74,9 +79,17 @@ func analyzeInputReads(modules map[string]*ast.Module) inputReads {
 				}
 				return true
 			}
+			if why := impureName(v.String()); why != "" {
+				r.uncacheable = why
+				return true
+			}
 		case ast.Var:
 			if v.Equal(ast.InputRootDocument.Value) {
 				r.uncacheable = "the policy reads input as a whole"
+				return true
+			}
+			if why := impureName(string(v)); why != "" {
+				r.uncacheable = why
 				return true
 			}
 		case *ast.Expr:
@@ -154,6 +167,16 @@ func impureCall(op ast.Ref) string {
 		return fmt.Sprintf("the policy calls %s, which is not a builtin of OPA", name)
 	case b.Nondeterministic || impureBuiltins[name]:
 		return fmt.Sprintf("the policy calls the non-deterministic or impure builtin %s", name)
+	}
+	return ""
+}
+
+// impureName says why a term naming the builtin name makes decisions uncacheable ("" when it
+// does not: name is not a builtin, or a deterministic one).
+func impureName(name string) string {
+	b, ok := ast.BuiltinMap[name]
+	if ok && (b.Nondeterministic || impureBuiltins[name]) {
+		return fmt.Sprintf("the policy names the non-deterministic or impure builtin %s", name)
 	}
 	return ""
 }

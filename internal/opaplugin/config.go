@@ -31,14 +31,22 @@ const defaultAddr = "127.0.0.1:8182"
 //	    facts: /etc/authz/facts.json  # a static facts file instead of plugins
 //	    evalTimeout: 5s               # and the other knobs of authz serve
 //
-// The policy is not configured here: it is OPA's (bundles, --bundle, files on the command
-// line), and the gate decides with whatever OPA has activated.
+//	    opaWriteAPI: true             # open OPA's policy and data write APIs (off by default)
+//
+// The policy is not configured here: it is the bundles OPA activates (the bundles section,
+// --bundle), copied on their way into OPA's store; the embedded policy when there is none.
 type Config struct {
 	service.Config
+	// OPAWriteAPI opens OPA's policy and data write APIs (opaWriteAPI: true); off by default.
+	// What they write serves OPA's own queries only: the gate decides with its bundles.
+	OPAWriteAPI bool
 
 	// staticFacts is the facts file, loaded by Validate, when Facts is set.
 	staticFacts *server.StaticFacts
 }
+
+// writeAPIField is the field of plugins.authz that opens OPA's write APIs.
+const writeAPIField = "opaWriteAPI"
 
 // fieldNames are the fields of plugins.authz, as the YAML and JSON spell them.
 // The policy keys of authz serve (bundle, opa, ...) are not among them: the policy is OPA's.
@@ -59,6 +67,7 @@ var fieldNames = func() []string {
 		}
 	}
 	collect(reflect.TypeFor[service.Config]())
+	names = append(names, writeAPIField)
 	slices.Sort(names)
 	return names
 }()
@@ -86,6 +95,20 @@ func parseConfig(raw []byte, startHost HostStarter) (*Config, error) {
 			}
 		}
 	}
+	writeAPI := false
+	if v, ok := present[writeAPIField]; ok {
+		b, isBool := v.(bool)
+		if !isBool {
+			errs = append(errs, fmt.Errorf("%s.%s: must be true or false; got %v", section, writeAPIField, v))
+		}
+		writeAPI = b
+		delete(present, writeAPIField)
+		rest, err := yaml.Marshal(present)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("%s: %w", section, err))
+		}
+		raw = rest
+	}
 	if len(errs) > 0 {
 		return nil, errors.Join(errs...)
 	}
@@ -103,7 +126,7 @@ func parseConfig(raw []byte, startHost HostStarter) (*Config, error) {
 	if err := sc.Validate(); err != nil {
 		return nil, renameConfigErr(err)
 	}
-	cfg := &Config{Config: sc}
+	cfg := &Config{Config: sc, OPAWriteAPI: writeAPI}
 	switch {
 	case sc.Facts != "":
 		if cfg.staticFacts, err = server.LoadStaticFacts(sc.Facts); err != nil {
@@ -132,5 +155,5 @@ func renameConfigErr(err error) error {
 
 // equal reports whether two configurations would run the same gate.
 func (c *Config) equal(o *Config) bool {
-	return reflect.DeepEqual(c.Config, o.Config)
+	return reflect.DeepEqual(c.Config, o.Config) && c.OPAWriteAPI == o.OPAWriteAPI
 }

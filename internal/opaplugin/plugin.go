@@ -1,13 +1,14 @@
 // Package opaplugin runs the authz gate inside OPA: an OPA runtime plugin, configured by the
 // plugins.authz section of an OPA configuration, that serves the gate's HTTP endpoints
-// (internal/server) beside OPA's own and decides with the policy OPA has activated (its bundles,
-// signatures, decision logs and status are OPA's). `authz run` is OPA's run command with this
-// plugin built in (docs/service.md, "Running inside OPA").
+// (internal/server) beside OPA's own. It decides with a policy it compiles itself from copies of
+// the bundles OPA activates (downloads, signatures and bundle status are OPA's), never from OPA's
+// store, which OPA's API writes; it guards OPA's own listener (Host check, write APIs off unless
+// opaWriteAPI). `authz run` is OPA's run command with this plugin built in (docs/service.md,
+// "Running inside OPA").
 package opaplugin
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -19,11 +20,13 @@ import (
 	"time"
 
 	"github.com/hashicorp/go-hclog"
+	"github.com/open-policy-agent/opa/v1/ast"
+	"github.com/open-policy-agent/opa/v1/bundle"
 	"github.com/open-policy-agent/opa/v1/plugins"
-	"github.com/open-policy-agent/opa/v1/storage"
+	bundleplugin "github.com/open-policy-agent/opa/v1/plugins/bundle"
 
-	"github.com/authz-dev/authz/internal/coded"
 	"github.com/authz-dev/authz/internal/decision"
+	"github.com/authz-dev/authz/internal/policy"
 	"github.com/authz-dev/authz/internal/server"
 	"github.com/authz-dev/authz/internal/service"
 )
@@ -53,8 +56,12 @@ type Factory struct {
 
 var _ plugins.Factory = Factory{}
 
-// Validate parses and checks the plugins.authz section.
+// Validate parses and checks the plugins.authz section. The gate's bundle activator must be
+// registered (RegisterActivator): without it the gate would not see OPA's bundles.
 func (f Factory) Validate(_ *plugins.Manager, config []byte) (any, error) {
+	if !bundle.HasExtension() || !activatorRegistered() {
+		return nil, fmt.Errorf("%s: the gate's bundle activator is not registered: call opaplugin.RegisterActivator before OPA's runtime starts", section)
+	}
 	return parseConfig(config, f.StartHost)
 }
 
@@ -68,9 +75,15 @@ func (f Factory) New(m *plugins.Manager, config any) plugins.Plugin {
 		policyMsg: "the active policy has not been prepared yet"}
 	p.gate = newGate(m)
 	p.gate.settings.Store(gateSettings(p.cfg))
-	// Every policy OPA activates (a bundle, a file under --watch, a policy PUT through its API)
-	// recompiles; the gate then prepares the new policy, off the commit and off the hot path.
-	m.RegisterCompilerTrigger(func(storage.Transaction) { p.requestReload() })
+	// OPA's own server: the Host check, and its write APIs off unless opaWriteAPI. OPA's server
+	// takes the middleware when it starts: a plugin made after that (from a discovered
+	// configuration) cannot guard it, and says so at Start.
+	m.ExtraMiddleware(p.gate.guardOPA)
+	select {
+	case <-m.ServerInitializedChannel():
+		p.unguarded = true
+	default:
+	}
 	m.UpdatePluginStatus(Name, &plugins.Status{State: plugins.StateNotReady, Message: "not started"})
 	return p
 }
@@ -88,7 +101,9 @@ type Plugin struct {
 	run  *serving
 	loop *policyLoader
 
-	log atomic.Pointer[hclog.Logger] // the gate's log, for the loader
+	unguarded    bool                         // OPA's server started before the plugin: its API is not guarded
+	log          atomic.Pointer[hclog.Logger] // the gate's log, for the loader
+	warnedUnused atomic.Bool                  // warnUnusedPolicy has warned
 
 	stMu       sync.Mutex // guards the state reported to OPA
 	facts      server.FactsSource
@@ -120,9 +135,21 @@ type policyLoader struct {
 func (p *Plugin) Start(ctx context.Context) error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	// The policy OPA has already activated is prepared before the first request; later
+	if p.unguarded {
+		p.logger().Error("OPA's server was already running when plugins.authz was configured: its write APIs are open and its Host check is off; configure plugins.authz in OPA's boot configuration (--config-file), not through discovery")
+	}
+	// Every bundle OPA activates (a download, --bundle under --watch) commits; the gate then
+	// compiles its copies of the bundles, off the commit and off the hot path.
+	p.gate.bundles.listen(p, p.requestReload)
+	if bp := bundleplugin.Lookup(p.m); bp != nil {
+		bp.Register(p, func(st bundleplugin.Status) {
+			p.gate.bundleStatus(st)
+			p.requestReload()
+		})
+	}
+	// The bundles OPA has already activated are compiled before the first request; later
 	// activations are the loader's.
-	p.applyLoad(p.gate.load(ctx, p.m))
+	p.applyLoad(p.gate.load(ctx))
 	if err := p.startServing(p.cfg); err != nil {
 		p.setFailure(err.Error())
 		return err
@@ -139,12 +166,17 @@ func (p *Plugin) Start(ctx context.Context) error {
 func (p *Plugin) Stop(_ context.Context) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	p.gate.bundles.unlisten(p)
+	if bp := bundleplugin.Lookup(p.m); bp != nil {
+		bp.Unregister(p)
+	}
 	if p.loop != nil {
 		p.loop.cancel()
 		<-p.loop.done
 		p.loop = nil
 	}
 	p.stopServing()
+	p.gate.stopLog()
 	p.stMu.Lock()
 	p.stopped, p.facts = true, nil
 	p.stMu.Unlock()
@@ -212,7 +244,7 @@ func (p *Plugin) startServing(cfg *Config) error {
 		}
 		facts, stopFacts = f, stop
 	}
-	srv, err := server.New(cfg.Server, p.gate, facts, server.Options{Logger: log, Tracing: gateTracing(p.m), OPADecisionLog: p.gate})
+	srv, err := server.New(cfg.Server, p.gate, facts, server.Options{Logger: log, Tracing: gateTracing(p.m), OPADecisionLog: p.gate, Policy: p.gate})
 	if err != nil {
 		stopFacts()
 		cancel()
@@ -275,7 +307,7 @@ func (p *Plugin) runLoader(ctx context.Context, done chan struct{}) {
 		case <-ctx.Done():
 			return
 		case <-p.reload:
-			p.applyLoad(p.gate.load(ctx, p.m))
+			p.applyLoad(p.gate.load(ctx))
 		case <-tick.C:
 			p.report()
 		}
@@ -285,14 +317,30 @@ func (p *Plugin) runLoader(ctx context.Context, done chan struct{}) {
 // applyLoad records the outcome of a policy preparation in the state reported to OPA.
 func (p *Plugin) applyLoad(msg string, err error) {
 	if err != nil {
-		p.logger().Error("the active policy could not be prepared; the gate keeps deciding with the one it had", "error", err)
+		p.logger().Error("the bundles' policy could not be compiled; the gate keeps deciding with the one it had", "error", err)
 		msg = err.Error()
 	}
+	p.warnUnusedPolicy()
 	p.stMu.Lock()
 	p.policyMsg = msg
 	p.stMu.Unlock()
 	p.report()
 }
+
+// warnUnusedPolicy warns, once, when the gate decides with the embedded policy while OPA's
+// compiler defines the entrypoint from something else (policy files on the command line, or
+// OPA's Policy API): the gate does not decide with those.
+func (p *Plugin) warnUnusedPolicy() {
+	pol := p.gate.active.Load()
+	if pol.origin != policy.OriginEmbedded || p.warnedUnused.Load() {
+		return
+	}
+	if c := p.m.GetCompiler(); c != nil && len(c.GetRulesExact(entrypoint)) > 0 && p.warnedUnused.CompareAndSwap(false, true) {
+		p.logger().Warn("OPA defines " + decision.Query + " outside a bundle (policy files or its Policy API); the gate decides with the embedded policy: pass the policy as a bundle (--bundle DIR or FILE.tar.gz, or OPA's bundles section)")
+	}
+}
+
+var entrypoint = ast.MustParseRef(decision.Query)
 
 func (p *Plugin) logger() hclog.Logger {
 	if l := p.log.Load(); l != nil {
@@ -333,7 +381,18 @@ func (p *Plugin) report() {
 
 // gateSettings are the gate's settings for cfg (whose masks Validate has checked).
 func gateSettings(cfg *Config) *settings {
+	var hosts []string
+	anyHost := false
+	for _, h := range cfg.Server.Authentication.AllowedHosts {
+		if h == "*" {
+			anyHost = true
+		}
+		hosts = append(hosts, strings.ToLower(h))
+	}
 	return &settings{
+		writeAPI:     cfg.OPAWriteAPI,
+		allowedHosts: hosts,
+		anyHost:      anyHost,
 		opts: decision.Options{
 			EvalTimeout:   cfg.Decision.EvalTimeout,
 			MaxConcurrent: runtime.GOMAXPROCS(0),
@@ -341,6 +400,3 @@ func gateSettings(cfg *Config) *settings {
 		},
 	}
 }
-
-// errNoEntrypoint is the state of a gate whose OPA has no policy that defines the entrypoint.
-var errNoEntrypoint = errors.New("no active policy defines " + decision.Query + ": every decision denies (" + coded.EvalNoPolicy + ") until OPA activates one (a bundle, --bundle PATH, or policy files)")

@@ -29,6 +29,7 @@ import (
 
 	"github.com/authz-dev/authz/internal/coded"
 	"github.com/authz-dev/authz/internal/decision"
+	"github.com/authz-dev/authz/internal/policy"
 	"github.com/authz-dev/authz/internal/policy/policytest"
 	"github.com/authz-dev/authz/internal/server"
 	"github.com/authz-dev/authz/internal/service"
@@ -36,7 +37,10 @@ import (
 	"github.com/authz-dev/authz/internal/testutil"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+func TestMain(m *testing.M) {
+	RegisterActivator()
+	goleak.VerifyTestMain(m)
+}
 
 // writeFacts writes a facts document to a fresh file and returns its path.
 func writeFacts(t testing.TB, facts []byte) string {
@@ -85,6 +89,15 @@ func TestParseConfig(t *testing.T) {
 			wantErr: []string{`plugins.authz.addr: "localhost": want host:port`}},
 		{name: "unknown field", raw: `{"adress": "127.0.0.1:1", "facts": "` + facts + `"}`, host: noHost,
 			wantErr: []string{"plugins.authz.adress: unknown field; the fields are addr, authentication, builtinProviders,"}},
+		{name: "OPA's write APIs opened", raw: `{"facts": "` + facts + `", "opaWriteAPI": true, "evalTimeout": "9s"}`, host: noHost, check: func(t *testing.T, c *Config) {
+			assert.True(t, c.OPAWriteAPI)
+			assert.Equal(t, 9*time.Second, c.Decision.EvalTimeout, "the other fields are read as without it")
+		}},
+		{name: "OPA's write APIs off by default", raw: `{"facts": "` + facts + `"}`, host: noHost, check: func(t *testing.T, c *Config) {
+			assert.False(t, c.OPAWriteAPI)
+		}},
+		{name: "opaWriteAPI not a boolean", raw: `{"facts": "` + facts + `", "opaWriteAPI": "yes"}`, host: noHost,
+			wantErr: []string{"plugins.authz.opaWriteAPI: must be true or false; got yes"}},
 		{name: "unknown nested field", raw: `{"http": {"readTimout": "1s"}, "facts": "` + facts + `"}`, host: noHost,
 			wantErr: []string{"plugins.authz.http (line 1): field readTimout not found"}},
 		{name: "both plugins and facts", raw: `{"plugins": [], "facts": "` + facts + `"}`, host: someHost,
@@ -278,43 +291,85 @@ func setPolicy(t testing.TB, m *plugins.Manager, b *bundle.Bundle) {
 	}))
 }
 
-// TestPolicyLifeCycle: with no policy, the plugin is not ready and every decision denies with
-// EVAL_NO_POLICY; a policy put into OPA is prepared on its commit (the compiler trigger) and
-// decides, with a revision derived from its modules; when it is removed, the deny comes back.
-func TestPolicyLifeCycle(t *testing.T) {
+// grantAllModule is a policy that grants every request every capability.
+const grantAllModule = `package authz
+decision := {"allow": true, "code": "", "message": "", "reasons": [], "capabilities": {"reusableLeases": true,
+	"nativeSyncIn": true, "nativeSyncOut": true, "persistentProcessSessions": true, "independentControlCommands": true,
+	"incrementalSessionOutput": true, "concurrentSyncOperations": true, "duplexCommandStream": true, "runnerWebSocketIngress": true}}
+`
+
+// putModule writes a policy into OPA's store, as OPA's Policy API does.
+func putModule(t testing.TB, m *plugins.Manager, id, src string) {
+	t.Helper()
+	ctx := t.Context()
+	require.NoError(t, storage.Txn(ctx, m.Store, storage.WriteParams, func(txn storage.Transaction) error {
+		return m.Store.UpsertPolicy(ctx, txn, id, []byte(src))
+	}))
+}
+
+// TestGateIgnoresOPAStore: without a bundle the gate decides with the embedded policy (origin
+// embedded, ready); a policy written into OPA's store (as OPA's Policy API writes it) changes
+// none of its answers: the gate compiles only what OPA activated from bundles.
+func TestGateIgnoresOPAStore(t *testing.T) {
+	embedded, err := decision.New(t.Context(), decision.Options{})
+	require.NoError(t, err)
 	m := newManager(t, nil)
+	log := &testutil.SyncBuffer{}
+	p := startPlugin(t, m, `{"addr": "127.0.0.1:0", "facts": "`+specFactsFile(t)+`"}`, log)
+	waitState(t, m, plugins.StateOK)
+	gateURL := "http://" + p.Addr().String()
+	var deny []byte
+	for _, ex := range specexamples.Rows() {
+		if req, facts := ex.Fixture().JSON(); !ex.Allow && bytes.Equal(facts, must(os.ReadFile(specFactsFile(t)))) {
+			deny = req
+			break
+		}
+	}
+	require.NotNil(t, deny)
+	before := mustPost(t, gateURL+"/v1/authorize", deny)
+	assert.Equal(t, false, before["allow"])
+	assert.Equal(t, embedded.Revision(), before["revision"])
+	assert.Equal(t, "embedded", p.gate.Status().Origin)
+
+	putModule(t, m, "grant.rego", grantAllModule)
+	putModule(t, m, "drop.rego", "package system.log\ndrop if true\n")
+	p.requestReload()
+	require.Eventually(t, func() bool { return strings.Contains(log.String(), "outside a bundle") }, 10*time.Second, 5*time.Millisecond,
+		"the gate warns that OPA's policy is not its own; log:\n%s", log)
+	after := mustPost(t, gateURL+"/v1/authorize", deny)
+	delete(before, "decision_id")
+	delete(after, "decision_id")
+	assert.Equal(t, before, after, "what OPA's store holds is not the gate's policy")
+	waitState(t, m, plugins.StateOK)
+
+	eng := p.gate.active.Load().engine
+	assert.Empty(t, eng.CacheStatus(), "decisions are cached, as in authz serve")
+	assert.Equal(t, uint64(1), eng.CacheStats().Hits, "the second decision of the same input came from the cache")
+}
+
+// TestGateWaitsForConfiguredBundle: with a bundle configured in OPA's bundles section and not
+// activated yet, the gate is not ready and every decision denies (EVAL_NO_POLICY), even with a
+// grant-all policy in OPA's store.
+func TestGateWaitsForConfiguredBundle(t *testing.T) {
+	m, err := plugins.New([]byte(`{"services": {"s": {"url": "http://127.0.0.1:1"}}, "bundles": {"authz": {"service": "s", "resource": "/b.tar.gz"}}}`),
+		"test", inmem.New())
+	require.NoError(t, err)
+	require.NoError(t, m.Init(t.Context()))
+	t.Cleanup(func() { m.Stop(context.Background()) })
+	putModule(t, m, "grant.rego", grantAllModule)
 	p := startPlugin(t, m, `{"addr": "127.0.0.1:0", "facts": "`+specFactsFile(t)+`"}`, io.Discard)
+	st := waitState(t, m, plugins.StateNotReady)
+	assert.Contains(t, st.Message, "waiting for bundle(s) authz")
 	gateURL := "http://" + p.Addr().String()
 	reqJSON, _ := specexamples.NewFixture().JSON()
-
-	assertNoPolicy := func(t *testing.T) {
-		st := waitState(t, m, plugins.StateNotReady)
-		assert.Contains(t, st.Message, "no active policy defines data.authz.decision")
-		status, header, doc := post(t, gateURL+"/v1/authorize", reqJSON)
-		assert.Equal(t, http.StatusInternalServerError, status)
-		assert.Equal(t, coded.EvalNoPolicy, header.Get("X-Authz-Error"))
-		assert.Equal(t, false, doc["allow"])
-		assert.Equal(t, "DUPLEX_CHANNEL_CAPABILITY_DENIED", doc["code"])
-		assert.Equal(t, []any{"evaluation_failed"}, doc["reasons"])
-		resp, err := http.Get(gateURL + "/health/ready")
-		require.NoError(t, err)
-		resp.Body.Close()
-		assert.Equal(t, http.StatusServiceUnavailable, resp.StatusCode, "not ready without a policy")
-	}
-	t.Run("no policy", assertNoPolicy)
-
-	t.Run("policy put", func(t *testing.T) {
-		setPolicy(t, m, policyBundle(t, ""))
-		waitState(t, m, plugins.StateOK)
-		doc := mustPost(t, gateURL+"/v1/authorize", reqJSON)
-		assert.Equal(t, true, doc["allow"])
-		assert.Regexp(t, `^sha256:[0-9a-f]{16}$`, doc["revision"])
-	})
-
-	t.Run("policy removed", func(t *testing.T) {
-		setPolicy(t, m, nil)
-		assertNoPolicy(t)
-	})
+	status, header, doc := post(t, gateURL+"/v1/authorize", reqJSON)
+	assert.Equal(t, http.StatusInternalServerError, status)
+	assert.Equal(t, coded.EvalNoPolicy, header.Get("X-Authz-Error"))
+	assert.Equal(t, false, doc["allow"])
+	resp, err := http.Get(gateURL + "/health/ready")
+	require.NoError(t, err)
+	resp.Body.Close()
+	assert.Equal(t, http.StatusServiceUnavailable, resp.StatusCode)
 }
 
 // consoleRecorder is an OPA logger that keeps the fields of every "Decision Log" entry.
@@ -416,4 +471,55 @@ func TestStartAndStop(t *testing.T) {
 	assert.Nil(t, p.Addr())
 	_, err = net.DialTimeout("tcp", addr, time.Second)
 	assert.Error(t, err, "nothing listens on the gate's address after Stop")
+}
+
+// TestBundleCopyHoldsItsData: the copy of a bundle holds its data whether OPA read it whole or
+// lazily (as it reads downloaded bundles: data files kept raw).
+func TestBundleCopyHoldsItsData(t *testing.T) {
+	want := map[string]any{"authz": map[string]any{"tables": map[string]any{"a": json.Number("1"), "b": []any{"x"}}}}
+	raw := policytest.MakeBundle(t, policytest.BundleSpec{Revision: "d1", Roots: []string{"authz"}, Data: want})
+	for _, lazy := range []bool{false, true} {
+		b, err := bundle.NewReader(bytes.NewReader(raw)).WithLazyLoadingMode(lazy).Read()
+		require.NoError(t, err)
+		c := copyBundle("authz", &b)
+		require.Empty(t, c.err)
+		assert.Equal(t, "d1", c.revision)
+		assert.Equal(t, []string{"authz"}, c.roots)
+		assert.NotEmpty(t, c.modules)
+		assert.Equal(t, testutil.JSONObject(t, want), testutil.JSONObject(t, c.data), "lazy %v", lazy)
+	}
+}
+
+// TestBundleLogRulesApplyStoreOnesDoNot: the gate's events in OPA's decision log are masked
+// by the system.log rules of the bundle, and a drop rule written into OPA's store (as OPA's
+// Policy API writes it) does not drop them.
+func TestBundleLogRulesApplyStoreOnesDoNot(t *testing.T) {
+	mods := policytest.EmbeddedModules(t)
+	mods["system/log.rego"] = "package system.log\nmask contains \"/input/operation\"\n"
+	b := policytest.NewBundle(t, policytest.BundleSpec{Revision: "m1", Roots: []string{"authz", "system/log"}, Modules: mods})
+	console := newConsoleRecorder()
+	m := newManager(t, b, plugins.ConsoleLogger(console))
+	lcfg, err := logs.NewConfigBuilder().WithBytes([]byte(`{"console": true}`)).Parse()
+	require.NoError(t, err)
+	lp := logs.New(lcfg, m)
+	m.Register(logs.Name, lp)
+	require.NoError(t, lp.Start(t.Context()))
+	putModule(t, m, "drop.rego", "package system.log.extra\ndrop if true\n")
+	putModule(t, m, "drop2.rego", "package system\nlog.drop if true\n")
+	p := startPlugin(t, m, `{"addr": "127.0.0.1:0", "facts": "`+specFactsFile(t)+`"}`, io.Discard)
+	waitState(t, m, plugins.StateOK)
+	reqJSON, _ := specexamples.NewFixture().JSON()
+	doc := mustPost(t, "http://"+p.Addr().String()+"/v1/authorize", reqJSON)
+	require.Equal(t, "m1", doc["revision"])
+	events := console.Events()
+	require.Len(t, events, 1, "not dropped by the store's rule")
+	ev := testutil.JSONObject(t, events[0])
+	assert.Equal(t, doc["decision_id"], ev["decision_id"])
+	input := ev["input"].(map[string]any)
+	assert.NotContains(t, input, "operation", "masked by the bundle's rule")
+	assert.Contains(t, input, "resolved")
+
+	// The store's rule is in force for OPA's own plugin: the same event through it is dropped.
+	require.NoError(t, policy.LogToOPA(t.Context(), lp, policy.Decision{ID: "opa-own", Path: "authz/decision", Input: map[string]any{}, Result: map[string]any{}}))
+	assert.Len(t, console.Events(), 1, "OPA's own plugin drops it")
 }

@@ -7,7 +7,9 @@ import (
 	"crypto/subtle"
 	"crypto/tls"
 	"crypto/x509"
+	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"os"
@@ -15,8 +17,10 @@ import (
 	"strconv"
 	"strings"
 	"sync/atomic"
+	"syscall"
 
 	"github.com/hashicorp/go-hclog"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/authz-dev/authz/internal/coded"
 	"github.com/authz-dev/authz/internal/configcheck"
@@ -59,13 +63,57 @@ func (t *tokenSet) scopesOf(presented string) map[string]bool {
 	return found
 }
 
-// loadTokens reads a tokens file: one token per line, followed by white space and its scopes,
-// comma-separated (decide, inspect). Blank lines and lines starting with # are ignored.
-// Errors name the line, never the token.
-func loadTokens(path string) (*tokenSet, error) {
-	b, err := os.ReadFile(path)
+// readTokensFile reads the tokens file at path. It does not follow a symbolic link and refuses
+// a file that checkTokensFileInfo refuses: the file holds the service's credentials.
+func readTokensFile(path string) ([]byte, error) {
+	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NOFOLLOW|syscall.O_CLOEXEC|syscall.O_NONBLOCK, 0)
 	if err != nil {
-		return nil, fmt.Errorf("authentication.tokensFile: %w", err)
+		if errors.Is(err, syscall.ELOOP) {
+			return nil, fmt.Errorf("%s is a symbolic link: name the file itself", path)
+		}
+		return nil, err
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		return nil, err
+	}
+	if err := checkTokensFileInfo(path, fi, os.Geteuid()); err != nil {
+		return nil, err
+	}
+	return io.ReadAll(io.LimitReader(f, maxTokensFileBytes+1))
+}
+
+// maxTokensFileBytes bounds the tokens file read.
+const maxTokensFileBytes = 1 << 20
+
+// checkTokensFileInfo accepts a tokens file that is a regular file, that neither group nor
+// others may write and others may not read (0600, 0640, 0400 or 0440), owned by euid or by
+// root (a file root manages and the service's group reads).
+func checkTokensFileInfo(path string, fi os.FileInfo, euid int) error {
+	if !fi.Mode().IsRegular() {
+		return fmt.Errorf("%s is not a regular file (%v): name a file", path, fi.Mode().Type())
+	}
+	if perm := fi.Mode().Perm(); perm&0o027 != 0 {
+		return fmt.Errorf("%s has mode %04o: the tokens file must not be writable by group or others nor readable by others (chmod 600 %s, or 640 for a group that reads it)", path, perm, path)
+	}
+	if st, ok := fi.Sys().(*syscall.Stat_t); ok && int(st.Uid) != euid && st.Uid != 0 {
+		return fmt.Errorf("%s is owned by uid %d, not by this service (uid %d) or root: give it to this user (chown)", path, st.Uid, euid)
+	}
+	return nil
+}
+
+// loadTokens reads a tokens file: one token per line, followed by white space and its scopes,
+// comma-separated (decide, inspect). Blank lines and lines starting with # are ignored; a file
+// with no token is valid and makes every request that needs one refused. Errors name the file
+// and the line, never the token.
+func loadTokens(path string) (*tokenSet, error) {
+	b, err := readTokensFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("authentication.tokensFile %s: %w", path, err)
+	}
+	if len(b) > maxTokensFileBytes {
+		return nil, fmt.Errorf("authentication.tokensFile %s: larger than %d bytes", path, maxTokensFileBytes)
 	}
 	set := &tokenSet{}
 	seen := map[[sha256.Size]byte]int{}
@@ -103,9 +151,6 @@ func loadTokens(path string) (*tokenSet, error) {
 	if err := sc.Err(); err != nil {
 		return nil, fmt.Errorf("authentication.tokensFile %s: %w", path, err)
 	}
-	if len(set.digests) == 0 {
-		return nil, fmt.Errorf("authentication.tokensFile %s: no token: with authentication.mode %s every request would be refused", path, AuthToken)
-	}
 	return set, nil
 }
 
@@ -128,7 +173,8 @@ type access struct {
 	mode         string
 	tokensFile   string
 	tokens       atomic.Pointer[tokenSet]
-	allowedHosts []string // lower case, without port
+	tokensFailed atomic.Bool // the last reload of the tokens file failed: no token is valid
+	allowedHosts []string    // lower case, without port
 	anyHost      bool
 }
 
@@ -151,17 +197,54 @@ func newAccess(cfg AuthConfig) (*access, error) {
 	return a, nil
 }
 
-// reloadTokens reads the tokens file again; on an error the tokens in use stay.
+// reloadTokens reads the tokens file again and makes its tokens the valid ones. A file that
+// cannot be read, is refused or does not parse revokes every token: a revocation must never
+// be undone by a mistake in the file. The error says so.
 func (a *access) reloadTokens() error {
 	if a.mode != AuthToken {
 		return nil
 	}
 	set, err := loadTokens(a.tokensFile)
 	if err != nil {
-		return err
+		a.tokens.Store(&tokenSet{})
+		a.tokensFailed.Store(true)
+		return fmt.Errorf("%w; every bearer token is refused until the file is fixed and the service reloaded (SIGHUP)", err)
 	}
 	a.tokens.Store(set)
+	a.tokensFailed.Store(false)
 	return nil
+}
+
+// tokenMetrics are the gauges of the bearer tokens: how many are valid, and whether the last
+// reload of the tokens file failed (every token then refused).
+func (a *access) tokenMetrics() []prometheus.Collector {
+	if a.mode != AuthToken {
+		return nil
+	}
+	return []prometheus.Collector{
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "authz_auth_tokens",
+			Help: "Bearer tokens currently valid (authentication.tokensFile).",
+		}, func() float64 { n, _ := a.tokensState(); return float64(n) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "authz_auth_tokens_file_failed",
+			Help: "1 when the last reload of the tokens file failed and every bearer token is refused, else 0.",
+		}, func() float64 {
+			if _, failed := a.tokensState(); failed {
+				return 1
+			}
+			return 0
+		}),
+	}
+}
+
+// tokensState is the state of the bearer tokens: how many are valid, and whether the last
+// reload of the tokens file failed (every token is then refused).
+func (a *access) tokensState() (valid int, failed bool) {
+	if set := a.tokens.Load(); set != nil {
+		valid = len(set.digests)
+	}
+	return valid, a.tokensFailed.Load()
 }
 
 // check answers whether r may reach an endpoint that needs scope ("" for the health
@@ -219,7 +302,19 @@ func bearerToken(r *http.Request) (string, bool) {
 // refused. TLS connections and unix sockets are not concerned: a browser cannot be steered to
 // them that way.
 func (a *access) checkHost(r *http.Request) error {
-	if a.anyHost || r.TLS != nil {
+	if a.anyHost {
+		return nil
+	}
+	return CheckLoopbackHost(r, a.allowedHosts)
+}
+
+// CheckLoopbackHost is the Host check of the gate's listener (DNS rebinding) for another
+// listener, such as OPA's under `authz run`: on a plain-HTTP connection that arrived at a
+// loopback address, the Host header must be localhost, 127.0.0.1 or [::1] with the port the
+// connection arrived at (or no port on port 80), or one of allowedHosts (lower case, without
+// port). It returns nil when r may pass, else a coded.HostNotAllowed error.
+func CheckLoopbackHost(r *http.Request, allowedHosts []string) error {
+	if r.TLS != nil {
 		return nil
 	}
 	local, ok := r.Context().Value(http.LocalAddrContextKey).(net.Addr)
@@ -242,7 +337,7 @@ func (a *access) checkHost(r *http.Request) error {
 	switch {
 	case portOK && (host == "localhost" || host == "127.0.0.1" || host == "::1"):
 		return nil
-	case (portOK || port == "") && slices.Contains(a.allowedHosts, host):
+	case (portOK || port == "") && slices.Contains(allowedHosts, host):
 		return nil
 	}
 	return coded.Errorf(coded.HostNotAllowed, "Host %q is not a name of this service on a loopback address: use localhost:%s or 127.0.0.1:%s, or add the name to authentication.allowedHosts", r.Host, wantPort, wantPort)

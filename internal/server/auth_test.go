@@ -157,20 +157,91 @@ func TestReloadTokens(t *testing.T) {
 	url := startHTTP(t, s)
 	require.Equal(t, http.StatusOK, call(t, testClient, http.MethodPost, url+"/v1/authorize", "", bearer(decideToken), fixture(t, nil)).status)
 
-	require.NoError(t, os.WriteFile(path, []byte("short decide\n"), 0o600))
-	require.ErrorContains(t, s.Reload(), "line 1: the token is shorter than 16 characters")
-	require.Equal(t, http.StatusOK, call(t, testClient, http.MethodPost, url+"/v1/authorize", "", bearer(decideToken), fixture(t, nil)).status,
-		"a bad file keeps the tokens in use")
-
 	require.NoError(t, os.WriteFile(path, []byte(bothToken+" decide\n"), 0o600))
 	require.NoError(t, s.Reload())
 	assert.Equal(t, http.StatusUnauthorized, call(t, testClient, http.MethodPost, url+"/v1/authorize", "", bearer(decideToken), fixture(t, nil)).status, "revoked")
 	assert.Equal(t, http.StatusOK, call(t, testClient, http.MethodPost, url+"/v1/authorize", "", bearer(bothToken), fixture(t, nil)).status)
 }
 
+// TestReloadRevokesEveryToken: SIGHUP (Reload) with an emptied, deleted, unreadable or
+// malformed tokens file, or one whose permissions are refused, leaves no token valid: not the
+// tokens in use before, not a token the bad file still lists. The failure is an error naming
+// the file (and the line), and a valid file brings the tokens back.
+func TestReloadRevokesEveryToken(t *testing.T) {
+	tests := []struct {
+		name   string
+		change func(t *testing.T, path string)
+		want   string // "" when the reload succeeds
+	}{
+		{name: "emptied", change: func(t *testing.T, path string) {
+			require.NoError(t, os.WriteFile(path, []byte("# every token revoked\n"), 0o600))
+		}},
+		{name: "deleted", change: func(t *testing.T, path string) {
+			require.NoError(t, os.Remove(path))
+		}, want: "no such file"},
+		{name: "typo on another line", change: func(t *testing.T, path string) {
+			require.NoError(t, os.WriteFile(path, []byte(decideToken+" decide\n"+bothToken+" decide,inpsect\n"), 0o600))
+		}, want: "line 2: unknown scope"},
+		{name: "readable by others", change: func(t *testing.T, path string) {
+			require.NoError(t, os.Chmod(path, 0o644))
+		}, want: "has mode 0644"},
+		{name: "symbolic link", change: func(t *testing.T, path string) {
+			target := writeTokens(t, decideToken+" decide\n")
+			require.NoError(t, os.Remove(path))
+			require.NoError(t, os.Symlink(target, path))
+		}, want: "symbolic link"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			path := writeTokens(t, decideToken+" decide\n"+bothToken+" decide\n")
+			s := newServer(t, withConfig(func(c *server.Config) {
+				c.Authentication.Mode = server.AuthToken
+				c.Authentication.TokensFile = path
+			}))
+			url := startHTTP(t, s)
+			decide := func(tok string) int {
+				return call(t, testClient, http.MethodPost, url+"/v1/authorize", "", bearer(tok), fixture(t, nil)).status
+			}
+			require.Equal(t, http.StatusOK, decide(decideToken))
+			require.Equal(t, http.StatusOK, decide(bothToken))
+
+			tt.change(t, path)
+			err := s.Reload()
+			if tt.want == "" {
+				require.NoError(t, err)
+			} else {
+				require.ErrorContains(t, err, tt.want)
+				assert.Contains(t, err.Error(), path, "the error names the file")
+				assert.NotContains(t, err.Error(), decideToken, "errors never show a token")
+			}
+			assert.Equal(t, http.StatusUnauthorized, decide(decideToken), "revoked")
+			assert.Equal(t, http.StatusUnauthorized, decide(bothToken), "revoked")
+
+			if err := os.Remove(path); !os.IsNotExist(err) {
+				require.NoError(t, err)
+			}
+			require.NoError(t, os.WriteFile(path, []byte(bothToken+" decide\n"), 0o600))
+			require.NoError(t, s.Reload())
+			assert.Equal(t, http.StatusUnauthorized, decide(decideToken))
+			assert.Equal(t, http.StatusOK, decide(bothToken), "a valid file brings its tokens back")
+		})
+	}
+}
+
+// TestEmptyTokensFileRefusesEveryToken: a tokens file without a token is accepted at start:
+// no token is valid, every request that needs one is refused, the health endpoints answer.
+func TestEmptyTokensFileRefusesEveryToken(t *testing.T) {
+	path := writeTokens(t, "# no token yet\n")
+	url := startHTTP(t, newServer(t, withConfig(func(c *server.Config) {
+		c.Authentication.Mode = server.AuthToken
+		c.Authentication.TokensFile = path
+	})))
+	assert.Equal(t, http.StatusUnauthorized, call(t, testClient, http.MethodPost, url+"/v1/authorize", "", bearer(decideToken), fixture(t, nil)).status)
+	assert.Equal(t, http.StatusOK, call(t, testClient, http.MethodGet, url+"/health", "", nil, "").status)
+}
+
 func TestTokensFileRejected(t *testing.T) {
 	tests := []struct{ name, body, want string }{
-		{name: "empty", body: "# nothing\n", want: "no token"},
 		{name: "no scope", body: decideToken + "\n", want: "line 1: want a token, white space and its scopes"},
 		{name: "unknown scope", body: decideToken + " admin\n", want: `line 1: unknown scope "admin"`},
 		{name: "short token", body: "abc decide\n", want: "line 1: the token is shorter than 16 characters"},

@@ -120,6 +120,7 @@ func New(cfg Config, d Decider, facts FactsSource, opts Options) (*Server, error
 	}
 	s.admit = newAdmission(cfg.Limits)
 	s.metrics = newMetrics(d, facts, s.policyOrigin)
+	s.metrics.reg.MustRegister(s.access.tokenMetrics()...)
 	s.handler = s.routes()
 	return s, nil
 }
@@ -129,8 +130,9 @@ func (s *Server) Close() error { return s.dlog.close() }
 
 // Reload reloads what can be reloaded while serving: it reopens the decision log file at its
 // path (after a log rotation renamed it) and re-reads the bearer tokens file (so a token can be
-// added or revoked). `authz serve` calls it on SIGHUP. What fails to reload keeps its previous
-// state (the open file, the tokens in use) and is reported in the error.
+// added or revoked). `authz serve` calls it on SIGHUP. A decision log that fails to reopen
+// keeps the open file; a tokens file that fails to load revokes every token. Both are
+// reported in the error.
 func (s *Server) Reload() error {
 	var errs []error
 	if err := s.dlog.reopen(); err != nil {
@@ -140,7 +142,7 @@ func (s *Server) Reload() error {
 		s.log.Info("reload: decision log reopened", "path", s.cfg.DecisionLog.Path)
 	}
 	if err := s.access.reloadTokens(); err != nil {
-		s.log.Error("reload: the tokens file could not be read; the tokens in use stay", "error", err)
+		s.log.Error("reload: the tokens file was refused; every bearer token is revoked until it is fixed", "path", s.cfg.Authentication.TokensFile, "error", err)
 		errs = append(errs, fmt.Errorf("authentication.tokensFile: %w", err))
 	} else if s.cfg.Authentication.mode() == AuthToken {
 		s.log.Info("reload: bearer tokens re-read", "path", s.cfg.Authentication.TokensFile)

@@ -1,0 +1,56 @@
+package opaplugin
+
+import (
+	"encoding/json"
+	"net/http"
+	"strings"
+
+	"github.com/authz-dev/authz/internal/coded"
+	"github.com/authz-dev/authz/internal/server"
+)
+
+// opaWriteAPIOff is the code of a write to OPA's API refused because opaWriteAPI is off.
+const opaWriteAPIOff = "OPA_WRITE_API_OFF"
+
+// guardOPA wraps every handler of OPA's own server (OPA's plugin manager puts it around each
+// route): the gate's Host check against DNS rebinding, and, unless plugins.authz.opaWriteAPI
+// is true, a refusal of OPA's write APIs (PUT, PATCH and DELETE of /v1/policies and /v1/data).
+// The gate never decides with what these APIs write; OPA's own queries would.
+func (g *gate) guardOPA(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		st := g.settings.Load()
+		if err := server.CheckLoopbackHost(r, st.allowedHosts); err != nil && !st.anyHost {
+			writeOPAError(w, http.StatusForbidden, coded.HostNotAllowed, err.Error())
+			return
+		}
+		if !st.writeAPI && isOPAWrite(r) {
+			writeOPAError(w, http.StatusForbidden, opaWriteAPIOff,
+				"OPA's policy and data write APIs are off under authz run: the policy comes from the configured bundles; set plugins.authz.opaWriteAPI: true to open them for OPA's own queries")
+			return
+		}
+		next.ServeHTTP(w, r)
+	})
+}
+
+// isOPAWrite reports whether r writes OPA's policies or data: any method but GET, HEAD and
+// POST (a query) on /v1/policies, /v1/data and below.
+func isOPAWrite(r *http.Request) bool {
+	switch r.Method {
+	case http.MethodGet, http.MethodHead, http.MethodPost:
+		return false
+	}
+	p := r.URL.Path
+	for _, root := range []string{"/v1/policies", "/v1/data"} {
+		if p == root || strings.HasPrefix(p, root+"/") {
+			return true
+		}
+	}
+	return false
+}
+
+// writeOPAError answers as OPA's server answers an error: {"code": ..., "message": ...}.
+func writeOPAError(w http.ResponseWriter, status int, code, msg string) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	_ = json.NewEncoder(w).Encode(map[string]string{"code": code, "message": msg})
+}

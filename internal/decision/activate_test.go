@@ -7,7 +7,6 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
-	"time"
 
 	"github.com/open-policy-agent/opa/v1/ast"
 	"github.com/stretchr/testify/assert"
@@ -136,28 +135,40 @@ decision := {"allow": false, "code": "SLOW", "message": sprintf("%%d", [n]), "re
 	require.NoError(t, err)
 	pFast := markerPolicy(t, "fast", "FAST", nil)
 
-	eng := NewEmpty(Options{})
-	require.NoError(t, eng.Activate(t.Context(), pSlow))
 	type result struct {
 		doc Document
 		err error
 	}
-	done := make(chan result, 1)
-	go func() {
-		doc, err := eng.Evaluate(t.Context(), snapshot.Input{"operation": "x"})
-		done <- result{doc, err}
-	}()
-	time.Sleep(5 * time.Millisecond) // the evaluation has begun
-	require.NoError(t, eng.Activate(t.Context(), pFast))
-	select {
-	case <-done:
-		t.Fatal("the slow decision ended before the swap; the test proves nothing (make it slower)")
-	default:
+	// Each attempt swaps the policy while a slow decision is (very likely) under way. A decision
+	// that began after the swap is the fast one, whole, and the attempt is tried again; a
+	// decision that mixes the two revisions fails at once.
+	var eng *Engine
+	inFlight := false
+	for attempt := 0; attempt < 20 && !inFlight; attempt++ {
+		eng = NewEmpty(Options{})
+		require.NoError(t, eng.Activate(t.Context(), pSlow))
+		started, done := make(chan struct{}), make(chan result, 1)
+		go func() {
+			close(started)
+			doc, err := eng.Evaluate(t.Context(), snapshot.Input{"operation": "x"})
+			done <- result{doc, err}
+		}()
+		<-started
+		require.NoError(t, eng.Activate(t.Context(), pFast))
+		endedBefore := len(done) == 1 // ended before the swap: this attempt proves nothing
+		r := <-done
+		require.NoError(t, r.err)
+		switch r.doc.Revision {
+		case "slow":
+			assert.Equal(t, "SLOW", r.doc.Code, "a decision on the slow revision is the slow policy's")
+			inFlight = !endedBefore
+		case "fast":
+			assert.Equal(t, "FAST", r.doc.Code, "a decision on the fast revision is the fast policy's")
+		default:
+			t.Fatalf("revision %q", r.doc.Revision)
+		}
 	}
-	r := <-done
-	require.NoError(t, r.err)
-	assert.Equal(t, "slow", r.doc.Revision)
-	assert.Equal(t, "SLOW", r.doc.Code)
+	require.True(t, inFlight, "no attempt swapped the policy under a decision in flight")
 	doc, err := eng.Evaluate(t.Context(), snapshot.Input{"operation": "x"})
 	require.NoError(t, err)
 	assert.Equal(t, "fast", doc.Revision)

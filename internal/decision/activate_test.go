@@ -2,11 +2,13 @@ package decision
 
 import (
 	"fmt"
+	"runtime"
 	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/open-policy-agent/opa/v1/ast"
 	"github.com/stretchr/testify/assert"
@@ -86,12 +88,23 @@ func TestActivateSwapsAtomically(t *testing.T) {
 					}
 				})
 			}
-			for i := range 200 {
+			// At least 200 swaps, and on until decisions were seen on both revisions (a loaded
+			// machine may schedule the deciders rarely), within a deadline.
+			both := func() bool {
+				_, a := seen.Load("A")
+				_, b := seen.Load("B")
+				return a && b
+			}
+			deadline := time.Now().Add(30 * time.Second)
+			for i := 0; (i < 200 || !both()) && time.Now().Before(deadline); i++ {
 				p := pa
 				if i%2 == 0 {
 					p = pb
 				}
 				require.NoError(t, eng.Activate(t.Context(), p))
+				if i >= 200 {
+					runtime.Gosched()
+				}
 			}
 			stop.Store(true)
 			wg.Wait()

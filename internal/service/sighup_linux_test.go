@@ -1,0 +1,91 @@
+package service_test
+
+import (
+	"bytes"
+	"context"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/authz-dev/authz/internal/pluginhost"
+	"github.com/authz-dev/authz/internal/service"
+	"github.com/authz-dev/authz/internal/testdrivers/liveness"
+	"github.com/authz-dev/authz/internal/testutil"
+)
+
+// procState is the state letter of pid in the process table (R, S, T, Z, …); 0 when it is gone.
+func procState(pid int) byte {
+	stat, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return 0
+	}
+	i := bytes.LastIndexByte(stat, ')')
+	if i < 0 || len(stat) < i+3 {
+		return 0
+	}
+	return stat[i+2]
+}
+
+// TestSIGHUPWithAStoppedPlugin: a SIGHUP that removes a plugin whose worker stopped (SIGSTOP)
+// ends it without its cooperation, and it never holds up what other SIGHUPs reload: the next
+// SIGHUP reopens the decision log at once, and the plugin is gone.
+func TestSIGHUPWithAStoppedPlugin(t *testing.T) {
+	self, err := os.Executable()
+	require.NoError(t, err)
+	sum, err := pluginhost.FileSHA256(self)
+	require.NoError(t, err)
+	cfg := service.DefaultConfig()
+	cfg.Server.DecisionLog.Path = filepath.Join(t.TempDir(), "decisions.log")
+	cfg.Host.Plugins = []pluginhost.PluginConfig{{ID: "stopped", Path: self, SHA256: sum,
+		Args: []string{liveness.Marker, "-mode", liveness.ModeSelfStop}}}
+	cfg.Host.Health.Interval = time.Hour // the stop on SIGHUP is under test, not the health check
+	without := cfg
+	without.Host.Plugins = []pluginhost.PluginConfig{}
+
+	log := &testutil.SyncBuffer{}
+	ln := loopback(t)
+	stop := testutil.RunUntilStopped(t, "Run", 30*time.Second, func(ctx context.Context) error {
+		return service.Run(ctx, cfg, service.Options{LogOutput: log, Listener: ln,
+			Reread: func() (service.Config, error) { return without, nil }})
+	})
+	base := "http://" + ln.Addr().String()
+	c := &http.Client{Timeout: 10 * time.Second}
+	testutil.WaitReady(t, c, base, 30*time.Second, log)
+	_, doc := testutil.GetJSON(t, c, base+"/v1/plugins")
+	pid := int(doc["plugins"].([]any)[0].(map[string]any)["worker"].(map[string]any)["pid"].(float64))
+	t.Cleanup(func() { // a service that cannot end it must not hang the test
+		if procState(pid) == 'T' {
+			_ = syscall.Kill(pid, syscall.SIGKILL)
+		}
+	})
+	require.Eventually(t, func() bool { return procState(pid) == 'T' }, 30*time.Second, 5*time.Millisecond, "the worker never stopped itself")
+
+	hup := time.Now()
+	require.NoError(t, syscall.Kill(os.Getpid(), syscall.SIGHUP))
+	require.Eventually(t, func() bool { return strings.Contains(log.String(), "SIGHUP: reloading") }, 10*time.Second, 5*time.Millisecond)
+	require.NoError(t, os.Rename(cfg.Server.DecisionLog.Path, cfg.Server.DecisionLog.Path+".1"))
+	require.NoError(t, syscall.Kill(os.Getpid(), syscall.SIGHUP))
+	reopened := assert.Eventually(t, func() bool {
+		_, err := os.Stat(cfg.Server.DecisionLog.Path)
+		return err == nil
+	}, 20*time.Second, 5*time.Millisecond, "the second SIGHUP did not reopen the decision log; log:\n%s", log)
+	t.Logf("two SIGHUPs → decision log reopened after %s", time.Since(hup))
+	removed := assert.Eventually(t, func() bool {
+		_, doc := testutil.GetJSON(t, c, base+"/v1/plugins")
+		return len(doc["plugins"].([]any)) == 0 && procState(pid) == 0
+	}, 20*time.Second, 5*time.Millisecond, "the stopped plugin was not removed; log:\n%s", log)
+	t.Logf("SIGHUP → stopped plugin removed and reaped after %s", time.Since(hup))
+	if !reopened || !removed {
+		_ = syscall.Kill(pid, syscall.SIGKILL)
+	}
+	c.CloseIdleConnections()
+	require.NoError(t, stop())
+}

@@ -123,6 +123,9 @@ func testConfig(tb testing.TB, plugins ...PluginConfig) Config {
 	cfg.ConfigCheckTimeout = 5 * time.Second
 	cfg.MinBackoff = 20 * time.Millisecond
 	cfg.MaxBackoff = 200 * time.Millisecond
+	// A health check answered late on a loaded machine would restart a healthy worker; the
+	// liveness tests set the production defaults themselves.
+	cfg.Health.Timeout = 5 * time.Second
 	cfg.Logger = testLogger(tb, nil)
 	return cfg
 }

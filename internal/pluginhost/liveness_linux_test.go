@@ -127,6 +127,7 @@ func TestReconfigureRemovingAStoppedWorkerIsBounded(t *testing.T) {
 // waiting for a config check that will never be answered) and restarted as a new generation.
 func TestStoppedWorkerIsDroppedAndRestarted(t *testing.T) {
 	cfg := testConfig(t, livenessPlugin(t, "stopped", liveness.ModeSelfStop))
+	cfg.Health = HealthConfig{Interval: DefaultHealthInterval, Timeout: DefaultHealthTimeout}
 	h, rec := startHost(t, cfg)
 	pid := stoppedWorker(t, h, rec, "stopped")
 	stoppedAt := time.Now()
@@ -166,6 +167,7 @@ func TestStoppedWorkerIsDroppedAndRestarted(t *testing.T) {
 // what is left of it and restarts the plugin.
 func TestMainThreadExitIsRestarted(t *testing.T) {
 	cfg := testConfig(t, livenessPlugin(t, "headless", liveness.ModeMainExit))
+	cfg.Health = HealthConfig{Interval: DefaultHealthInterval, Timeout: DefaultHealthTimeout}
 	h, rec := startHost(t, cfg)
 	waitStarted(t, h, rec)
 	w := state(t, h, "headless").Worker

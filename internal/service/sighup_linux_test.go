@@ -89,3 +89,47 @@ func TestSIGHUPWithAStoppedPlugin(t *testing.T) {
 	c.CloseIdleConnections()
 	require.NoError(t, stop())
 }
+
+// TestShutdownWithAStoppedPlugin: the end of Run (SIGTERM in `authz serve`) with a plugin whose
+// worker stopped (SIGSTOP) kills the worker after the grace period instead of waiting for an
+// answer that never comes, and Run returns.
+func TestShutdownWithAStoppedPlugin(t *testing.T) {
+	self, err := os.Executable()
+	require.NoError(t, err)
+	sum, err := pluginhost.FileSHA256(self)
+	require.NoError(t, err)
+	cfg := service.DefaultConfig()
+	cfg.Host.Plugins = []pluginhost.PluginConfig{{ID: "stopped", Path: self, SHA256: sum,
+		Args: []string{liveness.Marker, "-mode", liveness.ModeSelfStop}}}
+	cfg.Host.Health.Interval = time.Hour // the stop at shutdown is under test, not the health check
+
+	log := &testutil.SyncBuffer{}
+	ln := loopback(t)
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	ran := make(chan error, 1)
+	go func() { ran <- service.Run(ctx, cfg, service.Options{LogOutput: log, Listener: ln}) }()
+	base := "http://" + ln.Addr().String()
+	c := &http.Client{Timeout: 10 * time.Second}
+	testutil.WaitReady(t, c, base, 30*time.Second, log)
+	_, doc := testutil.GetJSON(t, c, base+"/v1/plugins")
+	pid := int(doc["plugins"].([]any)[0].(map[string]any)["worker"].(map[string]any)["pid"].(float64))
+	require.Eventually(t, func() bool { return procState(pid) == 'T' }, 30*time.Second, 5*time.Millisecond, "the worker never stopped itself")
+	c.CloseIdleConnections()
+
+	start := time.Now()
+	cancel()
+	bound := time.NewTimer(30 * time.Second)
+	defer bound.Stop()
+	select {
+	case err := <-ran:
+		require.NoError(t, err)
+		t.Logf("shutdown with a stopped worker took %s", time.Since(start))
+	case <-bound.C:
+		_ = syscall.Kill(pid, syscall.SIGKILL) // so that Run can end and the test with it
+		<-ran
+		t.Fatalf("Run did not return within 30s of its end with a stopped worker (it returned %s later, once the worker was killed)", time.Since(start)-30*time.Second)
+	}
+	assert.Equal(t, byte(0), procState(pid), "the stopped worker was killed and reaped")
+	testutil.AssertLogOrder(t, log.String(), "HTTP server stopped", "stopping plugins", "plugins stopped", "stopped: exiting")
+}

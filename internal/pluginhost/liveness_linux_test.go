@@ -138,11 +138,14 @@ func TestStoppedWorkerIsDroppedAndRestarted(t *testing.T) {
 	grant := leaseOn(t, "stopped", "example", `{}`)
 	var reasons []string
 	var slowest time.Duration
+	decisions := 0
+	defer func() { t.Logf("%d decisions on the stopped worker, the slowest %s", decisions, slowest) }()
 	detected := waitFor(t, 30*time.Second, "a decision that denies with worker_not_running", func() bool {
 		start := time.Now()
 		doc, _, err := eng.Decide(t.Context(), grant, h)
 		require.NoError(t, err)
 		slowest = max(slowest, time.Since(start))
+		decisions++
 		require.False(t, doc.Allow, "a stopped worker never grants")
 		reasons = doc.Reasons
 		return len(reasons) == 1 && reasons[0] == "worker_not_running"

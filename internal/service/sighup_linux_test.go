@@ -5,6 +5,7 @@ import (
 	"context"
 	"net/http"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -132,4 +133,46 @@ func TestShutdownWithAStoppedPlugin(t *testing.T) {
 	}
 	assert.Equal(t, byte(0), procState(pid), "the stopped worker was killed and reaped")
 	testutil.AssertLogOrder(t, log.String(), "HTTP server stopped", "stopping plugins", "plugins stopped", "stopped: exiting")
+}
+
+// TestReadinessSurvivesACrashLoopingPluginAddedBySIGHUP: readiness means the service can
+// decide. A plugin added by SIGHUP that never starts shows on /v1/plugins, and /health/ready
+// stays 200: one bad rollout does not take every replica out of the load balancer.
+func TestReadinessSurvivesACrashLoopingPluginAddedBySIGHUP(t *testing.T) {
+	bin, err := exec.LookPath("false")
+	require.NoError(t, err)
+	bin, err = filepath.EvalSymlinks(bin)
+	require.NoError(t, err)
+	sum, err := pluginhost.FileSHA256(bin)
+	require.NoError(t, err)
+	cfg := service.DefaultConfig()
+	cfg.Host.Plugins = []pluginhost.PluginConfig{}
+	with := cfg
+	with.Host.Plugins = []pluginhost.PluginConfig{{ID: "crashing", Path: bin, SHA256: sum}}
+
+	log := &testutil.SyncBuffer{}
+	ln := loopback(t)
+	stop := testutil.RunUntilStopped(t, "Run", 30*time.Second, func(ctx context.Context) error {
+		return service.Run(ctx, cfg, service.Options{LogOutput: log, Listener: ln,
+			Reread: func() (service.Config, error) { return with, nil }})
+	})
+	base := "http://" + ln.Addr().String()
+	c := &http.Client{Timeout: 10 * time.Second}
+	testutil.WaitReady(t, c, base, 30*time.Second, log)
+
+	require.NoError(t, syscall.Kill(os.Getpid(), syscall.SIGHUP))
+	require.Eventually(t, func() bool {
+		_, doc := testutil.GetJSON(t, c, base+"/v1/plugins")
+		plugins := doc["plugins"].([]any)
+		if len(plugins) != 1 {
+			return false
+		}
+		p := plugins[0].(map[string]any)
+		return p["status"] == pluginhost.StatusError && p["restarts"].(float64) >= 2
+	}, 30*time.Second, 10*time.Millisecond, "the added plugin did not fail twice; log:\n%s", log)
+	status, doc := testutil.GetJSON(t, c, base+"/health/ready")
+	assert.Equal(t, http.StatusOK, status, "%v", doc)
+	assert.Equal(t, true, doc["pluginsStarted"])
+	c.CloseIdleConnections()
+	require.NoError(t, stop())
 }

@@ -257,7 +257,7 @@ func reconfigurePlugins(ctx context.Context, host *pluginhost.Host, running Conf
 		logger.Warn("SIGHUP: plugins reconfigured, but replaced workers are still stopping", "error", err)
 	}
 	logger.Info("SIGHUP: plugins reconfigured", "added", changes.Added, "removed", changes.Removed,
-		"changed", changes.Changed, "unchanged", len(changes.Unchanged))
+		"changed", changes.Changed, "unchanged", len(changes.Unchanged), "pin_drift", changes.PinDrift)
 	if len(changes.PinDrift) > 0 {
 		logger.Warn("SIGHUP: these plugins' binaries on disk no longer match their pins; their running workers keep the pinned bytes, "+
 			"and their next start fails with PIN_MISMATCH: configure the new sha256 (sha256sum PATH) and send SIGHUP again",

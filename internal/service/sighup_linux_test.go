@@ -176,3 +176,45 @@ func TestReadinessSurvivesACrashLoopingPluginAddedBySIGHUP(t *testing.T) {
 	c.CloseIdleConnections()
 	require.NoError(t, stop())
 }
+
+// TestSIGHUPNamesPinDrift: a pinned binary upgraded in place while its worker runs is not a
+// silent "unchanged" on SIGHUP: the log warns, and /v1/plugins shows pinDrift while the worker
+// runs on (it runs the pinned bytes).
+func TestSIGHUPNamesPinDrift(t *testing.T) {
+	self, err := os.Executable()
+	require.NoError(t, err)
+	path, sum := testutil.CopyWithTrailer(t, self, t.TempDir(), "driver", "\x00a build of the driver")
+	cfg := service.DefaultConfig()
+	cfg.Host.Plugins = []pluginhost.PluginConfig{{ID: "p", Path: path, SHA256: sum,
+		Args: []string{liveness.Marker, "-after", "1h"}}} // a driver that keeps answering
+
+	log := &testutil.SyncBuffer{}
+	ln := loopback(t)
+	stop := testutil.RunUntilStopped(t, "Run", 30*time.Second, func(ctx context.Context) error {
+		return service.Run(ctx, cfg, service.Options{LogOutput: log, Listener: ln,
+			Reread: func() (service.Config, error) { return cfg, nil }})
+	})
+	base := "http://" + ln.Addr().String()
+	c := &http.Client{Timeout: 10 * time.Second}
+	testutil.WaitReady(t, c, base, 30*time.Second, log)
+	plugin := func() map[string]any {
+		_, doc := testutil.GetJSON(t, c, base+"/v1/plugins")
+		return doc["plugins"].([]any)[0].(map[string]any)
+	}
+	before := plugin()
+	assert.Equal(t, false, before["pinDrift"])
+
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_APPEND, 0)
+	require.NoError(t, err)
+	_, err = f.WriteString("upgraded in place")
+	require.NoError(t, err)
+	require.NoError(t, f.Close())
+	require.NoError(t, syscall.Kill(os.Getpid(), syscall.SIGHUP))
+	require.Eventually(t, func() bool { return strings.Contains(log.String(), "no longer match their pins") },
+		20*time.Second, 10*time.Millisecond, "log:\n%s", log)
+	after := plugin()
+	assert.Equal(t, true, after["pinDrift"])
+	assert.Equal(t, before["worker"].(map[string]any)["pid"], after["worker"].(map[string]any)["pid"], "the worker runs on")
+	c.CloseIdleConnections()
+	require.NoError(t, stop())
+}

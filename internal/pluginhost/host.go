@@ -6,7 +6,9 @@
 //
 // A worker is the live process of a plugin. Each successful start gets a new generation number
 // (1, 2, 3, …) and re-reads the plugin's manifest and methods; a worker that exits is gone at
-// once, so a decision never reads methods of a dead process. Reconfigure applies a new plugin
+// once, so a decision never reads methods of a dead process, and so is one that stops answering
+// its health checks (it is then killed and restarted). No stop waits on a driver: a bounded
+// graceful request, then SIGKILL. Reconfigure applies a new plugin
 // list to a running host; the generations of a plugin id keep counting across it.
 //
 // On Linux the host executes a sealed in-memory copy of exactly the bytes it hashed, talks to a
@@ -350,6 +352,9 @@ func (h *Host) Close() error {
 		if m.done != nil && !isClosed(m.done) {
 			waiting = append(waiting, m.cfg.ID)
 		}
+	}
+	if len(waiting) == 0 {
+		return fmt.Errorf("plugin host closed, but after %s some of its goroutines are still ending", closeTimeout)
 	}
 	return fmt.Errorf("plugin host closed, but after %s these plugins are still stopping: %s", closeTimeout, strings.Join(waiting, ", "))
 }

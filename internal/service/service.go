@@ -129,7 +129,7 @@ func Run(ctx context.Context, cfg Config, opts Options) (err error) {
 		defer warnIfNotStarted(ctx, host, cfg.Host.StartTimeout, logger).Stop()
 	}
 	reloads := []reload{
-		{"server (tokens, decision log, certificates)", func() { _ = srv.Reload() }},
+		{"server (decision log, tokens)", func() { _ = srv.Reload() }},
 		// A bundle that fails is logged and the active policy stays.
 		{"policy", func() { _ = policySrc.Reload(ctx) }},
 	}

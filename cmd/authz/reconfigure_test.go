@@ -73,7 +73,9 @@ func TestServeRepinsPluginsOnSIGHUP(t *testing.T) {
 	assert.Equal(t, before["steady"].Worker.Generation, after["steady"].Worker.Generation)
 	assert.NotEqual(t, before["moving"].Worker.PID, after["moving"].Worker.PID, "a re-pinned plugin runs a new worker")
 	assert.False(t, processAlive(before["leaving"].Worker.PID), "a removed plugin's worker has ended")
-	assert.Contains(t, p.Stderr.String(), "SIGHUP: plugins reconfigured")
+	// The new workers may be ready before Reconfigure returns (it also hashes every binary again).
+	assert.Eventually(t, func() bool { return strings.Contains(p.Stderr.String(), "SIGHUP: plugins reconfigured") },
+		20*time.Second, 20*time.Millisecond, "stderr:\n%s", p.Stderr)
 
 	// A file that does not validate changes nothing.
 	require.NoError(t, os.WriteFile(conf, []byte("plugins:\n  - id: moving\n    path: relative/driver\n"), 0o600))

@@ -54,6 +54,10 @@ const (
 	LimitExceeded   = "LIMIT_EXCEEDED"   // the driver reported more than the host's limits allow
 	BrokerRefused   = "BROKER_REFUSED"   // the driver flooded the go-plugin broker the host does not offer
 	StartFailed     = "START_FAILED"     // any other failure to start or set up a worker
+
+	// WorkerUnresponsive: a running worker did not answer its health check in time, or its
+	// main thread ended while other threads run; it was killed and is restarted.
+	WorkerUnresponsive = "WORKER_UNRESPONSIVE"
 )
 
 // Codes of a driver's config check that did not answer "valid" or "not valid" (the service log,

@@ -24,7 +24,35 @@ const (
 	DefaultConfigCheckTimeout = 2 * time.Second
 	DefaultMinBackoff         = 100 * time.Millisecond
 	defaultMaxBackoff         = 5 * time.Second
+
+	DefaultHealthInterval         = time.Second
+	DefaultHealthTimeout          = time.Second
+	DefaultHealthPinCheckInterval = time.Minute
 )
+
+// Readiness modes (Config.Readiness).
+const (
+	// ReadinessStarted: ready once every enabled plugin configured at the start has been ready
+	// once, and from then on whatever the plugins do (the default).
+	ReadinessStarted = "started"
+	// ReadinessAllPlugins: ready only while every enabled plugin configured now has a live
+	// worker.
+	ReadinessAllPlugins = "allPlugins"
+)
+
+// HealthConfig says how the host checks that running workers still answer and that the pinned
+// binaries on disk are still the pinned ones. Zero durations mean their defaults.
+type HealthConfig struct {
+	// Interval is the time between two health checks of a worker (go-plugin's gRPC health
+	// service), and between two looks at its main thread.
+	Interval time.Duration `yaml:"interval"`
+	// Timeout bounds one health check. A worker that does not answer within it is dropped from
+	// the facts at once, killed and restarted as a new generation.
+	Timeout time.Duration `yaml:"timeout"`
+	// PinCheckInterval is the time between two hashes of each plugin's binary on disk; one that
+	// no longer matches its pin is logged and shown as pinDrift.
+	PinCheckInterval time.Duration `yaml:"pinCheckInterval"`
+}
 
 // SelfExecutable is the plugin path that stands for the running executable itself
 // (os.Executable()). Its SHA-256 pin may be left empty: Resolve computes it.
@@ -105,6 +133,11 @@ type Config struct {
 	// is kept, and when a plugin whose checks time out fails fast. Zero fields mean their
 	// defaults.
 	ConfigCheck ConfigCheckConfig `yaml:"configCheck"`
+	// Health configures the health checks of running workers and of pinned binaries.
+	Health HealthConfig `yaml:"health"`
+	// Readiness is what Ready reports: ReadinessStarted (empty means it) or
+	// ReadinessAllPlugins.
+	Readiness string `yaml:"readiness"`
 	// InsecureSkipPinCheck starts binaries without checking their SHA-256. Development only:
 	// the host logs a loud warning at every start.
 	InsecureSkipPinCheck bool `yaml:"-"`
@@ -131,6 +164,12 @@ func DefaultConfig() Config {
 		ConfigCheckTimeout: DefaultConfigCheckTimeout,
 		MinBackoff:         DefaultMinBackoff,
 		MaxBackoff:         defaultMaxBackoff,
+		Health: HealthConfig{
+			Interval:         DefaultHealthInterval,
+			Timeout:          DefaultHealthTimeout,
+			PinCheckInterval: DefaultHealthPinCheckInterval,
+		},
+		Readiness: ReadinessStarted,
 	}
 }
 
@@ -147,6 +186,18 @@ func (c Config) withDefaults() Config {
 	}
 	if c.MaxBackoff == 0 {
 		c.MaxBackoff = max(defaultMaxBackoff, c.MinBackoff)
+	}
+	if c.Health.Interval == 0 {
+		c.Health.Interval = DefaultHealthInterval
+	}
+	if c.Health.Timeout == 0 {
+		c.Health.Timeout = DefaultHealthTimeout
+	}
+	if c.Health.PinCheckInterval == 0 {
+		c.Health.PinCheckInterval = DefaultHealthPinCheckInterval
+	}
+	if c.Readiness == "" {
+		c.Readiness = ReadinessStarted
 	}
 	if c.Logger == nil {
 		c.Logger = hclog.Default()
@@ -319,6 +370,9 @@ func (c Config) validateDurations(v *configcheck.Problems) {
 		{"configCheckTimeout", c.ConfigCheckTimeout},
 		{"minBackoff", c.MinBackoff},
 		{"maxBackoff", c.MaxBackoff},
+		{"health.interval", c.Health.Interval},
+		{"health.timeout", c.Health.Timeout},
+		{"health.pinCheckInterval", c.Health.PinCheckInterval},
 	} {
 		if d.v < 0 {
 			v.Add(d.field, "must not be negative (zero means the default)")
@@ -327,7 +381,19 @@ func (c Config) validateDurations(v *configcheck.Problems) {
 	if c.MinBackoff > 0 && c.MaxBackoff > 0 && c.MaxBackoff < c.MinBackoff {
 		v.Add("maxBackoff", "%s must be at least minBackoff (%s)", c.MaxBackoff, c.MinBackoff)
 	}
+	if d := c.Health.Timeout; d > 0 && d < minHealthTimeout {
+		v.Add("health.timeout", "%s is too short for a busy host to answer in (at least %s; zero means the default, %s)", d, minHealthTimeout, DefaultHealthTimeout)
+	}
+	switch c.Readiness {
+	case "", ReadinessStarted, ReadinessAllPlugins:
+	default:
+		v.Add("readiness", "%q is neither %q nor %q", c.Readiness, ReadinessStarted, ReadinessAllPlugins)
+	}
 }
+
+// minHealthTimeout is the shortest health.timeout accepted: below it, a healthy worker on a
+// loaded machine would be killed for being slow.
+const minHealthTimeout = 10 * time.Millisecond
 
 func isSHA256Hex(s string) bool {
 	if len(s) != 64 {

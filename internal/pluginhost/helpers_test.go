@@ -23,6 +23,7 @@ import (
 	"github.com/authz-dev/authz/internal/testdrivers/bounds"
 	"github.com/authz-dev/authz/internal/testdrivers/faults"
 	"github.com/authz-dev/authz/internal/testdrivers/identity"
+	"github.com/authz-dev/authz/internal/testdrivers/liveness"
 )
 
 // asDriver is the first argument that makes the test binary run as the driver of
@@ -52,6 +53,9 @@ func TestMain(m *testing.M) {
 	}
 	if len(os.Args) > 1 && os.Args[1] == identity.Marker {
 		os.Exit(identity.Main(os.Args[2:]))
+	}
+	if len(os.Args) > 1 && os.Args[1] == liveness.Marker {
+		os.Exit(liveness.Main(os.Args[2:]))
 	}
 	if len(os.Args) > 1 && os.Args[1] == asHost {
 		os.Exit(runAsHost())
@@ -119,6 +123,9 @@ func testConfig(tb testing.TB, plugins ...PluginConfig) Config {
 	cfg.ConfigCheckTimeout = 5 * time.Second
 	cfg.MinBackoff = 20 * time.Millisecond
 	cfg.MaxBackoff = 200 * time.Millisecond
+	// A health check answered late on a loaded machine would restart a healthy worker; the
+	// liveness tests set the production defaults themselves.
+	cfg.Health.Timeout = 5 * time.Second
 	cfg.Logger = testLogger(tb, nil)
 	return cfg
 }

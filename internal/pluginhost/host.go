@@ -6,7 +6,9 @@
 //
 // A worker is the live process of a plugin. Each successful start gets a new generation number
 // (1, 2, 3, …) and re-reads the plugin's manifest and methods; a worker that exits is gone at
-// once, so a decision never reads methods of a dead process. Reconfigure applies a new plugin
+// once, so a decision never reads methods of a dead process, and so is one that stops answering
+// its health checks (it is then killed and restarted). No stop waits on a driver: a bounded
+// graceful request, then SIGKILL. Reconfigure applies a new plugin
 // list to a running host; the generations of a plugin id keep counting across it.
 //
 // On Linux the host executes a sealed in-memory copy of exactly the bytes it hashed, talks to a
@@ -29,6 +31,7 @@ import (
 	"time"
 
 	"github.com/hashicorp/go-hclog"
+	"google.golang.org/grpc"
 
 	"github.com/authz-dev/authz/driverplugin"
 	"github.com/authz-dev/authz/internal/snapshot"
@@ -72,7 +75,10 @@ type Host struct {
 	keyMu  sync.RWMutex // held to change a plugin's key (publishReady) and to list every key
 	reaper *reaper      // ends the descendants of drivers
 
-	readyLog sync.Once // logs once that every enabled plugin has started
+	readyLog  sync.Once     // logs once that every enabled plugin has started
+	running   atomic.Bool   // set by Start
+	everReady atomic.Bool   // the host has been ready since it started (ReadinessStarted)
+	stopped   chan struct{} // closed once Close has seen every goroutine end (guarded by mu)
 }
 
 var _ snapshot.Facts = (*Host)(nil)
@@ -103,6 +109,7 @@ type pluginView struct {
 	drivers       []driverplugin.EnvironmentDriver // last valid manifest
 	restarts      uint64
 	worker        *worker // nil: no live worker
+	pinDrift      bool    // the binary on disk no longer has the pinned SHA-256
 
 	// record is the plugin record rendered from status, key and drivers when the view was
 	// published, indexed by driverKey: one generation's record, shared by every decision that
@@ -117,15 +124,18 @@ type worker struct {
 	startedAt  time.Time
 	methods    []string
 	driver     driverplugin.Driver
-	guard      *guard // ends the process when the driver abuses the host
+	conn       *grpc.ClientConn // the driver's connection, for health checks
+	dropped    atomic.Bool      // set when the host gave up on the worker (it no longer answers)
+	guard      *guard           // ends the process when the driver abuses the host
 	proc       *proc
 	done       <-chan struct{}  // closed when the process has exited
 	facts      *snapshot.Worker // what decisions read, rendered once
 }
 
 // alive reports whether the process still runs, asking the kernel (a pidfd) without blocking:
-// a worker whose process exited is gone at once, even before its supervisor has noticed.
-func (w *worker) alive() bool { return w.proc.alive() }
+// a worker whose process exited is gone at once, even before its supervisor has noticed, and
+// so is one the host gave up on (it no longer answers) while it is being killed.
+func (w *worker) alive() bool { return !w.dropped.Load() && w.proc.alive() }
 
 // PluginState is a plugin's state as GET /v1/plugins shows it (the JSON names) and as the
 // service log and tests read it.
@@ -137,6 +147,10 @@ type PluginState struct {
 	// coded.StartTimeout, …; "" when none): all that API callers see of it.
 	LastErrorCode string `json:"lastError"`
 	Restarts      uint64 `json:"restarts"`
+	// PinDrift is true when the binary at the plugin's path no longer has its pinned SHA-256
+	// (an in-place upgrade, a tampered file): the running worker still runs the pinned bytes,
+	// and the next start will fail with PIN_MISMATCH until the pin is updated.
+	PinDrift bool `json:"pinDrift"`
 	// Worker is the running worker, nil (JSON null) while none runs.
 	Worker *WorkerState `json:"worker"`
 	// LastError is the last failure itself. It names paths and digests, so it goes to the
@@ -217,9 +231,59 @@ func (h *Host) Start(ctx context.Context) error {
 			h.launch(ctx, m)
 		}
 	}
-	h.wg.Add(1)
+	h.wg.Add(2)
 	go h.reapOrphans(ctx)
+	go h.checkPinsEvery(ctx)
+	h.running.Store(true)
 	return nil
+}
+
+// checkPinsEvery re-hashes every enabled plugin's binary on disk every Health.PinCheckInterval
+// until ctx ends (checkPin).
+func (h *Host) checkPinsEvery(ctx context.Context) {
+	defer h.wg.Done()
+	t := time.NewTicker(h.cfg.Health.PinCheckInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		for _, m := range h.current().list {
+			if ctx.Err() != nil {
+				return
+			}
+			h.checkPin(m)
+		}
+	}
+}
+
+// checkPin hashes the enabled plugin's binary at its path and reports whether it no longer has
+// the pinned SHA-256 (or cannot be read). The running worker is left alone: it runs the sealed
+// copy of the pinned bytes. A change either way is logged, and Plugins shows it as pinDrift.
+func (h *Host) checkPin(m *managed) bool {
+	if h.cfg.InsecureSkipPinCheck || !m.enabled {
+		return false
+	}
+	sum, err := FileSHA256(m.cfg.Path)
+	drift := err != nil || !strings.EqualFold(sum, m.cfg.SHA256)
+	was := m.state.Load().pinDrift
+	if drift != was {
+		m.update(func(v *pluginView) { v.pinDrift = drift })
+	}
+	switch {
+	case drift && !was && err != nil:
+		m.log.Warn("the plugin binary on disk can no longer be read to check its pin; the running worker keeps the pinned bytes, "+
+			"and the next start will fail until the file is back", "path", m.cfg.Path, "error", err)
+	case drift && !was:
+		m.log.Warn("the plugin binary on disk no longer matches its pin; the running worker keeps the pinned bytes, "+
+			"and the next start will fail with PIN_MISMATCH: configure the new sha256 and send SIGHUP, or put the pinned binary back",
+			"path", m.cfg.Path, "sha256", sum, "pinned", m.cfg.SHA256)
+	case !drift && was:
+		m.log.Info("the plugin binary on disk matches its pin again", "path", m.cfg.Path)
+	}
+	return drift
 }
 
 // orphanReapInterval is how often the host reaps drivers' orphans that ended on their own.
@@ -241,23 +305,46 @@ func (h *Host) reapOrphans(ctx context.Context) {
 	}
 }
 
+// closeTimeout bounds Close: every worker is asked to exit, killed after stopGrace, and
+// reaped; past this the host gives up waiting and says which plugins are still stopping.
+const closeTimeout = stopGrace + killWait + 5*time.Second
+
 // Close stops every supervisor, kills every worker and waits until the processes are reaped and
-// the host's goroutines have ended. It is safe to call more than once.
+// the host's goroutines have ended, for closeTimeout at most: no worker can hold it up, since
+// every stop ends in a SIGKILL. It is safe to call more than once.
 func (h *Host) Close() error {
 	h.mu.Lock()
-	if h.closing {
-		h.mu.Unlock()
-		h.wg.Wait()
-		return nil
+	if !h.closing {
+		h.closing = true
+		close(h.closed)
+		if h.cancel != nil {
+			h.cancel()
+		}
+		h.stopped = make(chan struct{})
+		go func(stopped chan<- struct{}) {
+			h.wg.Wait()
+			close(stopped)
+		}(h.stopped)
 	}
-	h.closing = true
-	close(h.closed)
-	if h.cancel != nil {
-		h.cancel()
-	}
+	stopped := h.stopped
 	h.mu.Unlock()
-	h.wg.Wait()
-	return nil
+	t := time.NewTimer(closeTimeout)
+	defer t.Stop()
+	select {
+	case <-stopped:
+		return nil
+	case <-t.C:
+	}
+	var waiting []string
+	for _, m := range h.current().list {
+		if m.done != nil && !isClosed(m.done) {
+			waiting = append(waiting, m.cfg.ID)
+		}
+	}
+	if len(waiting) == 0 {
+		return fmt.Errorf("plugin host closed, but after %s some of its goroutines are still ending", closeTimeout)
+	}
+	return fmt.Errorf("plugin host closed, but after %s these plugins are still stopping: %s", closeTimeout, strings.Join(waiting, ", "))
 }
 
 // WaitStarted waits until every enabled plugin has been ready at least once; after a
@@ -302,9 +389,34 @@ wait:
 	}
 }
 
-// Ready reports whether every enabled plugin has been ready at least once (a host with no
-// enabled plugin is ready). It does not wait; WaitStarted does.
+// Ready reports whether the host can serve decisions, as Config.Readiness says:
+//
+//   - ReadinessStarted (the default): every enabled plugin has been ready at least once (a host
+//     with no enabled plugin is ready), and from then on for good. A plugin that fails later, or
+//     one added by Reconfigure that never starts, shows in Plugins and in the log, and the
+//     decisions that need it deny; it does not make the host unready, which would take a
+//     service out of its load balancer for the failure of one driver.
+//   - ReadinessAllPlugins: every enabled plugin configured now has a live worker.
+//
+// It does not wait; WaitStarted does.
 func (h *Host) Ready() bool {
+	if h.cfg.Readiness == ReadinessAllPlugins {
+		return h.allLive()
+	}
+	if h.everReady.Load() {
+		return true
+	}
+	if !h.allStartedOnce() {
+		return false
+	}
+	if h.running.Load() {
+		h.everReady.Store(true)
+	}
+	return true
+}
+
+// allStartedOnce reports whether every enabled plugin configured now has been ready once.
+func (h *Host) allStartedOnce() bool {
 	for _, m := range h.current().list {
 		if !m.enabled {
 			continue
@@ -318,12 +430,26 @@ func (h *Host) Ready() bool {
 	return true
 }
 
+// allLive reports whether every enabled plugin configured now has a live worker.
+func (h *Host) allLive() bool {
+	for _, m := range h.current().list {
+		if !m.enabled {
+			continue
+		}
+		if w := m.state.Load().worker; w == nil || !w.alive() {
+			return false
+		}
+	}
+	return true
+}
+
 // markReady records that the plugin has been ready once, and logs when that makes the host
 // ready.
 func (h *Host) markReady(m *managed) {
 	m.readyOnce.Do(func() {
 		close(m.ready)
-		if h.Ready() {
+		if h.allStartedOnce() {
+			h.everReady.Store(true)
 			h.readyLog.Do(func() { h.log.Info("all enabled plugins started; ready") })
 		}
 	})
@@ -396,7 +522,7 @@ func (h *Host) Plugins() []PluginState {
 	for _, m := range plugins {
 		v := m.state.Load()
 		ps := PluginState{ID: m.cfg.ID, Key: v.key, Status: v.status, Restarts: v.restarts,
-			LastError: v.lastError, LastErrorCode: v.lastErrorCode}
+			LastError: v.lastError, LastErrorCode: v.lastErrorCode, PinDrift: v.pinDrift}
 		if w := v.worker; w != nil && w.alive() {
 			ps.Worker = &WorkerState{PID: w.pid, Generation: w.generation, StartedAt: w.startedAt, SupportedMethods: slices.Clone(w.methods)}
 		}

@@ -116,6 +116,10 @@ type PluginChanges struct {
 	Changed []string
 	// Unchanged plugins kept their worker, its pid and generation.
 	Unchanged []string
+	// PinDrift are the plugins, changed or not, whose binary on disk no longer has the
+	// configured SHA-256: a worker that runs keeps running the pinned bytes, and the next start
+	// fails with PIN_MISMATCH until the pin is updated.
+	PinDrift []string
 }
 
 // Empty reports whether nothing was added, removed or changed.
@@ -148,8 +152,9 @@ var ErrStillStopping = errors.New("the new plugin configuration is in effect, bu
 // removed or changed plugin is free as soon as Reconfigure switched.
 //
 // Reconfigure returns once the replaced workers and their descendants have ended; it does not
-// wait for new workers to be ready (WaitStarted does). When ctx ends first, it returns the
-// changes with ErrStillStopping. It is safe to call concurrently with decisions, with itself
+// wait for new workers to be ready (WaitStarted does). When ctx ends first, or closeTimeout has
+// passed, it returns the changes with ErrStillStopping. Every plugin's binary on disk is hashed
+// again: those that no longer match their pin are listed in PinDrift (see Host.Plugins). It is safe to call concurrently with decisions, with itself
 // (calls apply one after the other) and with Close (after Close it returns ErrClosed).
 // BuiltinProviders and the host's other settings stay as they are (see ReplaceBuiltinProviders).
 func (h *Host) Reconfigure(ctx context.Context, plugins []PluginConfig) (PluginChanges, error) {
@@ -226,10 +231,19 @@ func (h *Host) Reconfigure(ctx context.Context, plugins []PluginConfig) (PluginC
 	}
 	h.mu.Unlock()
 
-	if !changes.Empty() {
-		h.log.Info("plugins reconfigured", "added", changes.Added, "removed", changes.Removed,
-			"changed", changes.Changed, "unchanged", len(changes.Unchanged))
+	for _, m := range next.list {
+		if h.checkPin(m) {
+			changes.PinDrift = append(changes.PinDrift, m.cfg.ID)
+		}
 	}
+	if !changes.Empty() || len(changes.PinDrift) > 0 {
+		h.log.Info("plugins reconfigured", "added", changes.Added, "removed", changes.Removed,
+			"changed", changes.Changed, "unchanged", len(changes.Unchanged), "pin_drift", changes.PinDrift)
+	}
+	// Every stop ends in a SIGKILL, so the replaced workers end within closeTimeout whatever
+	// they do; a context without a deadline gets that one.
+	ctx, cancel := context.WithTimeout(ctx, closeTimeout)
+	defer cancel()
 	for _, m := range retired {
 		if m.done == nil {
 			continue // never launched

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"maps"
 	"net"
 	"os"
@@ -21,6 +22,9 @@ import (
 	"github.com/hashicorp/go-plugin"
 	"github.com/hashicorp/go-plugin/runner"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/status"
 
 	"github.com/authz-dev/authz/driverplugin"
 	"github.com/authz-dev/authz/internal/coded"
@@ -58,22 +62,47 @@ func (h *Host) supervise(ctx context.Context, m *managed) {
 			h.forgetConfigChecks(m.cfg.ID, generation)
 			m.log.Info("worker ready", "generation", w.generation, "pid", w.pid, "methods", w.methods)
 			h.markReady(m)
+			wctx, stopWatching := context.WithCancel(ctx)
+			unresponsive := h.watch(wctx, w)
+			var why string
 			select {
 			case <-ctx.Done():
+				stopWatching()
 				m.update(func(v *pluginView) { v.worker = nil })
-				stop()
+				stop(stopGrace)
 				return
 			case <-w.done:
+			case why = <-unresponsive:
+				// Out of the facts at once: decisions deny with worker_not_running from here on,
+				// without waiting for the kill.
+				w.dropped.Store(true)
+				m.update(func(v *pluginView) {
+					if v.worker == w {
+						v.worker = nil
+					}
+				})
+				m.log.Error("worker does not answer; killing and restarting it", "generation", w.generation, "pid", w.pid, "reason", why)
 			}
+			stopWatching()
 			upFor := time.Since(w.startedAt)
-			exit := stop()
+			grace := stopGrace
+			if why != "" {
+				grace = 0 // it answers nothing: asking it to exit would only delay the kill
+			}
+			exit := stop(grace)
 			msg := fmt.Sprintf("worker generation %d (pid %d) exited after %s: %s", w.generation, w.pid, upFor.Round(time.Millisecond), exit)
 			code := coded.WorkerExited
+			if why != "" {
+				msg = fmt.Sprintf("worker generation %d (pid %d) was killed after %s because %s: %s", w.generation, w.pid, upFor.Round(time.Millisecond), why, exit)
+				code = coded.WorkerUnresponsive
+			}
 			if why := w.guard.why(); why != "" {
 				msg, code = why+"; "+msg, coded.BrokerRefused
 			}
 			msg = capText(msg, h.cfg.Limits.MaxLastErrorBytes)
-			m.log.Error("worker exited; restarting", "generation", w.generation, "pid", w.pid, "exit", exit, "up_for", upFor)
+			if code != coded.WorkerUnresponsive {
+				m.log.Error("worker exited; restarting", "generation", w.generation, "pid", w.pid, "exit", exit, "up_for", upFor)
+			}
 			if upFor >= 2*h.cfg.MaxBackoff {
 				backoff.reset()
 			}
@@ -103,6 +132,70 @@ func startErrorCode(err error) string {
 		return code
 	}
 	return coded.StartFailed
+}
+
+// watch checks the worker every Health.Interval until ctx ends or the worker exits, asking the
+// worker itself rather than only its pid: go-plugin's gRPC health service over the worker's own
+// connection, bounded by Health.Timeout, and the state of its main thread. The channel returned
+// receives why the worker must be ended, once, when a check fails.
+func (h *Host) watch(ctx context.Context, w *worker) <-chan string {
+	unresponsive := make(chan string, 1)
+	h.wg.Add(1)
+	go func() {
+		defer h.wg.Done()
+		t := time.NewTicker(h.cfg.Health.Interval)
+		defer t.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-w.done:
+				return
+			case <-t.C:
+			}
+			if why := h.checkWorker(ctx, w); why != "" {
+				unresponsive <- why
+				return
+			}
+		}
+	}()
+	return unresponsive
+}
+
+// checkWorker returns why the worker is no longer a worker, "" while it answers (or once it
+// exited or ctx ended, which the supervisor sees by itself).
+func (h *Host) checkWorker(ctx context.Context, w *worker) string {
+	timeout := h.cfg.Health.Timeout
+	if !w.proc.alive() {
+		// A process that exited is reaped within moments; a thread-group leader that stays a
+		// zombie while other threads run is never reported as exited.
+		t := time.NewTimer(timeout)
+		defer t.Stop()
+		select {
+		case <-w.done:
+			return ""
+		case <-ctx.Done():
+			return ""
+		case <-t.C:
+		}
+		return "its main thread ended while other threads still run (such a process never exits by itself)"
+	}
+	cctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	resp, err := healthpb.NewHealthClient(w.conn).Check(cctx, &healthpb.HealthCheckRequest{Service: plugin.GRPCServiceName})
+	if ctx.Err() != nil || isClosed(w.done) {
+		return ""
+	}
+	if err != nil {
+		if status.Code(err) == codes.DeadlineExceeded {
+			return fmt.Sprintf("it did not answer its health check within %s (health.timeout)", timeout)
+		}
+		return fmt.Sprintf("its health check failed: %v", err)
+	}
+	if st := resp.GetStatus(); st != healthpb.HealthCheckResponse_SERVING {
+		return fmt.Sprintf("its health check answered %s", st)
+	}
+	return ""
 }
 
 // backoff is a capped exponential back-off: min, 2·min, 4·min, … up to max.
@@ -135,7 +228,7 @@ func (b *backoff) reset() { b.next = b.min }
 // What runs is a sealed in-memory copy of the bytes whose digest was checked (openPinned); the
 // host talks to it only over the unix socket it announced, only when the peer of that socket is
 // the worker's own pid, and publishes it only while /proc/PID/exe is still that copy.
-func (h *Host) startWorker(ctx context.Context, m *managed, generation uint64) (_ *worker, stop func() string, err error) {
+func (h *Host) startWorker(ctx context.Context, m *managed, generation uint64) (_ *worker, stop func(grace time.Duration) string, err error) {
 	deadline := time.Now().Add(h.cfg.StartTimeout)
 	exe, err := h.openPinnedBinary(m)
 	if err != nil {
@@ -196,7 +289,8 @@ type launch struct {
 	client    *plugin.Client
 	pr        atomic.Pointer[proc] // set once go-plugin has started the process
 	socketDir string
-	guard     *guard // ends the process when the driver abuses the host (see refuseBroker)
+	guard     *guard           // ends the process when the driver abuses the host (see refuseBroker)
+	conn      *grpc.ClientConn // the connection to the driver, once the handshake is done
 }
 
 // newLaunch configures the go-plugin client that runs exe (gRPC only, AutoMTLS, no inherited
@@ -239,7 +333,7 @@ func (h *Host) newLaunch(ctx context.Context, m *managed, exe *pinnedExecutable)
 		SkipHostEnv:      true,
 		StartTimeout:     h.cfg.StartTimeout,
 		// go-plugin's own messages; the driver's output is relayed by m.dlog, within Limits.
-		Logger:     pluginLogger{m.log},
+		Logger:     stopLogger{pluginLogger{m.log}},
 		Stderr:     m.dlog.writer("stderr"),
 		SyncStdout: m.dlog.writer("stdout"), // what the driver prints after the handshake
 		SyncStderr: m.dlog.writer("stderr"),
@@ -254,18 +348,49 @@ func (l *launch) killProcess() {
 	}
 }
 
-// kill ends the driver and every descendant and returns how the process ended.
-func (l *launch) kill() string {
+// stopGrace is how long stopping a worker waits for it to exit once asked to (go-plugin's
+// graceful shutdown) before the host kills it.
+const stopGrace = 2 * time.Second
+
+// killWait bounds, after the SIGKILL, the wait for go-plugin to let go of a process the kernel
+// could not reap (a process in uninterruptible sleep).
+const killWait = 5 * time.Second
+
+// kill ends the driver and every descendant and returns how the process ended. It never waits on
+// the driver's cooperation: it asks for a graceful exit, waits grace at most, then SIGKILLs the
+// process, its group and its descendants.
+func (l *launch) kill(grace time.Duration) string {
 	defer l.m.dlog.flush()
 	pp := l.pr.Load()
-	if pp != nil {
-		pp.endDescendants() // while the driver lives, its tree is intact
-	}
-	l.client.Kill()
 	if pp == nil {
+		l.client.Kill() // no process: nothing to ask or to wait for
 		return "killed"
 	}
+	pp.endDescendants() // while the driver lives, its tree is intact
+	// go-plugin's Kill asks the driver to shut down and waits for that call without a bound: a
+	// stopped driver never answers. It ends once the process is gone.
+	asked := make(chan struct{})
+	go func() {
+		defer close(asked)
+		l.client.Kill()
+	}()
+	if grace > 0 {
+		t := time.NewTimer(grace)
+		select {
+		case <-pp.exited:
+		case <-t.C:
+			l.m.log.Warn("driver did not exit within the stop grace period; killing it", "pid", pp.started(), "grace", grace)
+		}
+		t.Stop()
+	}
 	_ = pp.Kill(context.Background())
+	lost := time.NewTimer(killWait)
+	select {
+	case <-asked:
+	case <-lost.C:
+		l.m.log.Error("driver process not reaped after SIGKILL; leaving it", "pid", pp.started())
+	}
+	lost.Stop()
 	pp.release()
 	select {
 	case <-pp.exited:
@@ -277,9 +402,21 @@ func (l *launch) kill() string {
 	return "killed"
 }
 
+// stopLogger drops go-plugin's "plugin failed to exit gracefully" warning: the host stops a
+// worker itself (launch.kill) and says so when a driver did not exit in time; go-plugin also
+// prints it for a process that never completed its start, which was never asked to exit.
+type stopLogger struct{ hclog.Logger }
+
+func (l stopLogger) Warn(msg string, args ...any) {
+	if msg == "plugin failed to exit gracefully" {
+		return
+	}
+	l.Logger.Warn(msg, args...)
+}
+
 // abandon cleans up a start that failed with err and returns the error to report.
 func (l *launch) abandon(err error) error {
-	l.kill()
+	l.kill(stopGrace)
 	if l.socketDir != "" {
 		_ = os.RemoveAll(l.socketDir) // go-plugin leaves it when the process never started
 	}
@@ -304,8 +441,13 @@ func (l *launch) refused(err error) error {
 func (l *launch) handshake(startTimeout time.Duration) (*driverplugin.GRPCClient, error) {
 	rpcClient, err := l.client.Client()
 	if err != nil {
-		return nil, l.refused(explainStartError(err, startTimeout))
+		return nil, l.refused(l.explainStartError(err, startTimeout))
 	}
+	gc, ok := rpcClient.(*plugin.GRPCClient)
+	if !ok {
+		return nil, fmt.Errorf("go-plugin client: got %T, want *plugin.GRPCClient", rpcClient)
+	}
+	l.conn = gc.Conn
 	raw, err := rpcClient.Dispense(driverplugin.PluginName)
 	if err != nil {
 		return nil, l.refused(fmt.Errorf("dispense %q: %w", driverplugin.PluginName, err))
@@ -356,6 +498,7 @@ func (h *Host) publishWorker(m *managed, l *launch, drv *driverplugin.GRPCClient
 		startedAt:  time.Now(),
 		methods:    methods,
 		driver:     drv,
+		conn:       l.conn,
 		proc:       pp,
 		done:       pp.exited,
 		guard:      l.guard,
@@ -367,8 +510,10 @@ func (h *Host) publishWorker(m *managed, l *launch, drv *driverplugin.GRPCClient
 	return w, nil
 }
 
-// explainStartError adds what to do next to go-plugin's start errors.
-func explainStartError(err error, timeout time.Duration) error {
+// explainStartError adds what to do next to go-plugin's start errors, and says what happened
+// to the process: its exit status when it exited before the handshake, the configured path
+// rather than that of the in-memory copy it runs from.
+func (l *launch) explainStartError(err error, timeout time.Duration) error {
 	msg := err.Error()
 	const unrecognized = "Unrecognized remote plugin message: "
 	switch {
@@ -376,15 +521,61 @@ func explainStartError(err error, timeout time.Duration) error {
 		// go-plugin appends guesses about the architecture; the first line is what matters.
 		line, _, _ := strings.Cut(strings.TrimPrefix(msg, unrecognized), "\n")
 		if line == "" {
+			if exit := l.exitBeforeHandshake(); exit != "" {
+				return coded.Errorf(coded.HandshakeFailed, "plugin exited before the go-plugin handshake with %s%s (see the plugin's log lines)", exit, notADriver(exit))
+			}
 			return coded.Errorf(coded.HandshakeFailed, "plugin ended its stdout before the go-plugin handshake: is it a driver that calls driverplugin.Serve? (see the plugin's log lines)")
 		}
 		return coded.Errorf(coded.HandshakeFailed, "plugin wrote to stdout before the go-plugin handshake (stdout is reserved for the handshake; a driver must log to stderr): got %q", line)
 	case strings.Contains(msg, "timeout while waiting for plugin to start"):
-		return coded.Errorf(coded.StartTimeout, "plugin did not complete the go-plugin handshake within the start timeout (%s): %w", timeout, err)
+		return coded.Errorf(coded.StartTimeout, "plugin did not complete the go-plugin handshake within the start timeout (%s)", timeout)
 	case strings.Contains(msg, "plugin exited before we could connect"):
-		return coded.Errorf(coded.HandshakeFailed, "plugin exited before the go-plugin handshake (see the plugin's log lines): %w", err)
+		exit := l.exitBeforeHandshake()
+		if exit == "" {
+			exit = "an unknown status"
+		}
+		return coded.Errorf(coded.HandshakeFailed, "plugin exited before the go-plugin handshake with %s%s (see the plugin's log lines)", exit, notADriver(exit))
+	}
+	if pe, ok := errors.AsType[*fs.PathError](err); ok && pe.Op == "fork/exec" {
+		return coded.Errorf(coded.StartFailed, "cannot execute the plugin binary %s: %v (is it an executable for this system?)", l.m.cfg.Path, pe.Err)
+	}
+	if strings.HasPrefix(msg, "start plugin: ") {
+		return err
 	}
 	return fmt.Errorf("start plugin: %w", err)
+}
+
+// exitWait is how long a failed start waits for the process to be reaped, to report its exit
+// status.
+const exitWait = 250 * time.Millisecond
+
+// exitBeforeHandshake waits briefly for the process that ended its stdout to be reaped and
+// returns how it ended ("exit status 3", "signal: killed"); "" when it has not exited.
+func (l *launch) exitBeforeHandshake() string {
+	pp := l.pr.Load()
+	if pp == nil {
+		return ""
+	}
+	t := time.NewTimer(exitWait)
+	defer t.Stop()
+	select {
+	case <-pp.exited:
+	case <-t.C:
+		return ""
+	}
+	if pp.state == nil {
+		return ""
+	}
+	return pp.state.String()
+}
+
+// notADriver adds a hint when a process exited successfully before the handshake: it is most
+// likely not a driver.
+func notADriver(exit string) string {
+	if exit == "exit status 0" {
+		return ": is it a driver whose main calls driverplugin.Serve?"
+	}
+	return ""
 }
 
 // knownCapabilities are the nine capability keys of docs/contract.md section 2.

@@ -15,6 +15,7 @@ import (
 	"reflect"
 	"runtime"
 	"runtime/debug"
+	"sync"
 	"syscall"
 	"time"
 
@@ -127,13 +128,15 @@ func Run(ctx context.Context, cfg Config, opts Options) (err error) {
 		defer stopPlugins(host, logger)
 		defer warnIfNotStarted(ctx, host, cfg.Host.StartTimeout, logger).Stop()
 	}
-	defer reloadOn(hup, logger, func() {
-		_ = srv.Reload()
-		_ = policySrc.Reload(ctx) // a bundle that fails is logged and the active policy stays
-		if host != nil && opts.Reread != nil {
-			reconfigurePlugins(ctx, host, cfg, opts.Reread, logger)
-		}
-	})()
+	reloads := []reload{
+		{"server (decision log, tokens)", func() { _ = srv.Reload() }},
+		// A bundle that fails is logged and the active policy stays.
+		{"policy", func() { _ = policySrc.Reload(ctx) }},
+	}
+	if host != nil && opts.Reread != nil {
+		reloads = append(reloads, reload{"plugins", func() { reconfigurePlugins(ctx, host, cfg, opts.Reread, logger) }})
+	}
+	defer reloadOn(hup, logger, reloads...)()
 	return srv.Serve(ctx, ln)
 }
 
@@ -243,13 +246,23 @@ func reconfigurePlugins(ctx context.Context, host *pluginhost.Host, running Conf
 	if cfg.Facts != "" {
 		return // the plugin host stays; a facts file replaces it at the next start
 	}
-	changes, err := host.Reconfigure(ctx, cfg.Host.Plugins)
+	rctx, cancel := context.WithTimeout(ctx, reconfigureTimeout)
+	defer cancel()
+	changes, err := host.Reconfigure(rctx, cfg.Host.Plugins)
 	if err != nil && !errors.Is(err, pluginhost.ErrStillStopping) {
 		logger.Error("SIGHUP: plugins not reconfigured; they stay as they are", "error", err)
 		return
 	}
+	if err != nil {
+		logger.Warn("SIGHUP: plugins reconfigured, but replaced workers are still stopping", "error", err)
+	}
 	logger.Info("SIGHUP: plugins reconfigured", "added", changes.Added, "removed", changes.Removed,
-		"changed", changes.Changed, "unchanged", len(changes.Unchanged))
+		"changed", changes.Changed, "unchanged", len(changes.Unchanged), "pin_drift", changes.PinDrift)
+	if len(changes.PinDrift) > 0 {
+		logger.Warn("SIGHUP: these plugins' binaries on disk no longer match their pins; their running workers keep the pinned bytes, "+
+			"and their next start fails with PIN_MISMATCH: configure the new sha256 (sha256sum PATH) and send SIGHUP again",
+			"pin_drift", changes.PinDrift)
+	}
 	if err := host.ReplaceBuiltinProviders(cfg.Host.BuiltinProviders); err != nil {
 		logger.Error("SIGHUP: builtinProviders not replaced; the previous ones stay", "error", err)
 	}
@@ -265,7 +278,7 @@ func changedAtRestartOnly(running, next Config) []string {
 		same bool
 	}{
 		{"server (addr, tls, authentication, limits, decisionLog, http, ...)", reflect.DeepEqual(running.Server, next.Server)},
-		{"plugin host timeouts", reflect.DeepEqual(running.Host, next.Host)},
+		{"plugin host (timeouts, health, readiness)", reflect.DeepEqual(running.Host, next.Host)},
 		{"policy (bundle, opa, ...)", reflect.DeepEqual(running.Policy, next.Policy)},
 		{"decision (evalTimeout, decisionCache)", running.Decision == next.Decision},
 		{"facts", running.Facts == next.Facts},
@@ -278,21 +291,60 @@ func changedAtRestartOnly(running, next Config) []string {
 	return changed
 }
 
-// reloadOn calls reload on every signal from hup until the returned stop is called.
-func reloadOn(hup <-chan os.Signal, logger hclog.Logger, reload func()) (stop func()) {
+// reconfigureTimeout bounds the plugin part of one SIGHUP: the replaced workers are killed
+// well within it (the host never waits on a driver's cooperation); past it the new
+// configuration is in effect and the log says which workers are still stopping.
+const reconfigureTimeout = 30 * time.Second
+
+// reload is one thing a SIGHUP reloads.
+type reload struct {
+	name string
+	run  func()
+}
+
+// reloadOn runs every reload on every signal from hup until the returned stop is called. Each
+// reload runs on its own goroutine, so that a slow one (plugins whose workers are stopping, a
+// remote bundle) never holds up another: a SIGHUP that arrives while a reload still runs is
+// handed to it once it is done, coalesced with any other such SIGHUP, and the other reloads act
+// on it at once. stop waits for the reloads that are running.
+func reloadOn(hup <-chan os.Signal, logger hclog.Logger, reloads ...reload) (stop func()) {
 	done := make(chan struct{})
-	stopped := make(chan struct{})
+	var wg sync.WaitGroup
+	pending := make([]chan struct{}, len(reloads))
+	for i, r := range reloads {
+		pending[i] = make(chan struct{}, 1)
+		wg.Add(1)
+		go func(r reload, pending <-chan struct{}) {
+			defer wg.Done()
+			for {
+				select {
+				case <-pending:
+					r.run()
+				case <-done:
+					return
+				}
+			}
+		}(r, pending[i])
+	}
+	wg.Add(1)
 	go func() {
-		defer close(stopped)
+		defer wg.Done()
 		for {
 			select {
 			case <-hup:
 				logger.Info("SIGHUP: reloading")
-				reload()
+				for i, r := range reloads {
+					select {
+					case pending[i] <- struct{}{}:
+					default:
+						logger.Warn("SIGHUP: a reload of this part is already waiting for the one still running; it covers this signal too",
+							"part", r.name)
+					}
+				}
 			case <-done:
 				return
 			}
 		}
 	}()
-	return func() { close(done); <-stopped }
+	return func() { close(done); wg.Wait() }
 }

@@ -19,10 +19,16 @@ import (
 
 	"github.com/authz-dev/authz/internal/pluginhost"
 	"github.com/authz-dev/authz/internal/service"
+	"github.com/authz-dev/authz/internal/testdrivers/liveness"
 	"github.com/authz-dev/authz/internal/testutil"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+func TestMain(m *testing.M) {
+	if len(os.Args) > 1 && os.Args[1] == liveness.Marker {
+		os.Exit(liveness.Main(os.Args[2:]))
+	}
+	goleak.VerifyTestMain(m)
+}
 
 // loopback is a listener on an ephemeral loopback port.
 func loopback(t testing.TB) net.Listener {

@@ -233,3 +233,21 @@ func replayForBench(path string) (int, error) {
 	}
 	return 0, nil
 }
+
+// BenchmarkReplayUncached replays the same log on an engine without the decision cache: every
+// record is evaluated, as in a log whose decisions all differ in what the policy reads.
+func BenchmarkReplayUncached(b *testing.B) {
+	logPath, _, records := exampleLog(b, 200)
+	eng, err := decision.New(context.Background(), decision.Options{Cache: decision.CacheOptions{Disabled: true}})
+	require.NoError(b, err)
+	b.ResetTimer()
+	for range b.N {
+		f, err := os.Open(logPath)
+		require.NoError(b, err)
+		out, err := replayLog(context.Background(), eng, f)
+		f.Close()
+		require.NoError(b, err)
+		require.Len(b, out, records)
+	}
+	b.ReportMetric(float64(records*b.N)/b.Elapsed().Seconds(), "records/s")
+}

@@ -60,7 +60,7 @@ type PluginConfig struct {
 	// supplementary groups. Switching needs the privilege to (root, or CAP_SETUID and
 	// CAP_SETGID). With User alone, the group is the user's primary group. Empty: a host that
 	// is not root runs the driver as its own user; a root host runs it as an unprivileged user
-	// of the plugin's own (DriverUser if the system has it, else a dynamic uid; docs/drivers.md).
+	// of the plugin's own (a dynamic uid; docs/drivers.md, "Least privilege").
 	// A driver runs as root only with User "root" (or "0"), explicitly.
 	User  string `yaml:"user"`
 	Group string `yaml:"group"`

@@ -385,3 +385,19 @@ func TestCgroupLimits(t *testing.T) {
 	assert.Equal(t, strconv.Itoa(256<<20), strings.TrimSpace(string(memMax)))
 	assert.Equal(t, "64", strings.TrimSpace(string(pidsMax)))
 }
+
+// TestReaperLeavesOtherChildren: the host reaps the zombies it inherited from drivers, never a
+// child someone else in the process started and waits for: its exit status stays theirs.
+func TestReaperLeavesOtherChildren(t *testing.T) {
+	h, rec := startHost(t, testConfig(t, driverPlugin(t, "d")))
+	waitStarted(t, h, rec)
+	cmd := exec.CommandContext(t.Context(), "/bin/sh", "-c", "exit 7")
+	require.NoError(t, cmd.Start())
+	waitFor(t, 10*time.Second, "the child to end", func() bool { return dying(cmd.Process.Pid) })
+	h.reaper.reapZombies()
+	h.reaper.reapZombies()
+	err := cmd.Wait()
+	var ee *exec.ExitError
+	require.ErrorAs(t, err, &ee, "the exit status is still the starter's to read")
+	assert.Equal(t, 7, ee.ExitCode())
+}

@@ -15,13 +15,14 @@ import (
 )
 
 // A host running as root does not run drivers as root unless a plugin says `user: root`. Each
-// plugin without `user:` runs as a user of its own: DriverUser when the system has such a user,
-// else a dynamic uid (and a gid of the same number) of the reserved range below, which no
-// account holds and which owns no file, so a driver can neither reach another driver (another
-// uid) nor the host (root, not dumpable). A plugin keeps its uid for the life of the host.
+// plugin without `user:` runs as a user of its own: a dynamic uid (and a gid of the same number)
+// of the reserved range below, which no account holds and which owns no file, so a driver can
+// reach neither another driver (another uid) nor the host (root, not dumpable). A plugin keeps
+// its uid for the life of the host. Where the range is not mapped (a user namespace with a
+// short uid map), drivers run as driverUser if the system has it.
 const (
-	// DriverUser is the account drivers run as when it exists and the host is root.
-	DriverUser = "authz-driver"
+	// driverUser is the account drivers of a root host run as where no dynamic uid is mapped.
+	driverUser = "authz-driver"
 	// dynamicIDBase and dynamicIDCount are the reserved range of dynamic driver uids and gids.
 	dynamicIDBase  = 0x7ffe0000
 	dynamicIDCount = 0x10000
@@ -41,18 +42,18 @@ func driverCredential(cfg PluginConfig) (*syscall.Credential, error) {
 	if err != nil || cred != nil || os.Geteuid() != 0 {
 		return cred, err
 	}
-	if u, err := user.Lookup(DriverUser); err == nil {
+	id, err := dynamicID(cfg.ID)
+	if err == nil {
+		return &syscall.Credential{Uid: id, Gid: id, Groups: []uint32{}}, nil
+	}
+	if u, lerr := user.Lookup(driverUser); lerr == nil {
 		uid, err1 := strconv.ParseUint(u.Uid, 10, 32)
 		gid, err2 := strconv.ParseUint(u.Gid, 10, 32)
 		if err1 == nil && err2 == nil && uid != 0 {
 			return &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid), Groups: []uint32{}}, nil
 		}
 	}
-	id, err := dynamicID(cfg.ID)
-	if err != nil {
-		return nil, err
-	}
-	return &syscall.Credential{Uid: id, Gid: id, Groups: []uint32{}}, nil
+	return nil, err
 }
 
 // dynamicID returns the plugin's dynamic uid (and gid): derived from its id, the next free one
@@ -65,7 +66,7 @@ func dynamicID(pluginID string) (uint32, error) {
 	}
 	if !idMapped("/proc/self/uid_map", dynamicIDBase, dynamicIDCount) || !idMapped("/proc/self/gid_map", dynamicIDBase, dynamicIDCount) {
 		return 0, fmt.Errorf("the reserved driver uids %d-%d are not mapped in this user namespace: set plugins[].user (or create the user %q)",
-			dynamicIDBase, dynamicIDBase+dynamicIDCount-1, DriverUser)
+			dynamicIDBase, dynamicIDBase+dynamicIDCount-1, driverUser)
 	}
 	h := fnv.New32a()
 	_, _ = h.Write([]byte(pluginID))

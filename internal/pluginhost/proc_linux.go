@@ -13,6 +13,7 @@ import (
 	"net"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"runtime"
 	"strconv"
 	"sync"
@@ -115,6 +116,11 @@ func newProc(log hclog.Logger, spec *exec.Cmd, exe *pinnedExecutable, cfg Plugin
 		// The driver creates its socket in the directory go-plugin made for this start.
 		if err := os.Chown(socketDir, int(cred.Uid), int(cred.Gid)); err != nil {
 			return fail(fmt.Errorf("hand the socket directory to the driver's user: %w", err))
+		}
+		if parent := filepath.Dir(socketDir); int(cred.Uid) != os.Getuid() {
+			if fi, err := os.Stat(parent); err == nil && fi.Mode().Perm()&0o001 == 0 {
+				return fail(fmt.Errorf("the driver's user (uid %d) cannot reach its socket in %s (mode %s): set TMPDIR to a directory others may search, such as /tmp", cred.Uid, parent, fi.Mode().Perm()))
+			}
 		}
 	}
 	cgLimits := cfg.ResourceLimits.MemoryMax != 0 || cfg.ResourceLimits.PidsMax != 0

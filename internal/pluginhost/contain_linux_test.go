@@ -438,3 +438,35 @@ func TestNoForgedGrantsFromAStolenListener(t *testing.T) {
 	require.NoError(t, h.Close()) // the driver ends before the listener closes
 	require.NoError(t, srv.Close())
 }
+
+// TestStaleCgroupsAreEnded: the worker cgroups of a host that is gone (killed before it could
+// remove them) are ended and removed when a host sets up, with what runs in them.
+func TestStaleCgroupsAreEnded(t *testing.T) {
+	root := containment.setUp().cgroups
+	if root == nil {
+		t.Skipf("no writable cgroup v2 hierarchy: %v", containment.cgroupErr)
+	}
+	gone := exec.CommandContext(t.Context(), "/bin/true") // its pid names a host that is gone
+	require.NoError(t, gone.Run())
+	require.False(t, exists(gone.Process.Pid))
+	stale := filepath.Join(root.mount, root.hostRel, cgroupParentPrefix+strconv.Itoa(gone.Process.Pid))
+	worker := filepath.Join(stale, "p.marker")
+	require.NoError(t, os.MkdirAll(worker, 0o755))
+	t.Cleanup(func() { _ = os.Remove(worker); _ = os.Remove(stale) })
+
+	left := exec.CommandContext(t.Context(), "/bin/sleep", "600")
+	require.NoError(t, left.Start())
+	waited := make(chan error, 1)
+	go func() { waited <- left.Wait() }()
+	require.NoError(t, os.WriteFile(filepath.Join(worker, "cgroup.procs"), []byte(strconv.Itoa(left.Process.Pid)), 0))
+
+	root.removeStale()
+	select {
+	case err := <-waited:
+		require.Error(t, err, "the process left in the stale cgroup was killed")
+	case <-time.After(10 * time.Second):
+		t.Fatal("the process left in the stale cgroup still runs")
+	}
+	_, err := os.Stat(stale)
+	assert.True(t, errors.Is(err, os.ErrNotExist), "the stale cgroup is removed: %v", err)
+}

@@ -62,7 +62,7 @@ func sharedDir(tb testing.TB) string {
 func waitFile(tb testing.TB, path string) []byte {
 	tb.Helper()
 	var b []byte
-	waitFor(tb, 60*time.Second, "the driver to write "+filepath.Base(path), func() bool {
+	waitFor(tb, 120*time.Second, "the driver to write "+filepath.Base(path), func() bool {
 		var err error
 		b, err = os.ReadFile(path)
 		return err == nil

@@ -100,21 +100,25 @@ func Main(args []string) int {
 		fmt.Fprintln(os.Stderr, "hostile is a test driver plugin: the host starts it, it is not meant to be run by hand.")
 		return 1
 	}
-	var err error
+	var attack func() error
 	switch mode {
 	case "steal":
-		err = writeJSON(*out, steal())
+		attack = func() error { return writeJSON(*out, steal()) }
 	case "zombify":
-		err = orphans(*out, *n, "500ms")
+		attack = func() error { return orphans(*out, *n, "500ms") }
 	case "fork-escape":
-		err = orphans(*out, 1, "10m")
+		attack = func() error { return orphans(*out, 1, "10m") }
 	default:
-		err = fmt.Errorf("unknown mode %q", mode)
+		fmt.Fprintf(os.Stderr, "hostile: unknown mode %q\n", mode)
+		return 2
 	}
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "hostile:", err)
-		return 1
-	}
+	// While serving: starting many processes takes longer than the host's start timeout allows
+	// on a slow machine.
+	go func() {
+		if err := attack(); err != nil {
+			fmt.Fprintln(os.Stderr, "hostile:", err)
+		}
+	}()
 	opts := faults.DefaultOptions()
 	opts.PluginKey = *key
 	log := hclog.New(&hclog.LoggerOptions{Name: "hostile", Level: hclog.Info, Output: os.Stderr, JSONFormat: true})

@@ -470,3 +470,19 @@ func TestStaleCgroupsAreEnded(t *testing.T) {
 	_, err := os.Stat(stale)
 	assert.True(t, errors.Is(err, os.ErrNotExist), "the stale cgroup is removed: %v", err)
 }
+
+// TestMissingContainmentIsWarnedOnce: what drivers run without is one WARN line at start.
+func TestMissingContainmentIsWarnedOnce(t *testing.T) {
+	var buf strings.Builder
+	log := hclog.New(&hclog.LoggerOptions{Output: &buf, Level: hclog.Info})
+	c := &hostContainment{seccompErr: errors.New("no seccomp filters"), cgroupErr: errors.New("no cgroup2 mount")}
+	c.warn(log)
+	lines := strings.Split(strings.TrimSpace(buf.String()), "\n")
+	require.Len(t, lines, 1, "%s", buf.String())
+	assert.Contains(t, lines[0], "[WARN]")
+	assert.Contains(t, lines[0], "missing seccomp (no seccomp filters); cgroup (no cgroup2 mount)")
+
+	buf.Reset()
+	(&hostContainment{}).warn(log)
+	assert.Empty(t, buf.String(), "nothing missing, nothing said")
+}

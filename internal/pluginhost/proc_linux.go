@@ -385,6 +385,9 @@ func (p *proc) Kill(ctx context.Context) error {
 		return nil
 	}
 	p.endDescendants()
+	if p.cg != nil {
+		p.cg.kill() // everything in the worker's cgroup, the driver too
+	}
 	_ = syscall.Kill(-pid, syscall.SIGKILL) // the process group
 	_ = p.cmd.Process.Kill()
 	t := time.NewTimer(5 * time.Second)

@@ -85,8 +85,11 @@ type PluginConfig struct {
 	// Least privilege, all optional (Linux). See docs/drivers.md for the trade-offs.
 
 	// User and Group run the driver as this user and group (a name or a numeric id), with no
-	// supplementary groups. Empty means the host's. Switching needs the privilege to (root, or
-	// CAP_SETUID and CAP_SETGID). With User alone, the group is the user's primary group.
+	// supplementary groups. Switching needs the privilege to (root, or CAP_SETUID and
+	// CAP_SETGID). With User alone, the group is the user's primary group. Empty: a host that
+	// is not root runs the driver as its own user; a root host runs it as an unprivileged user
+	// of the plugin's own (a dynamic uid; docs/drivers.md, "Least privilege").
+	// A driver runs as root only with User "root" (or "0"), explicitly.
 	User  string `yaml:"user"`
 	Group string `yaml:"group"`
 	// NoNewPrivileges sets no_new_privs on the driver: neither it nor anything it executes can
@@ -109,6 +112,14 @@ type ResourceLimits struct {
 	// CPUSeconds is RLIMIT_CPU: CPU time in seconds, after which the kernel ends the driver
 	// (the supervisor then restarts it).
 	CPUSeconds uint64 `yaml:"cpuSeconds"`
+	// MemoryMax is memory.max of the worker's cgroup (v2): the memory of the driver and every
+	// descendant together, in bytes. It needs the memory controller delegated to the host;
+	// Validate refuses it where it cannot be applied.
+	MemoryMax uint64 `yaml:"memoryMax"`
+	// PidsMax is pids.max of the worker's cgroup (v2): how many processes and threads the driver
+	// and its descendants may have together. It needs the pids controller delegated to the host;
+	// Validate refuses it where it cannot be applied.
+	PidsMax uint64 `yaml:"pidsMax"`
 }
 
 // IsEnabled reports whether the plugin is enabled (Enabled nil or true).
@@ -292,6 +303,7 @@ func (c Config) validatePlugins(v *configcheck.Problems) {
 		if _, err := resolveCredential(p.User, p.Group); err != nil {
 			v.Add(field+".user", "%v", err)
 		}
+		validateCgroupLimits(v, field+".limits", p.ResourceLimits)
 		switch {
 		case p.SHA256 == "" && c.InsecureSkipPinCheck:
 			// Allowed in development only; Start warns.
@@ -517,6 +529,25 @@ func (c ConfigCheckConfig) validate(v *configcheck.Problems) {
 	} {
 		if d.v < 0 {
 			v.Add(d.field, "must not be negative (zero means the default)")
+		}
+	}
+}
+
+// validateCgroupLimits refuses memoryMax and pidsMax where this host cannot apply them.
+func validateCgroupLimits(v *configcheck.Problems, field string, l ResourceLimits) {
+	if l.MemoryMax == 0 && l.PidsMax == 0 {
+		return
+	}
+	err := cgroupLimitsProblem()
+	if err == nil {
+		return
+	}
+	for _, f := range []struct {
+		name string
+		v    uint64
+	}{{"memoryMax", l.MemoryMax}, {"pidsMax", l.PidsMax}} {
+		if f.v != 0 {
+			v.Add(field+"."+f.name, "cannot be applied here: %v; remove it, or run authz where the cgroup v2 memory and pids controllers are delegated to it", err)
 		}
 	}
 }

@@ -90,18 +90,29 @@ func selfBinary(tb testing.TB) (path, sum string) {
 	return self.path, self.sum
 }
 
+// fixtureUser is the user of the test drivers below: they read and write the tests' private
+// files (state directories, pid files, impostor binaries), so a root test host runs them as
+// root, explicitly. The containment tests (contain_linux_test.go) run drivers as the product
+// does by default.
+func fixtureUser() string {
+	if os.Getuid() == 0 {
+		return "root"
+	}
+	return ""
+}
+
 // driverPlugin configures the test binary as the example driver with extra flags.
 func driverPlugin(tb testing.TB, id string, flags ...string) PluginConfig {
 	tb.Helper()
 	path, sum := selfBinary(tb)
-	return PluginConfig{ID: id, Path: path, SHA256: sum, Args: append([]string{asDriver}, flags...)}
+	return PluginConfig{ID: id, Path: path, SHA256: sum, Args: append([]string{asDriver}, flags...), User: fixtureUser()}
 }
 
 // boundsPlugin configures the test binary as the hostile driver of internal/testdrivers/bounds.
 func boundsPlugin(tb testing.TB, id string, flags ...string) PluginConfig {
 	tb.Helper()
 	path, sum := selfBinary(tb)
-	return PluginConfig{ID: id, Path: path, SHA256: sum, Args: append([]string{asBoundsDriver}, flags...)}
+	return PluginConfig{ID: id, Path: path, SHA256: sum, Args: append([]string{asBoundsDriver}, flags...), User: fixtureUser()}
 }
 
 // identityPlugin configures the test binary as a hostile identity driver (serve mode). Each
@@ -111,7 +122,7 @@ func identityPlugin(tb testing.TB, id string, flags ...string) PluginConfig {
 	tb.Helper()
 	path, sum := selfBinary(tb)
 	args := append([]string{identity.Marker, "serve", "-key", "test.identity." + id}, flags...)
-	return PluginConfig{ID: id, Path: path, SHA256: sum, Args: args}
+	return PluginConfig{ID: id, Path: path, SHA256: sum, Args: args, User: fixtureUser()}
 }
 
 // testConfig is a configuration with short back-offs for tests.

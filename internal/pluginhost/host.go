@@ -164,6 +164,8 @@ type WorkerState struct {
 	Generation       uint64    `json:"generation"`
 	StartedAt        time.Time `json:"startedAt"`
 	SupportedMethods []string  `json:"supportedMethods"`
+	// Containment is how the worker is kept out of the host's reach (containment.go).
+	Containment *Containment `json:"containment"`
 }
 
 // New checks cfg and returns a host that has started nothing yet.
@@ -223,7 +225,7 @@ func (h *Host) Start(ctx context.Context) error {
 	}
 	h.started = true
 	closeInheritedOnExec()
-	h.reaper = newReaper()
+	h.reaper = newReaper(h.log)
 	ctx, h.cancel = context.WithCancel(ctx)
 	h.runCtx = ctx
 	for _, m := range h.current().list {
@@ -524,7 +526,8 @@ func (h *Host) Plugins() []PluginState {
 		ps := PluginState{ID: m.cfg.ID, Key: v.key, Status: v.status, Restarts: v.restarts,
 			LastError: v.lastError, LastErrorCode: v.lastErrorCode, PinDrift: v.pinDrift}
 		if w := v.worker; w != nil && w.alive() {
-			ps.Worker = &WorkerState{PID: w.pid, Generation: w.generation, StartedAt: w.startedAt, SupportedMethods: slices.Clone(w.methods)}
+			ps.Worker = &WorkerState{PID: w.pid, Generation: w.generation, StartedAt: w.startedAt, SupportedMethods: slices.Clone(w.methods),
+				Containment: w.proc.containment()}
 		}
 		out = append(out, ps)
 	}

@@ -336,6 +336,7 @@ func readPids(tb testing.TB, path string) []int {
 // (when the host may switch users) another as the configured user; both still serve.
 func TestLeastPrivilege(t *testing.T) {
 	limited := identityPlugin(t, "limited")
+	limited.User = "" // the default
 	limited.NoNewPrivileges = true
 	limited.ResourceLimits = ResourceLimits{OpenFiles: 200, CPUSeconds: 3600, Processes: 5000}
 	plugins := []PluginConfig{limited}
@@ -352,7 +353,14 @@ func TestLeastPrivilege(t *testing.T) {
 	pid := state(t, h, "limited").Worker.PID
 	status := procFile(t, pid, "status")
 	assert.Contains(t, status, "NoNewPrivs:\t1")
-	assert.Contains(t, status, "Uid:\t"+strconv.Itoa(os.Getuid())+"\t")
+	// Without `user`: the host's own user, or, for a root host, an unprivileged user of the plugin's own.
+	if os.Getuid() == 0 {
+		uid := state(t, h, "limited").Worker.Containment.UID
+		assert.NotZero(t, uid)
+		assert.Contains(t, status, "Uid:\t"+strconv.Itoa(uid)+"\t")
+	} else {
+		assert.Contains(t, status, "Uid:\t"+strconv.Itoa(os.Getuid())+"\t")
+	}
 	limits := procFile(t, pid, "limits")
 	for _, want := range []string{`Max open files\s+200\s+200`, `Max cpu time\s+3600\s+3600`, `Max processes\s+5000\s+5000`} {
 		assert.Regexp(t, want, limits)

@@ -5,36 +5,77 @@ package pluginhost
 import (
 	"bytes"
 	"crypto/sha256"
+	"encoding/hex"
 	"fmt"
 	"io"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 
 	"golang.org/x/sys/unix"
 
 	"github.com/authz-dev/authz/internal/coded"
 )
 
-// pinnedExecutable is a sealed in-memory copy of a driver binary: the bytes the host hashed are
-// the bytes that run. The file at the configured path is read once, through one descriptor, into
-// a memfd; the memfd is sealed against every change and executed through /proc/self/fd. A
+// pinnedExecutable is a reference to a sealed in-memory copy of a driver binary: the bytes the
+// host hashed are the bytes that run. The file at the configured path is read and hashed; the
+// copy is a memfd sealed against every change and executed through its descriptor, so a
 // symlink swapped or the file rewritten after the read cannot change what runs.
+//
+// There is one copy per digest in the host, shared by every worker that runs those bytes and
+// released with the last reference (Close): N workers of one binary hold it in memory once.
 type pinnedExecutable struct {
+	*sealedCopy
+	once sync.Once
+}
+
+// sealedCopy is the shared copy of one digest.
+type sealedCopy struct {
 	file     *os.File // read-only descriptor of the sealed copy, close-on-exec
 	sum      []byte
 	dev, ino uint64 // identity of the sealed copy: /proc/PID/exe of the worker must be it
+	refs     int    // guarded by sealedCopies.mu
 }
+
+// sealedCopies are the copies in use, by hex digest.
+var sealedCopies = struct {
+	mu       sync.Mutex
+	byDigest map[string]*sealedCopy
+}{byDigest: map[string]*sealedCopy{}}
 
 // execPath is the path the child executes: the sealed copy, by descriptor.
 func (p *pinnedExecutable) execPath() string { return fmt.Sprintf("/proc/self/fd/%d", p.file.Fd()) }
 
-func (p *pinnedExecutable) Close() error { return p.file.Close() }
+// ref returns another reference to the same copy, to be closed on its own.
+func (p *pinnedExecutable) ref() *pinnedExecutable {
+	sealedCopies.mu.Lock()
+	defer sealedCopies.mu.Unlock()
+	p.refs++
+	return &pinnedExecutable{sealedCopy: p.sealedCopy}
+}
 
-// openPinned copies the binary at path into a sealed memfd while hashing it, and checks the
-// digest against want (nil: no check, InsecureSkipPinCheck). Unless allowWritable, it refuses a
-// binary or a directory that group or others may write: whoever can write there can replace the
-// driver between two starts.
+// Close releases this reference; the last one closes the copy.
+func (p *pinnedExecutable) Close() error {
+	p.once.Do(func() {
+		sealedCopies.mu.Lock()
+		defer sealedCopies.mu.Unlock()
+		p.refs--
+		if p.refs > 0 {
+			return
+		}
+		if key := hex.EncodeToString(p.sum); sealedCopies.byDigest[key] == p.sealedCopy {
+			delete(sealedCopies.byDigest, key)
+		}
+		_ = p.file.Close()
+	})
+	return nil
+}
+
+// openPinned hashes the binary at path, checks the digest against want (nil: no check,
+// InsecureSkipPinCheck) and returns a reference to the sealed copy of those bytes, made now
+// unless one is in use already. Unless allowWritable, it refuses a binary or a directory that
+// group or others may write: whoever can write there can replace the driver between two starts.
 func openPinned(path string, want []byte, allowWritable bool) (*pinnedExecutable, []string, error) {
 	src, err := os.Open(path)
 	if err != nil {
@@ -52,42 +93,102 @@ func openPinned(path string, want []byte, allowWritable bool) (*pinnedExecutable
 	if !fi.Mode().IsRegular() {
 		return nil, warnings, coded.Errorf(coded.UnsafeBinary, "plugin binary %s is not a regular file", path)
 	}
-
-	mfd, err := unix.MemfdCreate("authz-driver:"+filepath.Base(path), unix.MFD_CLOEXEC|unix.MFD_ALLOW_SEALING)
+	h := sha256.New()
+	if _, err := io.Copy(h, src); err != nil {
+		return nil, warnings, coded.Errorf(coded.PinUnreadable, "read plugin binary: %w", err)
+	}
+	sum := h.Sum(nil)
+	if err := checkPin(path, sum, want); err != nil {
+		return nil, warnings, err
+	}
+	if exe := sharedCopy(sum); exe != nil {
+		return exe, warnings, nil
+	}
+	if _, err := src.Seek(0, io.SeekStart); err != nil {
+		return nil, warnings, coded.Errorf(coded.PinUnreadable, "read plugin binary: %w", err)
+	}
+	// The digest of the copy is what counts: the file may have changed since it was hashed.
+	c, err := sealCopy(src, filepath.Base(path))
 	if err != nil {
-		return nil, warnings, fmt.Errorf("create the in-memory copy of the plugin binary: %w", err)
+		return nil, warnings, err
+	}
+	if err := checkPin(path, c.sum, want); err != nil {
+		_ = c.file.Close()
+		return nil, warnings, err
+	}
+	return shareCopy(c), warnings, nil
+}
+
+// checkPin refuses a digest other than want (nil: any).
+func checkPin(path string, sum, want []byte) error {
+	if want != nil && !bytes.Equal(sum, want) {
+		return coded.Errorf(coded.PinMismatch, "sha256 mismatch for %s: got %x, configured %x (refusing to start it; if the binary was upgraded on purpose, configure its new sha256)",
+			path, sum, want)
+	}
+	return nil
+}
+
+// sharedCopy returns a new reference to the copy of digest sum, nil when there is none.
+func sharedCopy(sum []byte) *pinnedExecutable {
+	sealedCopies.mu.Lock()
+	defer sealedCopies.mu.Unlock()
+	c := sealedCopies.byDigest[hex.EncodeToString(sum)]
+	if c == nil {
+		return nil
+	}
+	c.refs++
+	return &pinnedExecutable{sealedCopy: c}
+}
+
+// shareCopy registers c as the copy of its digest and returns a reference to it, or to the copy
+// registered meanwhile (c is then discarded).
+func shareCopy(c *sealedCopy) *pinnedExecutable {
+	sealedCopies.mu.Lock()
+	defer sealedCopies.mu.Unlock()
+	key := hex.EncodeToString(c.sum)
+	if prev := sealedCopies.byDigest[key]; prev != nil {
+		_ = c.file.Close()
+		c = prev
+	} else {
+		sealedCopies.byDigest[key] = c
+	}
+	c.refs++
+	return &pinnedExecutable{sealedCopy: c}
+}
+
+// sealCopy copies src into a new sealed memfd while hashing it.
+func sealCopy(src io.Reader, name string) (*sealedCopy, error) {
+	mfd, err := unix.MemfdCreate("authz-driver:"+name, unix.MFD_CLOEXEC|unix.MFD_ALLOW_SEALING)
+	if err != nil {
+		return nil, fmt.Errorf("create the in-memory copy of the plugin binary: %w", err)
 	}
 	rw := os.NewFile(uintptr(mfd), "memfd")
 	defer func() { _ = rw.Close() }()
 	h := sha256.New()
 	if _, err := io.Copy(io.MultiWriter(rw, h), src); err != nil {
-		return nil, warnings, coded.Errorf(coded.PinUnreadable, "copy plugin binary: %w", err)
+		return nil, coded.Errorf(coded.PinUnreadable, "copy plugin binary: %w", err)
 	}
 	sum := h.Sum(nil)
-	if want != nil && !bytes.Equal(sum, want) {
-		return nil, warnings, coded.Errorf(coded.PinMismatch, "sha256 mismatch for %s: got %x, configured %x (refusing to start it; if the binary was upgraded on purpose, configure its new sha256)",
-			path, sum, want)
-	}
 	const seals = unix.F_SEAL_SEAL | unix.F_SEAL_SHRINK | unix.F_SEAL_GROW | unix.F_SEAL_WRITE
 	if _, err := unix.FcntlInt(rw.Fd(), unix.F_ADD_SEALS, seals); err != nil {
-		return nil, warnings, fmt.Errorf("seal the in-memory copy of the plugin binary: %w", err)
+		return nil, fmt.Errorf("seal the in-memory copy of the plugin binary: %w", err)
 	}
 	// execve refuses a file open for writing (ETXTBSY): reopen the copy read-only, drop rw.
 	ro, err := os.OpenFile(fmt.Sprintf("/proc/self/fd/%d", rw.Fd()), os.O_RDONLY|unix.O_CLOEXEC, 0)
 	if err != nil {
-		return nil, warnings, fmt.Errorf("reopen the in-memory copy of the plugin binary: %w", err)
+		return nil, fmt.Errorf("reopen the in-memory copy of the plugin binary: %w", err)
 	}
 	var st unix.Stat_t
 	if err := unix.Fstat(int(ro.Fd()), &st); err != nil {
 		_ = ro.Close()
-		return nil, warnings, fmt.Errorf("stat the in-memory copy of the plugin binary: %w", err)
+		return nil, fmt.Errorf("stat the in-memory copy of the plugin binary: %w", err)
 	}
 	// Readable and executable by all: a driver may run as another user (PluginConfig.User).
 	if err := unix.Fchmod(int(ro.Fd()), 0o555); err != nil {
 		_ = ro.Close()
-		return nil, warnings, fmt.Errorf("make the in-memory copy executable: %w", err)
+		return nil, fmt.Errorf("make the in-memory copy executable: %w", err)
 	}
-	return &pinnedExecutable{file: ro, sum: sum, dev: st.Dev, ino: st.Ino}, warnings, nil
+	return &sealedCopy{file: ro, sum: sum, dev: st.Dev, ino: st.Ino}, nil
 }
 
 // checkWritable refuses (or, when allowed, reports) a binary or directory writable by group or

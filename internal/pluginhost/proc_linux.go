@@ -13,6 +13,7 @@ import (
 	"net"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"runtime"
 	"strconv"
 	"sync"
@@ -51,6 +52,11 @@ type proc struct {
 
 	noNewPrivs bool
 	limits     ResourceLimits
+	cred       *syscall.Credential // nil: the host's user
+	seccomp    bool                // started through the launcher, with the seccomp filter
+	cg         *workerCgroup       // nil: no cgroup (the process tree is all the host sees)
+	cgErr      error               // why the worker has no cgroup
+	cgOnce     sync.Once           // the cgroup is removed once
 
 	mu     sync.Mutex // guards pid (before Start returns), killed and family
 	pid    int
@@ -70,13 +76,24 @@ type proc struct {
 var _ runner.Runner = (*proc)(nil)
 
 // newProc prepares (does not start) a driver process: spec carries the environment go-plugin
-// built (magic cookie, protocol versions, mTLS certificate, socket directory).
+// built (magic cookie, protocol versions, mTLS certificate, socket directory). The process starts
+// through the launcher when the host has one (the seccomp filter, then the sealed copy with the
+// configured argv), in a cgroup of its own when the host has cgroups, and as the plugin's user
+// (driverCredential).
 func newProc(log hclog.Logger, spec *exec.Cmd, exe *pinnedExecutable, cfg PluginConfig, socketDir string, rp *reaper) (*proc, error) {
 	marker := make([]byte, 12)
 	_, _ = rand.Read(marker)
-	p := &proc{log: log, exe: exe, socketDir: socketDir, marker: hex.EncodeToString(marker), reaper: rp, exited: make(chan struct{}), pidfd: -1,
+	c := containment.setUp()
+	p := &proc{log: log, exe: exe.ref(), socketDir: socketDir, marker: hex.EncodeToString(marker), reaper: rp, exited: make(chan struct{}), pidfd: -1,
 		noNewPrivs: cfg.NoNewPrivileges, limits: cfg.ResourceLimits}
-	cmd := exec.Command(exe.execPath(), cfg.Args...)
+	var cmd *exec.Cmd
+	if c.launcher != "" {
+		cmd = exec.Command(c.launcher, append([]string{launchArg, launchLimits(cfg.ResourceLimits)}, cfg.Args...)...)
+		cmd.ExtraFiles = []*os.File{p.exe.file} // launchFD
+		p.seccomp = true
+	} else {
+		cmd = exec.Command(p.exe.execPath(), cfg.Args...)
+	}
 	cmd.Args[0] = cfg.Path
 	cmd.Env = append(append([]string{}, spec.Env...), workerMarkerEnv+"="+p.marker)
 	cmd.Stdin = nil // /dev/null: the host's stdin is not the driver's
@@ -84,37 +101,98 @@ func newProc(log hclog.Logger, spec *exec.Cmd, exe *pinnedExecutable, cfg Plugin
 		Setpgid:   true, // its own process group, ended as a whole
 		Pdeathsig: syscall.SIGKILL,
 	}
-	cred, err := resolveCredential(cfg.User, cfg.Group)
-	if err != nil {
+	fail := func(err error) (*proc, error) {
+		_ = p.exe.Close()
+		p.removeCgroup()
 		return nil, err
+	}
+	cred, err := driverCredential(cfg)
+	if err != nil {
+		return fail(err)
 	}
 	if cred != nil {
 		cmd.SysProcAttr.Credential = cred
+		p.cred = cred
 		// The driver creates its socket in the directory go-plugin made for this start.
 		if err := os.Chown(socketDir, int(cred.Uid), int(cred.Gid)); err != nil {
-			return nil, fmt.Errorf("hand the socket directory to the driver's user: %w", err)
+			return fail(fmt.Errorf("hand the socket directory to the driver's user: %w", err))
 		}
+		if parent := filepath.Dir(socketDir); int(cred.Uid) != os.Getuid() {
+			if fi, err := os.Stat(parent); err == nil && fi.Mode().Perm()&0o001 == 0 {
+				return fail(fmt.Errorf("the driver's user (uid %d) cannot reach its socket in %s (mode %s): set TMPDIR to a directory others may search, such as /tmp", cred.Uid, parent, fi.Mode().Perm()))
+			}
+		}
+	}
+	cgLimits := cfg.ResourceLimits.MemoryMax != 0 || cfg.ResourceLimits.PidsMax != 0
+	switch {
+	case c.cgroups != nil:
+		p.cg, p.cgErr = c.cgroups.newWorker(cgroupName(cfg.ID)+"."+p.marker, cfg.ResourceLimits)
+	default:
+		p.cgErr = c.cgroupErr
+	}
+	if p.cgErr != nil && cgLimits {
+		return fail(coded.Errorf(coded.StartFailed, "the driver's cgroup limits cannot be applied: %w", p.cgErr))
+	}
+	if p.cg != nil {
+		cmd.SysProcAttr.UseCgroupFD = true
+		cmd.SysProcAttr.CgroupFD = p.cg.fd
 	}
 	p.cmd = cmd
 	return p, nil
+}
+
+// cgroupName turns a plugin id into a cgroup name: letters, digits, '-' and '_' are kept, any
+// other byte becomes '_', and it is cut to a length the file system takes.
+func cgroupName(id string) string {
+	b := []byte(id)
+	for i, c := range b {
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '-' || c == '_') {
+			b[i] = '_'
+		}
+	}
+	if len(b) > 64 {
+		b = b[:64]
+	}
+	return string(b)
+}
+
+// containment reports how the worker is contained.
+func (p *proc) containment() *Containment {
+	c := containment.setUp()
+	out := &Containment{UID: os.Getuid(), GID: os.Getgid(), Seccomp: p.seccomp, Cgroup: p.cg != nil, HostNonDumpable: c.dumpableErr == nil}
+	if p.cred != nil {
+		out.UID, out.GID = int(p.cred.Uid), int(p.cred.Gid)
+	}
+	if c.dumpableErr != nil {
+		out.Missing = append(out.Missing, "non-dumpable host: "+c.dumpableErr.Error())
+	}
+	if !p.seccomp && c.seccompErr != nil {
+		out.Missing = append(out.Missing, "seccomp: "+c.seccompErr.Error())
+	}
+	if p.cg == nil && p.cgErr != nil {
+		out.Missing = append(out.Missing, "cgroup: "+p.cgErr.Error())
+	}
+	return out
 }
 
 // Start implements runner.Runner.
 func (p *proc) Start(context.Context) error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	defer func() { _ = p.exe.Close() }() // the child holds its own reference once started
 	if p.killed {
+		p.releaseStart()
 		return errors.New("plugin start aborted: the host is closing")
 	}
 	outR, outW, err := os.Pipe()
 	if err != nil {
+		p.releaseStart()
 		return err
 	}
 	errR, errW, err := os.Pipe()
 	if err != nil {
 		_ = outR.Close()
 		_ = outW.Close()
+		p.releaseStart()
 		return err
 	}
 	p.cmd.Stdout, p.cmd.Stderr = outW, errW
@@ -127,9 +205,17 @@ func (p *proc) Start(context.Context) error {
 	if err != nil {
 		_ = outR.Close()
 		_ = errR.Close()
+		p.releaseStart()
 		return fmt.Errorf("start plugin: %w", err)
 	}
 	return nil
+}
+
+// releaseStart releases what a process that never started holds: its reference to the sealed
+// copy and its cgroup.
+func (p *proc) releaseStart() {
+	_ = p.exe.Close()
+	p.removeCgroup()
 }
 
 // run starts the driver from a locked OS thread that lives exactly as long as the driver, and
@@ -176,24 +262,20 @@ func (p *proc) run(started chan<- error) {
 	p.wait()
 }
 
-// applyLimits sets the configured resource limits on the started driver (prlimit).
+// applyLimits sets the configured resource limits on a driver started without the launcher
+// (prlimit, right after it started); the launcher sets them itself before the driver runs.
 func (p *proc) applyLimits() error {
-	for _, l := range []struct {
-		name     string
-		resource int
-		value    uint64
-	}{
-		{"addressSpaceBytes", unix.RLIMIT_AS, p.limits.AddressSpaceBytes},
-		{"processes", unix.RLIMIT_NPROC, p.limits.Processes},
-		{"openFiles", unix.RLIMIT_NOFILE, p.limits.OpenFiles},
-		{"cpuSeconds", unix.RLIMIT_CPU, p.limits.CPUSeconds},
-	} {
-		if l.value == 0 {
+	if p.seccomp {
+		return nil
+	}
+	for _, l := range rlimits {
+		v := l.value(p.limits)
+		if v == 0 {
 			continue
 		}
-		rl := unix.Rlimit{Cur: l.value, Max: l.value}
+		rl := unix.Rlimit{Cur: v, Max: v}
 		if err := unix.Prlimit(p.pid, l.resource, &rl, nil); err != nil {
-			return fmt.Errorf("limits.%s: set %d on the driver: %w", l.name, l.value, err)
+			return fmt.Errorf("limits.%s: set %d on the driver: %w", l.field, v, err)
 		}
 	}
 	return nil
@@ -203,7 +285,7 @@ func (p *proc) applyLimits() error {
 func cloneCmd(c *exec.Cmd) *exec.Cmd {
 	n := exec.Command(c.Path, c.Args[1:]...)
 	n.Args = c.Args
-	n.Env, n.Stdin, n.Stdout, n.Stderr, n.SysProcAttr = c.Env, c.Stdin, c.Stdout, c.Stderr, c.SysProcAttr
+	n.Env, n.Stdin, n.Stdout, n.Stderr, n.SysProcAttr, n.ExtraFiles = c.Env, c.Stdin, c.Stdout, c.Stderr, c.SysProcAttr, c.ExtraFiles
 	return n
 }
 
@@ -219,10 +301,12 @@ func (p *proc) started() int {
 func (p *proc) wait() {
 	state, _ := p.cmd.Process.Wait()
 	p.state = state
+	_ = p.exe.Close() // the copy stays shared while another worker runs it
 	close(p.exited)
 	deadline := time.Now().Add(pipeDrain)
 	_ = p.stdout.SetReadDeadline(deadline)
 	_ = p.stderr.SetReadDeadline(deadline)
+	p.removeCgroup() // nothing the driver started outlives it
 }
 
 // alive reports whether the process still runs, asking the kernel without blocking; it is
@@ -288,17 +372,22 @@ func (p *proc) Wait(context.Context) error {
 	return nil
 }
 
-// Kill implements runner.Runner: it ends the driver and every descendant the host can find,
-// and returns once the driver is reaped (bounded).
+// Kill implements runner.Runner: it ends the driver and every descendant (its whole cgroup, when
+// it has one; else every descendant the host can find), and returns once the driver is reaped
+// (bounded). The cgroup is removed once no process is left in it.
 func (p *proc) Kill(ctx context.Context) error {
 	p.mu.Lock()
 	p.killed = true
 	pid := p.pid
 	p.mu.Unlock()
 	if pid == 0 {
+		p.releaseStart() // never started; a Start still to come sees killed
 		return nil
 	}
 	p.endDescendants()
+	if p.cg != nil {
+		p.cg.kill() // everything in the worker's cgroup, the driver too
+	}
 	_ = syscall.Kill(-pid, syscall.SIGKILL) // the process group
 	_ = p.cmd.Process.Kill()
 	t := time.NewTimer(5 * time.Second)
@@ -316,8 +405,31 @@ func (p *proc) Kill(ctx context.Context) error {
 	p.family = nil
 	p.mu.Unlock()
 	reapOrphans(family, 2*time.Second)
+	select {
+	case <-p.exited:
+		p.removeCgroup()
+	default: // still not reaped: the cgroup goes with a later Kill
+	}
 	p.closePipes()
 	return nil
+}
+
+// removeCgroup waits (bounded) until the worker's cgroup is empty, reaps the host's zombie
+// children that were in it, and removes it.
+func (p *proc) removeCgroup() {
+	if p.cg == nil {
+		return
+	}
+	p.cgOnce.Do(func() {
+		p.cg.kill()
+		if !p.cg.waitEmpty(5 * time.Second) {
+			p.log.Warn("processes are left in the driver's cgroup after it was killed", "cgroup", p.cg.dir)
+		}
+		if p.reaper != nil {
+			p.reaper.reapCgroup(p.cg.rel)
+		}
+		p.cg.remove()
+	})
 }
 
 // closePipes closes the read ends of the driver's stdout and stderr.
@@ -330,11 +442,18 @@ func (p *proc) closePipes() {
 	})
 }
 
-// endDescendants stops and then kills every process the host can attribute to this driver:
-// its tree, its process group, and orphans carrying its marker.
+// endDescendants kills every process the host can attribute to this driver, the driver
+// itself aside: the other members of its cgroup, and (stopped first, then killed) its tree, its
+// process group, and orphans carrying its marker.
 func (p *proc) endDescendants() {
 	pid := p.started()
-	if pid == 0 || p.reaper == nil {
+	if pid == 0 {
+		return
+	}
+	if p.cg != nil { // the whole cgroup but the driver, however its members escaped the process tree
+		p.cg.killExcept(pid)
+	}
+	if p.reaper == nil {
 		return
 	}
 	killed := p.reaper.endFamily(pid, p.marker)

@@ -34,8 +34,12 @@ type proc struct {
 
 type reaper struct{}
 
-func (*reaper) reapZombies()                                 {}
-func newReaper() *reaper                                     { return &reaper{} }
+func (*reaper) reapZombies()         {}
+func cgroupLimitsProblem() error     { return errNeedsLinux }
+func newReaper(hclog.Logger) *reaper { return &reaper{} }
+func (*proc) containment() *Containment {
+	return &Containment{Missing: []string{errNeedsLinux.Error()}}
+}
 func closeInheritedOnExec()                                  {}
 func (*proc) started() int                                   { return 0 }
 func (*proc) alive() bool                                    { return false }

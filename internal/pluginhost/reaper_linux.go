@@ -12,6 +12,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/hashicorp/go-hclog"
 	"golang.org/x/sys/unix"
 )
 
@@ -24,16 +25,21 @@ type reaper struct {
 	mu     sync.Mutex   // one sweep at a time; guards groups and seen
 	groups map[int]bool // pids of the drivers started: each leads its own process group
 	seen   map[int]bool // host children seen alive with a worker marker (orphans of drivers)
+
+	cgroups *cgroupRoot // the worker cgroups; nil: none
 }
 
 var subreaperOnce sync.Once
 
-// newReaper makes this process a child subreaper (once per process) and returns a reaper.
-func newReaper() *reaper {
+// newReaper sets the host up to contain drivers (once per process: a child subreaper, not
+// dumpable, the launcher and cgroups; see hostContainment), logs what drivers run without, and
+// returns a reaper. Every host start goes through it.
+func newReaper(log hclog.Logger) *reaper {
 	subreaperOnce.Do(func() {
 		_ = unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
 	})
-	return &reaper{self: os.Getpid(), groups: map[int]bool{}, seen: map[int]bool{}}
+	containment.setUp().warn(log)
+	return &reaper{self: os.Getpid(), groups: map[int]bool{}, seen: map[int]bool{}, cgroups: containment.cgroups}
 }
 
 // started records a driver process: its process group is a driver's.
@@ -44,9 +50,9 @@ func (r *reaper) started(pid int) {
 }
 
 // reapZombies reaps the host's zombie children that came from drivers: orphans that ended on
-// their own while their driver ran (members of a driver's process group, or seen alive with a
-// worker marker). A driver process itself is reaped by its own wait, and any other child is
-// left to whoever started it.
+// their own while their driver ran (members of a worker cgroup, whatever their shape; without
+// cgroups, members of a driver's process group, or seen alive with a worker marker). A driver
+// process itself is reaped by its own wait, and any other child is left to whoever started it.
 func (r *reaper) reapZombies() {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -63,7 +69,7 @@ func (r *reaper) reapZombies() {
 			}
 			continue
 		}
-		if r.groups[p.pgid] || r.seen[p.pid] {
+		if r.groups[p.pgid] || r.seen[p.pid] || r.inWorkerCgroup(p.pid) {
 			var ws unix.WaitStatus
 			_, _ = unix.Wait4(p.pid, &ws, unix.WNOHANG, nil)
 			delete(r.seen, p.pid)
@@ -77,6 +83,32 @@ func (r *reaper) reapZombies() {
 	for pid := range r.groups {
 		if !present[pid] { // neither the driver nor any member of its group is left
 			delete(r.groups, pid)
+		}
+	}
+}
+
+// inWorkerCgroup reports whether process pid is (or, a zombie, was) in one of the host's worker
+// cgroups.
+func (r *reaper) inWorkerCgroup(pid int) bool {
+	if r.cgroups == nil {
+		return false
+	}
+	rel, err := cgroupOf(strconv.Itoa(pid))
+	return err == nil && r.cgroups.owns(rel)
+}
+
+// reapCgroup reaps the host's zombie children that were in the worker cgroup rel (other than
+// driver processes, which their own wait reaps).
+func (r *reaper) reapCgroup(rel string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, p := range processTable() {
+		if p.ppid != r.self || !p.zombie || r.groups[p.pid] {
+			continue
+		}
+		if got, err := cgroupOf(strconv.Itoa(p.pid)); err == nil && got == rel {
+			var ws unix.WaitStatus
+			_, _ = unix.Wait4(p.pid, &ws, unix.WNOHANG, nil)
 		}
 	}
 }

@@ -1,0 +1,488 @@
+package pluginhost
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"os/user"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"golang.org/x/sys/unix"
+
+	"github.com/authz-dev/authz/internal/testdrivers/hostile"
+)
+
+// asContainHost makes the test binary a host of one steal driver (see runContainHost).
+const asContainHost = "--as-contained-host"
+
+func init() {
+	if len(os.Args) > 1 && os.Args[1] == hostile.Marker {
+		os.Exit(hostile.Main(os.Args[2:]))
+	}
+	if len(os.Args) > 1 && os.Args[1] == asContainHost {
+		os.Exit(runContainHost(os.Args[2:]))
+	}
+}
+
+// hostilePlugin configures the test binary as the hostile driver in mode, reporting a key of
+// its own, writing what it did to out.
+func hostilePlugin(tb testing.TB, id, mode, out string, flags ...string) PluginConfig {
+	tb.Helper()
+	path, sum := selfBinary(tb)
+	args := append([]string{hostile.Marker, mode, "-key", "test.hostile." + id, "-out", out}, flags...)
+	return PluginConfig{ID: id, Path: path, SHA256: sum, Args: args}
+}
+
+// sharedDir returns a directory any driver user may write, removed when the test ends.
+func sharedDir(tb testing.TB) string {
+	tb.Helper()
+	dir, err := os.MkdirTemp("", "authz-contain-")
+	require.NoError(tb, err)
+	require.NoError(tb, os.Chmod(dir, os.ModeSticky|0o777))
+	tb.Cleanup(func() { _ = os.RemoveAll(dir) })
+	return dir
+}
+
+// waitFile waits (bounded) until the driver wrote path, and returns its content.
+func waitFile(tb testing.TB, path string) []byte {
+	tb.Helper()
+	var b []byte
+	waitFor(tb, 120*time.Second, "the driver to write "+filepath.Base(path), func() bool {
+		var err error
+		b, err = os.ReadFile(path)
+		return err == nil
+	})
+	return b
+}
+
+// loopbackListener is a listening socket of the host for a driver to try to steal; it
+// accepts nothing and closes when the test ends.
+func loopbackListener(tb testing.TB) {
+	tb.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(tb, err)
+	tb.Cleanup(func() { _ = ln.Close() })
+}
+
+// assertRefused checks that each attempt of the steal driver failed with EPERM or EACCES.
+func assertRefused(t *testing.T, raw []byte, attempts ...string) {
+	t.Helper()
+	var res map[string]hostile.Outcome
+	require.NoError(t, json.Unmarshal(raw, &res), "%s", raw)
+	succeeded := 0
+	for _, a := range attempts {
+		o, ok := res[a]
+		require.True(t, ok, "the driver reported no %q attempt: %s", a, raw)
+		if o.OK {
+			succeeded++
+			t.Errorf("%s: the driver succeeded: %s", a, o.Detail)
+			continue
+		}
+		assert.Contains(t, []int{int(syscall.EPERM), int(syscall.EACCES)}, o.Errno, "%s: want EPERM or EACCES, got %s", a, o.Detail)
+		t.Logf("%s: refused (%s)", a, o.Detail)
+	}
+	t.Logf("%d of %d reach-in attempts succeeded", succeeded, len(attempts))
+}
+
+// hostAttempts are the steal driver's attempts on its host.
+var hostAttempts = []string{hostile.AttemptListFDs, hostile.AttemptPidfdGetfd, hostile.AttemptMem, hostile.AttemptStderr, hostile.AttemptVMRead}
+
+// TestDriverCannotReachIntoTheHost: a driver of a host with no `user:` cannot copy the host's
+// descriptors (its listener), open its memory, write into its stderr or read its memory; and
+// the calls only the seccomp filter refuses are refused.
+func TestDriverCannotReachIntoTheHost(t *testing.T) {
+	loopbackListener(t)
+	dir := sharedDir(t)
+	out := filepath.Join(dir, "steal.json")
+	h, rec := startHost(t, testConfig(t, hostilePlugin(t, "steal", "steal", out)))
+	waitStarted(t, h, rec)
+	raw := waitFile(t, out)
+	assertRefused(t, raw, append(hostAttempts, hostile.AttemptSelfGetfd, hostile.AttemptSelfVMRead)...)
+
+	dumpable, err := unix.PrctlRetInt(unix.PR_GET_DUMPABLE, 0, 0, 0, 0)
+	require.NoError(t, err)
+	assert.Equal(t, 0, dumpable, "a host of drivers is not dumpable")
+
+	w := state(t, h, "steal").Worker
+	require.NotNil(t, w)
+	status := procFile(t, w.PID, "status")
+	assert.Contains(t, status, "Seccomp:\t2", "the driver runs under a seccomp filter")
+	assert.Contains(t, status, "NoNewPrivs:\t1")
+	c := w.Containment
+	require.NotNil(t, c)
+	assert.True(t, c.Seccomp)
+	assert.True(t, c.HostNonDumpable)
+	if os.Getuid() == 0 {
+		assert.NotZero(t, c.UID, "a root host runs a driver without `user:` as another user")
+		assert.Contains(t, status, fmt.Sprintf("Uid:\t%d\t", c.UID))
+	}
+	if containment.setUp().cgroups != nil {
+		assert.True(t, c.Cgroup, "the worker runs in a cgroup of its own")
+	}
+	t.Logf("containment: %+v", *c)
+}
+
+// TestDriverOfANonRootHostCannotReachIntoIt: a host running as an ordinary user, with a driver
+// of the same user (no `user:`): the host is not dumpable, so the driver cannot open its
+// /proc files, and the seccomp filter refuses the rest.
+func TestDriverOfANonRootHostCannotReachIntoIt(t *testing.T) {
+	if os.Getuid() != 0 {
+		t.Skip("starting a host as another user needs root; as an ordinary user, TestDriverCannotReachIntoTheHost is this test")
+	}
+	nobody, err := user.Lookup("nobody")
+	if err != nil {
+		t.Skip("no user nobody to run a host as")
+	}
+	uid, _ := strconv.Atoi(nobody.Uid)
+	gid, _ := strconv.Atoi(nobody.Gid)
+
+	// A copy of the test binary that nobody may execute (the build directory is private).
+	path, _ := selfBinary(t)
+	dir := sharedDir(t)
+	binDir := filepath.Join(dir, "bin")
+	require.NoError(t, os.Mkdir(binDir, 0o755))
+	exe := filepath.Join(binDir, "host.test")
+	src, err := os.Open(path)
+	require.NoError(t, err)
+	dst, err := os.OpenFile(exe, os.O_CREATE|os.O_WRONLY, 0o755)
+	require.NoError(t, err)
+	_, err = io.Copy(dst, src)
+	require.NoError(t, err)
+	require.NoError(t, errors.Join(src.Close(), dst.Close()))
+
+	out := filepath.Join(dir, "steal.json")
+	ctx, cancel := context.WithTimeout(t.Context(), 90*time.Second)
+	defer cancel()
+	host := exec.CommandContext(ctx, exe, asContainHost, out)
+	host.Env = []string{"TMPDIR=" + dir}
+	host.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid), Groups: []uint32{}}}
+	logs, err := host.CombinedOutput()
+	require.NoError(t, err, "the host as nobody: %s", logs)
+	raw, err := os.ReadFile(out)
+	require.NoError(t, err, "%s", logs)
+	assertRefused(t, raw, append(hostAttempts, hostile.AttemptSelfGetfd, hostile.AttemptSelfVMRead)...)
+	assert.NotContains(t, string(logs), hostile.ForgedLine)
+}
+
+// runContainHost runs a host (of whatever user this process is) with one steal driver writing
+// to args[0], until the driver has written it.
+func runContainHost(args []string) int {
+	fail := func(err error) int { fmt.Fprintln(os.Stderr, err); return 1 }
+	self, err := os.Executable()
+	if err != nil {
+		return fail(err)
+	}
+	sum, err := FileSHA256(self)
+	if err != nil {
+		return fail(err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0") // for the driver to try to steal
+	if err != nil {
+		return fail(err)
+	}
+	defer func() { _ = ln.Close() }()
+	cfg := DefaultConfig()
+	cfg.Plugins = []PluginConfig{{ID: "steal", Path: self, SHA256: sum, Args: []string{hostile.Marker, "steal", "-out", args[0]}}}
+	cfg.StartTimeout = 30 * time.Second
+	cfg.Logger = hclog.New(&hclog.LoggerOptions{Output: os.Stderr, Level: hclog.Warn})
+	h, err := New(cfg)
+	if err != nil {
+		return fail(err)
+	}
+	defer func() { _ = h.Close() }()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if err := h.Start(ctx); err != nil {
+		return fail(err)
+	}
+	for ctx.Err() == nil {
+		if _, err := os.Stat(args[0]); err == nil {
+			return 0
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	return fail(errors.New("the driver wrote nothing in time"))
+}
+
+// hostZombies counts this process's zombie children.
+func hostZombies() int {
+	n := 0
+	for _, p := range processTable() {
+		if p.ppid == os.Getpid() && p.zombie {
+			n++
+		}
+	}
+	return n
+}
+
+// orphanPids reads the pids the hostile driver wrote.
+func orphanPids(tb testing.TB, raw []byte) []int {
+	tb.Helper()
+	var pids []int
+	s := bufio.NewScanner(strings.NewReader(string(raw)))
+	for s.Scan() {
+		pid, err := strconv.Atoi(strings.TrimSpace(s.Text()))
+		require.NoError(tb, err)
+		pids = append(pids, pid)
+	}
+	return pids
+}
+
+// TestEscapedOrphanZombiesAreReaped: 40 orphans of any shape (double fork, setsid, no
+// environment, so no marker) that end on their own are reaped, not left as zombies.
+func TestEscapedOrphanZombiesAreReaped(t *testing.T) {
+	dir := sharedDir(t)
+	out := filepath.Join(dir, "orphans")
+	h, rec := startHost(t, testConfig(t, hostilePlugin(t, "zombify", "zombify", out, "-n", "40")))
+	waitStarted(t, h, rec)
+	pids := orphanPids(t, waitFile(t, out))
+	require.Len(t, pids, 40)
+	deadline := time.Now().Add(15 * time.Second)
+	left := pids
+	for len(left) > 0 && time.Now().Before(deadline) {
+		left = left[:0:0]
+		for _, pid := range pids {
+			if processExists(pid) {
+				left = append(left, pid)
+			}
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	t.Logf("%d of %d orphans left (%d zombie children of the host)", len(left), len(pids), hostZombies())
+	assert.Empty(t, left, "orphans left as zombies: %s", describeProcesses(left))
+}
+
+// TestEscapeesEndWithTheWorker: an escapee (double fork, setsid, no environment, re-executed
+// /proc/self/exe) ends when its worker is stopped, and when the host closes; nothing is left.
+func TestEscapeesEndWithTheWorker(t *testing.T) {
+	t.Run("worker stop", func(t *testing.T) {
+		dir := sharedDir(t)
+		out := filepath.Join(dir, "escapee")
+		h, rec := startHost(t, testConfig(t, hostilePlugin(t, "escape", "fork-escape", out)))
+		waitStarted(t, h, rec)
+		pids := orphanPids(t, waitFile(t, out))
+		require.Len(t, pids, 1)
+		require.True(t, processExists(pids[0]), "the escapee runs")
+		_, err := h.Reconfigure(t.Context(), nil) // the worker stops
+		require.NoError(t, err)
+		assertGone(t, pids)
+	})
+	t.Run("host close", func(t *testing.T) {
+		dir := sharedDir(t)
+		out := filepath.Join(dir, "escapee")
+		h, err := New(testConfig(t, hostilePlugin(t, "escape", "fork-escape", out)))
+		require.NoError(t, err)
+		require.NoError(t, h.Start(t.Context()))
+		t.Cleanup(func() { _ = h.Close() })
+		pids := orphanPids(t, waitFile(t, out))
+		require.Len(t, pids, 1)
+		require.True(t, processExists(pids[0]), "the escapee runs")
+		require.NoError(t, h.Close())
+		assertGone(t, pids)
+		assert.Empty(t, childProcesses(t), "child processes left after Close: %s", describeProcesses(childProcesses(t)))
+	})
+}
+
+// assertGone waits (bounded) until none of pids exists, not even as a zombie.
+func assertGone(t *testing.T, pids []int) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	var left []int
+	for {
+		left = left[:0]
+		for _, pid := range pids {
+			if processExists(pid) {
+				left = append(left, pid)
+			}
+		}
+		if len(left) == 0 || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	t.Logf("%d of %d escapees left", len(left), len(pids))
+	assert.Empty(t, left, "escapees left: %s", describeProcesses(left))
+}
+
+// memfdsOfHost lists the host's descriptors of sealed driver copies.
+func memfdsOfHost(tb testing.TB) []string {
+	tb.Helper()
+	entries, err := os.ReadDir("/proc/self/fd")
+	require.NoError(tb, err)
+	var out []string
+	for _, e := range entries {
+		target, err := os.Readlink(filepath.Join("/proc/self/fd", e.Name()))
+		if err == nil && strings.HasPrefix(target, "/memfd:authz-driver:") && !strings.Contains(target, ":launcher") {
+			out = append(out, target)
+		}
+	}
+	return out
+}
+
+// TestOneSealedCopyPerDigest: N workers of one binary run one in-memory copy of it, which the
+// host holds once.
+func TestOneSealedCopyPerDigest(t *testing.T) {
+	const n = 4
+	var plugins []PluginConfig
+	for i := range n {
+		plugins = append(plugins, driverPlugin(t, fmt.Sprintf("copy%d", i), "-plugin-key", fmt.Sprintf("test.copy%d", i)))
+	}
+	h, rec := startHost(t, testConfig(t, plugins...))
+	waitStarted(t, h, rec)
+	copies := map[[2]uint64]bool{}
+	for _, p := range h.Plugins() {
+		require.NotNil(t, p.Worker, p.ID)
+		dev, ino, err := exeIdentity(p.Worker.PID)
+		require.NoError(t, err)
+		copies[[2]uint64{dev, ino}] = true
+	}
+	fds := memfdsOfHost(t)
+	t.Logf("%d workers run %d distinct copies; the host holds %d descriptors of copies", n, len(copies), len(fds))
+	assert.Len(t, copies, 1, "one in-memory copy for every worker of the binary")
+	assert.Len(t, fds, 1, "the host holds the copy once: %v", fds)
+}
+
+// TestCgroupLimits: memoryMax and pidsMax are the worker cgroup's memory.max and pids.max
+// where the host can apply them, and a configuration error naming the field where it cannot.
+func TestCgroupLimits(t *testing.T) {
+	p := driverPlugin(t, "limited")
+	p.ResourceLimits.MemoryMax = 256 << 20
+	p.ResourceLimits.PidsMax = 64
+	cfg := testConfig(t, p)
+	if why := cgroupLimitsProblem(); why != nil {
+		t.Logf("cgroup limits cannot be applied here: %v", why)
+		err := cfg.Validate()
+		require.Error(t, err, "a configuration asking for limits that cannot be applied is refused")
+		assert.Contains(t, err.Error(), "plugins[0].limits.memoryMax: cannot be applied here")
+		assert.Contains(t, err.Error(), "plugins[0].limits.pidsMax: cannot be applied here")
+		return
+	}
+	h, rec := startHost(t, cfg)
+	waitStarted(t, h, rec)
+	pid := state(t, h, "limited").Worker.PID
+	rel, err := cgroupOf(strconv.Itoa(pid))
+	require.NoError(t, err)
+	mount, err := cgroup2Mount()
+	require.NoError(t, err)
+	memMax, err := os.ReadFile(filepath.Join(mount, rel, "memory.max"))
+	require.NoError(t, err)
+	pidsMax, err := os.ReadFile(filepath.Join(mount, rel, "pids.max"))
+	require.NoError(t, err)
+	assert.Equal(t, strconv.Itoa(256<<20), strings.TrimSpace(string(memMax)))
+	assert.Equal(t, "64", strings.TrimSpace(string(pidsMax)))
+}
+
+// TestReaperLeavesOtherChildren: the host reaps the zombies it inherited from drivers, never a
+// child someone else in the process started and waits for: its exit status stays theirs.
+func TestReaperLeavesOtherChildren(t *testing.T) {
+	h, rec := startHost(t, testConfig(t, driverPlugin(t, "d")))
+	waitStarted(t, h, rec)
+	cmd := exec.CommandContext(t.Context(), "/bin/sh", "-c", "exit 7")
+	require.NoError(t, cmd.Start())
+	waitFor(t, 10*time.Second, "the child to end", func() bool { return dying(cmd.Process.Pid) })
+	h.reaper.reapZombies()
+	h.reaper.reapZombies()
+	err := cmd.Wait()
+	var ee *exec.ExitError
+	require.ErrorAs(t, err, &ee, "the exit status is still the starter's to read")
+	assert.Equal(t, 7, ee.ExitCode())
+}
+
+// TestNoForgedGrantsFromAStolenListener: the host serves decisions (here: always a deny) on a
+// loopback listener while a driver tries to copy that listener and answer grants on it; every
+// answer is the host's.
+func TestNoForgedGrantsFromAStolenListener(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	srv := &http.Server{ReadHeaderTimeout: 5 * time.Second, Handler: http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		_, _ = io.WriteString(w, `{"allow":false}`)
+	})}
+	go func() { _ = srv.Serve(ln) }()
+	t.Cleanup(func() { _ = srv.Close() })
+
+	dir := sharedDir(t)
+	out := filepath.Join(dir, "steal.json")
+	h, rec := startHost(t, testConfig(t, hostilePlugin(t, "steal", "steal", out)))
+	waitStarted(t, h, rec)
+	waitFile(t, out)
+
+	client := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{DisableKeepAlives: true}}
+	const n = 20
+	forged := 0
+	for range n {
+		resp, err := client.Get("http://" + ln.Addr().String() + "/v1/authorize")
+		require.NoError(t, err)
+		body, err := io.ReadAll(resp.Body)
+		require.NoError(t, errors.Join(err, resp.Body.Close()))
+		if strings.Contains(string(body), `"allow":true`) {
+			forged++
+		}
+	}
+	t.Logf("%d of %d answers were forged grants", forged, n)
+	assert.Zero(t, forged)
+	require.NoError(t, h.Close()) // the driver ends before the listener closes
+	require.NoError(t, srv.Close())
+}
+
+// TestStaleCgroupsAreEnded: the worker cgroups of a host that is gone (killed before it could
+// remove them) are ended and removed when a host sets up, with what runs in them.
+func TestStaleCgroupsAreEnded(t *testing.T) {
+	root := containment.setUp().cgroups
+	if root == nil {
+		t.Skipf("no writable cgroup v2 hierarchy: %v", containment.cgroupErr)
+	}
+	gone := exec.CommandContext(t.Context(), "/bin/true") // its pid names a host that is gone
+	require.NoError(t, gone.Run())
+	require.False(t, exists(gone.Process.Pid))
+	stale := filepath.Join(root.mount, root.hostRel, cgroupParentPrefix+strconv.Itoa(gone.Process.Pid))
+	worker := filepath.Join(stale, "p.marker")
+	require.NoError(t, os.MkdirAll(worker, 0o755))
+	t.Cleanup(func() { _ = os.Remove(worker); _ = os.Remove(stale) })
+
+	left := exec.CommandContext(t.Context(), "/bin/sleep", "600")
+	require.NoError(t, left.Start())
+	waited := make(chan error, 1)
+	go func() { waited <- left.Wait() }()
+	require.NoError(t, os.WriteFile(filepath.Join(worker, "cgroup.procs"), []byte(strconv.Itoa(left.Process.Pid)), 0))
+
+	root.removeStale()
+	select {
+	case err := <-waited:
+		require.Error(t, err, "the process left in the stale cgroup was killed")
+	case <-time.After(10 * time.Second):
+		t.Fatal("the process left in the stale cgroup still runs")
+	}
+	_, err := os.Stat(stale)
+	assert.True(t, errors.Is(err, os.ErrNotExist), "the stale cgroup is removed: %v", err)
+}
+
+// TestMissingContainmentIsWarnedOnce: what drivers run without is one WARN line at start.
+func TestMissingContainmentIsWarnedOnce(t *testing.T) {
+	var buf strings.Builder
+	log := hclog.New(&hclog.LoggerOptions{Output: &buf, Level: hclog.Info})
+	c := &hostContainment{seccompErr: errors.New("no seccomp filters"), cgroupErr: errors.New("no cgroup2 mount")}
+	c.warn(log)
+	lines := strings.Split(strings.TrimSpace(buf.String()), "\n")
+	require.Len(t, lines, 1, "%s", buf.String())
+	assert.Contains(t, lines[0], "[WARN]")
+	assert.Contains(t, lines[0], "missing seccomp (no seccomp filters); cgroup (no cgroup2 mount)")
+
+	buf.Reset()
+	(&hostContainment{}).warn(log)
+	assert.Empty(t, buf.String(), "nothing missing, nothing said")
+}

@@ -1,0 +1,313 @@
+//go:build linux
+
+// Package hostile is a test-only authz driver plugin that attacks its host and the host's
+// process table while it serves as the example driver:
+//
+//	steal -out FILE        try to reach into the host (its parent): list /proc/PPID/fd, copy its
+//	                       descriptors with pidfd_getfd (and answer forged grants on every TCP
+//	                       listener among them, for as long as it lives), open
+//	                       /proc/PPID/mem for writing, write into /proc/PPID/fd/2, read its
+//	                       memory with process_vm_readv, and make both calls on itself (which
+//	                       only a seccomp filter refuses); FILE gets the outcome of each (JSON)
+//	zombify -n N -out FILE leave N orphans (double fork, setsid, no environment) that end 0.5 s
+//	                       later; FILE gets their pids once all were started
+//	fork-escape -out FILE  leave one orphan (double fork, setsid, no environment, /proc/self/exe
+//	                       re-executed) that sleeps for 10 minutes; FILE gets its pid
+//
+// Every mode takes -key KEY, the plugin key it reports. The authz command never links it
+// (TestNotInTheShippedBinary); the host's tests run it by re-executing their own binary, and a
+// FILE is written whole (renamed into place), so a test waits for it to exist.
+package hostile
+
+import (
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+	"unsafe"
+
+	"github.com/hashicorp/go-hclog"
+	"golang.org/x/sys/unix"
+
+	"github.com/authz-dev/authz/driverplugin"
+	"github.com/authz-dev/authz/internal/testdrivers/faults"
+)
+
+// Marker is the first argument that makes a test binary run as this driver (see Main).
+const Marker = "--as-hostile-driver"
+
+// ForgedLine is what the steal mode writes into the host's stderr when it can.
+const ForgedLine = "hostile driver: this line was written into the host's stderr"
+
+// Attempts of the steal mode, the keys of its FILE.
+const (
+	AttemptListFDs    = "list /proc/PPID/fd"
+	AttemptPidfdGetfd = "pidfd_getfd"
+	AttemptMem        = "open /proc/PPID/mem read-write"
+	AttemptStderr     = "write /proc/PPID/fd/2"
+	AttemptVMRead     = "process_vm_readv"
+	// Calls on the driver itself, which only a seccomp filter refuses.
+	AttemptSelfGetfd  = "pidfd_getfd of its own descriptor"
+	AttemptSelfVMRead = "process_vm_readv of itself"
+)
+
+// Outcome is how one attempt ended: OK, or the error and its errno.
+type Outcome struct {
+	OK     bool   `json:"ok"`
+	Detail string `json:"detail,omitempty"` // what was obtained, or the error
+	Errno  int    `json:"errno,omitempty"`
+}
+
+// probe is a variable at the same address in the host (the same test binary, not position
+// independent) and the driver: process_vm_readv reads it from the host.
+var probe = [8]byte{'h', 'o', 's', 't', 'i', 'l', 'e', '!'}
+
+// Main runs the driver with command-line args (without the program name or the marker) and
+// returns the process exit status.
+func Main(args []string) int {
+	if len(args) == 0 {
+		fmt.Fprintln(os.Stderr, "hostile: want a mode: steal, zombify, fork-escape")
+		return 2
+	}
+	mode := args[0]
+	switch mode {
+	case "fork": // the middle of a double fork: start the orphan, then exit at once
+		return forkOrphan(args[1:])
+	case "sleep":
+		d, _ := time.ParseDuration(argAt(args, 1))
+		time.Sleep(d)
+		return 0
+	}
+	fs := flag.NewFlagSet("hostile "+mode, flag.ContinueOnError)
+	out := fs.String("out", "", "file for what the driver did")
+	n := fs.Int("n", 40, "zombify: how many orphans")
+	key := fs.String("key", "test.hostile", "plugin key")
+	if err := fs.Parse(args[1:]); err != nil {
+		return 2
+	}
+	hs := driverplugin.Handshake
+	if os.Getenv(hs.MagicCookieKey) != hs.MagicCookieValue {
+		fmt.Fprintln(os.Stderr, "hostile is a test driver plugin: the host starts it, it is not meant to be run by hand.")
+		return 1
+	}
+	var attack func() error
+	switch mode {
+	case "steal":
+		attack = func() error { return writeJSON(*out, steal()) }
+	case "zombify":
+		attack = func() error { return orphans(*out, *n, "500ms") }
+	case "fork-escape":
+		attack = func() error { return orphans(*out, 1, "10m") }
+	default:
+		fmt.Fprintf(os.Stderr, "hostile: unknown mode %q\n", mode)
+		return 2
+	}
+	// While serving: starting many processes takes longer than the host's start timeout allows
+	// on a slow machine.
+	go func() {
+		if err := attack(); err != nil {
+			fmt.Fprintln(os.Stderr, "hostile:", err)
+		}
+	}()
+	opts := faults.DefaultOptions()
+	opts.PluginKey = *key
+	log := hclog.New(&hclog.LoggerOptions{Name: "hostile", Level: hclog.Info, Output: os.Stderr, JSONFormat: true})
+	driverplugin.Serve(faults.New(opts, log))
+	return 0
+}
+
+func argAt(args []string, i int) string {
+	if i < len(args) {
+		return args[i]
+	}
+	return ""
+}
+
+// outcome records err (nil: success, with detail).
+func outcome(detail string, err error) Outcome {
+	if err == nil {
+		return Outcome{OK: true, Detail: detail}
+	}
+	o := Outcome{Detail: err.Error()}
+	var errno syscall.Errno
+	if errors.As(err, &errno) {
+		o.Errno = int(errno)
+	}
+	return o
+}
+
+// steal tries every way into the host it knows.
+func steal() map[string]Outcome {
+	host := os.Getppid()
+	proc := "/proc/" + strconv.Itoa(host)
+	res := map[string]Outcome{}
+
+	var fds []int
+	entries, err := os.ReadDir(proc + "/fd")
+	if err == nil {
+		for _, e := range entries {
+			if fd, err := strconv.Atoi(e.Name()); err == nil {
+				fds = append(fds, fd)
+			}
+		}
+	} else {
+		for fd := range 64 { // the numbers the host most likely uses
+			fds = append(fds, fd)
+		}
+	}
+	res[AttemptListFDs] = outcome(fmt.Sprintf("%d descriptors", len(entries)), err)
+
+	res[AttemptPidfdGetfd] = getfd(host, fds)
+
+	if f, err := os.OpenFile(proc+"/mem", os.O_RDWR, 0); err == nil {
+		_ = f.Close()
+		res[AttemptMem] = outcome("opened", nil)
+	} else {
+		res[AttemptMem] = outcome("", err)
+	}
+
+	if f, err := os.OpenFile(proc+"/fd/2", os.O_WRONLY|os.O_APPEND, 0); err == nil {
+		_, err = f.WriteString(ForgedLine + "\n")
+		_ = f.Close()
+		res[AttemptStderr] = outcome("written", err)
+	} else {
+		res[AttemptStderr] = outcome("", err)
+	}
+
+	res[AttemptVMRead] = vmRead(host)
+	res[AttemptSelfGetfd] = getfd(os.Getpid(), []int{0, 1, 2})
+	res[AttemptSelfVMRead] = vmRead(os.Getpid())
+	return res
+}
+
+// getfd copies each of the host's descriptors it can, and reports whether one was a listener.
+func getfd(host int, fds []int) Outcome {
+	pidfd, err := unix.PidfdOpen(host, 0)
+	if err != nil {
+		return outcome("", fmt.Errorf("pidfd_open: %w", err))
+	}
+	defer func() { _ = unix.Close(pidfd) }()
+	var copied, listeners int
+	var last error
+	for _, fd := range fds {
+		c, err := unix.PidfdGetfd(pidfd, fd, 0)
+		if err != nil {
+			if !errors.Is(err, unix.EBADF) {
+				last = err
+			}
+			continue
+		}
+		copied++
+		if v, err := unix.GetsockoptInt(c, unix.SOL_SOCKET, unix.SO_ACCEPTCONN); err == nil && v == 1 && host != os.Getpid() {
+			listeners++
+			if forge(c) {
+				continue // the descriptor now serves forged grants
+			}
+		}
+		_ = unix.Close(c)
+	}
+	if copied > 0 {
+		return outcome(fmt.Sprintf("copied %d descriptors, %d of them listening sockets", copied, listeners), nil)
+	}
+	if last == nil {
+		last = unix.EBADF
+	}
+	return outcome("", last)
+}
+
+// ForgedGrant is what the steal mode answers on a listener it took from the host.
+const ForgedGrant = `{"allow":true,"forged":true}`
+
+// forge answers every HTTP request on the stolen TCP listener fd with ForgedGrant, as long as
+// the driver lives; false when fd is no TCP listener.
+func forge(fd int) bool {
+	f := os.NewFile(uintptr(fd), "stolen")
+	ln, err := net.FileListener(f)
+	_ = f.Close()
+	if err != nil {
+		return false
+	}
+	if _, ok := ln.Addr().(*net.TCPAddr); !ok {
+		_ = ln.Close()
+		return false
+	}
+	srv := &http.Server{
+		ReadHeaderTimeout: 5 * time.Second,
+		Handler: http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+			w.Header().Set("Content-Type", "application/json")
+			_, _ = io.WriteString(w, ForgedGrant)
+		}),
+	}
+	go func() { _ = srv.Serve(ln) }()
+	return true
+}
+
+// vmRead reads probe from the host's memory.
+func vmRead(host int) Outcome {
+	var buf [len(probe)]byte
+	local := []unix.Iovec{{Base: &buf[0], Len: uint64(len(buf))}}
+	remote := []unix.RemoteIovec{{Base: uintptr(unsafe.Pointer(&probe[0])), Len: len(probe)}}
+	n, err := unix.ProcessVMReadv(host, local, remote, 0)
+	if err != nil {
+		return outcome("", err)
+	}
+	return outcome(fmt.Sprintf("read %d bytes: %q", n, buf[:n]), nil)
+}
+
+// orphans leaves n orphans that sleep for d (double fork, setsid, no environment) and writes
+// their pids to out.
+func orphans(out string, n int, d string) error {
+	var pids []string
+	for range n {
+		// The driver runs from a sealed copy with no path of its own: /proc/self/exe is it.
+		c := exec.Command("/proc/self/exe", Marker, "fork", d)
+		c.Env = []string{}
+		b, err := c.Output()
+		if err != nil {
+			return fmt.Errorf("double fork: %w", err)
+		}
+		pids = append(pids, strings.TrimSpace(string(b)))
+	}
+	return writeFile(out, []byte(strings.Join(pids, "\n")+"\n"))
+}
+
+// forkOrphan starts the orphan in a session of its own, with no environment, prints its pid
+// and returns: the orphan is reparented to the nearest subreaper.
+func forkOrphan(args []string) int {
+	c := exec.Command("/proc/self/exe", Marker, "sleep", argAt(args, 0))
+	c.Env = []string{}
+	c.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+	if err := c.Start(); err != nil {
+		fmt.Fprintln(os.Stderr, "hostile fork:", err)
+		return 1
+	}
+	fmt.Println(c.Process.Pid)
+	return 0
+}
+
+func writeJSON(path string, v any) error {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+	return writeFile(path, b)
+}
+
+// writeFile writes path whole: a temporary file renamed into place.
+func writeFile(path string, b []byte) error {
+	tmp := filepath.Join(filepath.Dir(path), "."+filepath.Base(path)+".tmp")
+	if err := os.WriteFile(tmp, b, 0o644); err != nil {
+		return err
+	}
+	return os.Rename(tmp, path)
+}

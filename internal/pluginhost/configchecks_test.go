@@ -34,7 +34,7 @@ func checksPlugin(tb testing.TB, id, dir string, flags ...string) PluginConfig {
 	tb.Helper()
 	path, sum := selfBinary(tb)
 	args := append([]string{checks.Marker, "-plugin-key", "checks." + id, "-dir", dir}, flags...)
-	return PluginConfig{ID: id, Path: path, SHA256: sum, Args: args}
+	return PluginConfig{ID: id, Path: path, SHA256: sum, Args: args, User: fixtureUser()} // it writes to dir, the test's
 }
 
 // startChecksHost starts a host with one checks driver and returns it with the driver's worker.

@@ -101,6 +101,9 @@ func openPinned(path string, want []byte, allowWritable bool) (*pinnedExecutable
 	if err := checkPin(path, sum, want); err != nil {
 		return nil, warnings, err
 	}
+	if err := checkExecutable(path, src); err != nil {
+		return nil, warnings, err
+	}
 	if exe := sharedCopy(sum); exe != nil {
 		return exe, warnings, nil
 	}
@@ -118,6 +121,39 @@ func openPinned(path string, want []byte, allowWritable bool) (*pinnedExecutable
 	}
 	return shareCopy(c), warnings, nil
 }
+
+// checkExecutable refuses a file this system cannot execute: neither a #! script nor an ELF
+// executable of the host's own class and machine. The launcher would fail to exec it after the
+// fork, where the reason is lost; here it is said with the configured path.
+func checkExecutable(path string, f io.ReaderAt) error {
+	var head [20]byte
+	n, _ := f.ReadAt(head[:], 0)
+	if n >= 2 && string(head[:2]) == "#!" {
+		return nil
+	}
+	own, ownErr := ownELFIdentity()
+	if n == len(head) && string(head[:4]) == "\x7fELF" && (ownErr != nil || elfIdentity(head) == own) {
+		return nil
+	}
+	return coded.Errorf(coded.StartFailed, "cannot execute the plugin binary %s: exec format error (neither a #! script nor an ELF executable for this system)", path)
+}
+
+// elfIdentity is the class, byte order and machine of an ELF header's first 20 bytes.
+func elfIdentity(h [20]byte) [4]byte { return [4]byte{h[4], h[5], h[18], h[19]} }
+
+// ownELFIdentity is the ELF identity of the running binary.
+var ownELFIdentity = sync.OnceValues(func() ([4]byte, error) {
+	f, err := os.Open("/proc/self/exe")
+	if err != nil {
+		return [4]byte{}, err
+	}
+	defer f.Close()
+	var head [20]byte
+	if _, err := f.ReadAt(head[:], 0); err != nil {
+		return [4]byte{}, err
+	}
+	return elfIdentity(head), nil
+})
 
 // checkPin refuses a digest other than want (nil: any).
 func checkPin(path string, sum, want []byte) error {

@@ -108,8 +108,12 @@ func serveRealDrivers(t *testing.T, slowDir string, flags []string, changeHost f
 	sum, err := pluginhost.FileSHA256(self)
 	require.NoError(t, err)
 	plugin := func(id, dir string, flags ...string) pluginhost.PluginConfig {
-		return pluginhost.PluginConfig{ID: id, Path: self, SHA256: sum,
+		p := pluginhost.PluginConfig{ID: id, Path: self, SHA256: sum,
 			Args: append([]string{checks.Marker, "-plugin-key", "checks." + id, "-dir", dir}, flags...)}
+		if os.Getuid() == 0 {
+			p.User = "root" // the driver writes to dir, a directory of the test's own
+		}
+		return p
 	}
 	cfg := pluginhost.DefaultConfig()
 	cfg.Plugins = []pluginhost.PluginConfig{plugin("slow", slowDir, flags...), plugin("fast", t.TempDir())}

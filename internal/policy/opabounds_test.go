@@ -18,9 +18,9 @@ func TestBoundOPA(t *testing.T) {
 		wantEntry int64
 	}{
 		{"defaults", `{"bundles":{"a":{"resource":"x"}},"decision_logs":{"console":true}}`,
-			`{"bundles":{"a":{"resource":"x","size_limit_bytes":16777216}},"decision_logs":{"console":true,"reporting":{"buffer_size_limit_bytes":16777216}}}`, DefaultBundleEntryBytes},
+			`{"bundles":{"a":{"resource":"x","size_limit_bytes":8388608}},"decision_logs":{"console":true,"reporting":{"buffer_size_limit_bytes":16777216}}}`, DefaultBundleEntryBytes},
 		{"operator's values stay", `{"bundles":{"a":{"size_limit_bytes":104857600},"b":{}},"decision_logs":{"reporting":{"buffer_size_limit_bytes":1000}}}`,
-			`{"bundles":{"a":{"size_limit_bytes":104857600},"b":{"size_limit_bytes":16777216}},"decision_logs":{"reporting":{"buffer_size_limit_bytes":1000}}}`, 100 << 20},
+			`{"bundles":{"a":{"size_limit_bytes":104857600},"b":{"size_limit_bytes":8388608}},"decision_logs":{"reporting":{"buffer_size_limit_bytes":1000}}}`, 100 << 20},
 		{"event buffer and rate limit are bounds of their own", `{"decision_logs":{"reporting":{"buffer_type":"event"}},"x":{"reporting":1}}`,
 			`{"decision_logs":{"reporting":{"buffer_type":"event"}},"x":{"reporting":1}}`, DefaultBundleEntryBytes},
 		{"rate limited", `{"decision_logs":{"reporting":{"max_decisions_per_second":5.5}}}`,

@@ -31,25 +31,38 @@ type BombEntry struct {
 	Size int64
 }
 
-// BombBundle is a gzipped tar of entries made of zero bytes: a few hundred MiB compress to
-// about a thousandth of their size. Each entry's header tells its true size.
+// BombBundle is a gzipped tar of entries made of zero bytes, whose headers tell their true
+// sizes: hundreds of MiB in about a thousandth of their size. It is a stream of gzip members
+// (as gzip readers read by default), one compressed MiB of zeros repeated, so that building a
+// GiB costs no more than compressing one MiB.
 func BombBundle(tb testing.TB, entries ...BombEntry) []byte {
+	tb.Helper()
+	zeros := make([]byte, 1<<20)
+	mib := gzipped(tb, zeros)
+	var buf bytes.Buffer
+	for _, e := range entries {
+		var hdr bytes.Buffer
+		require.NoError(tb, tar.NewWriter(&hdr).WriteHeader(&tar.Header{Name: e.Name, Mode: 0o600, Size: e.Size, Typeflag: tar.TypeReg}))
+		buf.Write(gzipped(tb, hdr.Bytes()))
+		for range e.Size >> 20 {
+			buf.Write(mib)
+		}
+		if rest := e.Size%(1<<20) + (512-e.Size%512)%512; rest > 0 { // the rest, and the padding to a block
+			buf.Write(gzipped(tb, make([]byte, rest)))
+		}
+	}
+	buf.Write(gzipped(tb, zeros[:1024])) // the end of the archive
+	return buf.Bytes()
+}
+
+// gzipped is one gzip member holding b.
+func gzipped(tb testing.TB, b []byte) []byte {
 	tb.Helper()
 	var buf bytes.Buffer
 	gw, err := gzip.NewWriterLevel(&buf, gzip.BestCompression)
 	require.NoError(tb, err)
-	tw := tar.NewWriter(gw)
-	zeros := make([]byte, 1<<20)
-	for _, e := range entries {
-		require.NoError(tb, tw.WriteHeader(&tar.Header{Name: e.Name, Mode: 0o600, Size: e.Size, Typeflag: tar.TypeReg}))
-		for left := e.Size; left > 0; {
-			n := min(left, int64(len(zeros)))
-			_, err := tw.Write(zeros[:n])
-			require.NoError(tb, err)
-			left -= n
-		}
-	}
-	require.NoError(tb, tw.Close())
+	_, err = gw.Write(b)
+	require.NoError(tb, err)
 	require.NoError(tb, gw.Close())
 	return buf.Bytes()
 }

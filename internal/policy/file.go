@@ -12,29 +12,12 @@ import (
 
 	"github.com/open-policy-agent/opa/v1/ast"
 	"github.com/open-policy-agent/opa/v1/bundle"
-	"github.com/open-policy-agent/opa/v1/loader"
 	bundleplugin "github.com/open-policy-agent/opa/v1/plugins/bundle"
 
 	"github.com/authz-dev/authz/internal/coded"
 	"github.com/authz-dev/authz/internal/decision"
 	"github.com/authz-dev/authz/internal/logtext"
 )
-
-// readBundle reads a bundle file or directory as `opa run --bundle` does, verifying its
-// signature with vc when vc is not nil (every file must be covered by the signature).
-func readBundle(path string, vc *bundle.VerificationConfig) (*bundle.Bundle, error) {
-	fl := loader.NewFileLoader().WithProcessAnnotation(true).WithRegoVersion(ast.RegoV1)
-	if vc != nil {
-		fl = fl.WithBundleVerificationConfig(vc)
-	} else {
-		fl = fl.WithSkipBundleVerification(true)
-	}
-	b, err := fl.AsBundle(path)
-	if err != nil {
-		return nil, err
-	}
-	return b, nil
-}
 
 // compileBundle compiles and checks a bundle into a policy under its manifest revision (a
 // digest of its content when it has none).

@@ -108,6 +108,10 @@ func startRemote(ctx context.Context, s *Source, bundles bool) (*remote, error) 
 	if err != nil {
 		return nil, err
 	}
+	raw, lim, err := boundOPA(raw) // opabounds.go
+	if err != nil {
+		return nil, err
+	}
 	id := s.opts.ID
 	if id == "" {
 		id = uuid.NewString()
@@ -121,7 +125,7 @@ func startRemote(ctx context.Context, s *Source, bundles bool) (*remote, error) 
 	}
 	lg := &opaLogger{l: s.log.Named("opa")}
 	store := inmem.New()
-	mgr, err := plugins.New(raw, id, store, append(managerTracing(s.opts.TracerProvider), // tracing.go
+	mgr, err := plugins.New(raw, id, store, append(managerTracing(s.opts.TracerProvider, bundleBoundOption{lim}), // tracing.go, remotebound.go
 		plugins.Logger(lg), plugins.ConsoleLogger(lg), plugins.WithEnableVersionCheck(false))...)
 	if err != nil {
 		r.removeTmp()

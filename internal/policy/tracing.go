@@ -360,16 +360,17 @@ func jsonType(goType string) string {
 }
 
 // managerTracing are the plugin manager options that trace OPA's plugins with tp, as `opa run`
-// sets them: the manager's tracer provider, and W3C trace context on its HTTP clients.
-func managerTracing(tp *sdktrace.TracerProvider) []func(*plugins.Manager) {
-	if tp == nil {
-		return nil
+// sets them: the manager's tracer provider, and W3C trace context on its HTTP clients. extra
+// are further options of the HTTP clients' transports (remotebound.go).
+func managerTracing(tp *sdktrace.TracerProvider, extra ...any) []func(*plugins.Manager) {
+	var out []func(*plugins.Manager)
+	var opts []any
+	if tp != nil {
+		out = append(out, plugins.WithTracerProvider(tp))
+		opts = append(opts, otelhttp.WithTracerProvider(tp), otelhttp.WithPropagators(propagation.TraceContext{}))
 	}
-	return []func(*plugins.Manager){
-		plugins.WithTracerProvider(tp),
-		plugins.WithDistributedTracingOpts(opatracing.NewOptions(
-			otelhttp.WithTracerProvider(tp),
-			otelhttp.WithPropagators(propagation.TraceContext{}),
-		)),
+	if opts = append(opts, extra...); len(opts) > 0 {
+		out = append(out, plugins.WithDistributedTracingOpts(opatracing.NewOptions(opts...)))
 	}
+	return out
 }

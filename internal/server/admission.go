@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/authz-dev/authz/internal/coded"
+	"github.com/authz-dev/authz/internal/decision"
+	"github.com/authz-dev/authz/internal/policy"
 )
 
 // admission bounds the decision requests in progress, in two stages. A request is admitted
@@ -60,24 +62,39 @@ func (a *admission) overloaded() error {
 		"the service is deciding as many requests as it is configured to hold (limits.maxReading, limits.maxDeciding); retry after the time in Retry-After")
 }
 
-// Memory model of the service, measured for docs/service.md ("Limits and memory"): the
-// resident memory of the service with its policy loaded and room for the garbage collector,
-// and the memory one request being decided holds per byte of its body (the decoded request,
-// the input document's policy values, the log line) for the costliest body shape, an array
-// of many small objects: about 56 bytes were measured live, and the rest is room for the
-// garbage collector, which the service caps at the bound (debug.SetMemoryLimit).
+// Memory model of the service, measured for docs/service.md ("Limits and memory"). Live memory:
+// the service with its policy loaded (about 27 MiB measured with the embedded policy), the
+// decision cache filled to its bound, a bundle being read before it is verified, OPA's
+// decision-log buffer at its default bound, every admitted body, the requests being decided
+// (about 56 bytes live per byte of body for the costliest shape, an array of many small
+// objects: the decoded request, the input document's policy values, the log line), and the
+// read buffers of every open connection. The service sets the Go runtime's soft memory limit to
+// that sum (MemoryLimit); the resident memory may pass it by the garbage the collector has not
+// returned yet, which on busy CPUs (the collector takes at most half of them) was up to a
+// fifth of it: the bound leaves a third.
 const (
-	baseResidentBytes        = 64 << 20
-	decidingBytesPerBodyByte = 80
+	baseResidentBytes        = 32 << 20
+	decidingBytesPerBodyByte = 56
+	connectionBufferBytes    = 8 << 10
 )
 
-// MemoryBound is the peak resident memory the service stays within under any number of
-// concurrent requests, for the body limit and admission limits of c (docs/service.md):
-// the base, every admitted body, the decoding of the bodies being decided, and the read
-// buffers of every open connection.
-func (c Config) MemoryBound() int64 {
+// MemoryLimit is the live memory the service holds at most, for the limits of c and the
+// default bounds of the decision cache, bundles and OPA's decision-log buffer: `authz serve`
+// sets the Go runtime's soft memory limit to it (unless GOMEMLIMIT is set).
+func (c Config) MemoryLimit() int64 {
 	return baseResidentBytes +
+		decision.DefaultCacheBytes +
+		policy.BundleReadBytes +
+		policy.DefaultDecisionLogBufferBytes +
 		int64(c.Limits.MaxReading)*c.MaxBodyBytes +
 		int64(c.Limits.MaxDeciding)*decidingBytesPerBodyByte*c.MaxBodyBytes +
-		int64(c.Limits.MaxConnections)*int64(c.HTTP.MaxHeaderBytes+8<<10)
+		int64(c.Limits.MaxConnections)*int64(c.HTTP.MaxHeaderBytes+connectionBufferBytes)
+}
+
+// MemoryBound is the peak resident memory the service stays within under any number of
+// concurrent requests (docs/service.md): MemoryLimit and a third more for the garbage the
+// collector has not returned yet.
+func (c Config) MemoryBound() int64 {
+	l := c.MemoryLimit()
+	return l + l/3
 }

@@ -93,7 +93,7 @@ const (
 	defaultMaxConnections = 256
 	defaultFDReserve      = 64
 	defaultMaxReading     = 32
-	defaultMaxDeciding    = 4
+	defaultMaxDeciding    = 2
 	defaultQueueWait      = time.Second
 )
 

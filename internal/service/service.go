@@ -150,14 +150,15 @@ func Run(ctx context.Context, cfg Config, opts Options) (err error) {
 const DefaultGCPercent = 200
 
 // tuneGC sets the garbage collector's target to DefaultGCPercent and a soft memory limit at
-// the bound the admission limits guarantee, so that the collector returns memory before the
-// heap grows past it. GOGC and GOMEMLIMIT, when set, win.
+// the live memory the limits allow (server.Config.MemoryLimit), below the documented bound, so
+// that the collector returns memory before the process grows past the bound. GOGC and
+// GOMEMLIMIT, when set, win.
 func tuneGC(cfg server.Config) {
 	if os.Getenv("GOGC") == "" {
 		debug.SetGCPercent(DefaultGCPercent)
 	}
 	if os.Getenv("GOMEMLIMIT") == "" {
-		debug.SetMemoryLimit(cfg.MemoryBound())
+		debug.SetMemoryLimit(cfg.MemoryLimit())
 	}
 }
 

@@ -1,0 +1,57 @@
+package policy
+
+import (
+	"crypto/rand"
+	"encoding/base64"
+	"net"
+	"runtime"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/authz-dev/authz/internal/decision"
+)
+
+// TestDecisionLogBufferBoundedWhileCollectorDown logs 2,000 decisions, each with a 22 KB
+// field that does not compress, while the collector is unreachable: OPA's decision-log buffer
+// stays within DefaultDecisionLogBufferBytes, so the live heap grows by about that, not by the
+// size of the decisions.
+func TestDecisionLogBufferBoundedWhileCollectorDown(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	down := "http://" + ln.Addr().String()
+	require.NoError(t, ln.Close()) // nothing listens there any more
+
+	eng := decision.NewEmpty(decision.Options{})
+	src, err := New(Config{OPA: map[string]any{
+		"services":      map[string]any{"collector": map[string]any{"url": down}},
+		"decision_logs": map[string]any{"service": "collector", "reporting": map[string]any{"min_delay_seconds": 300, "max_delay_seconds": 600}},
+	}}, eng, Options{})
+	require.NoError(t, err)
+	require.NoError(t, src.Start(t.Context()))
+	defer src.Close(t.Context())
+	require.True(t, src.DecisionLogs())
+
+	pool := make([]byte, 3<<20)
+	_, _ = rand.Read(pool)
+	text := base64.StdEncoding.EncodeToString(pool) // does not compress below 3/4
+	const decisions, field = 2000, 22 << 10
+
+	runtime.GC()
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	for i := range decisions {
+		off := (i * 7919) % (len(text) - field)
+		in := map[string]any{"operation": "openDuplexChannel", "lease": map[string]any{"metadata": map[string]any{"blob": text[off : off+field]}}}
+		require.NoError(t, src.LogDecision(t.Context(), Decision{ID: "d", Path: "authz/decision", Timestamp: time.Now(),
+			Input: in, Result: map[string]any{"allow": true}, Revision: eng.Revision()}))
+	}
+	runtime.GC()
+	runtime.ReadMemStats(&after)
+	growth := int64(after.HeapAlloc) - int64(before.HeapAlloc)
+	t.Logf("%d decisions of %d KiB logged with the collector down: live heap grew %d MiB (buffer bound %d MiB)",
+		decisions, field>>10, growth>>20, DefaultDecisionLogBufferBytes>>20)
+	assert.Less(t, growth, int64(DefaultDecisionLogBufferBytes+6<<20))
+}

@@ -1,0 +1,201 @@
+package policy
+
+import (
+	"errors"
+	"io"
+	"net/http"
+
+	opatracing "github.com/open-policy-agent/opa/v1/tracing"
+	"go.opentelemetry.io/contrib/instrumentation/net/http/otelhttp"
+)
+
+// Remote bundles are downloaded and read by OPA's bundle plugin (download.Downloader): it
+// hands the response body to OPA's tarball reader, which sizes an entry's buffer from its
+// header and holds every entry in memory, bounded only by size_limit_bytes per entry (1 GiB
+// unless set). OPA offers no hook on that reader, and the HTTP client of a service is built
+// inside OPA from its credentials (bearer, client TLS, OAuth2, AWS, …). The one place OPA lets
+// a caller wrap that client's transport is distributed tracing: every service client's
+// transport goes through tracing.NewTransport(transport, options) when the manager has
+// tracing options. authz registers its own HTTP tracing service (below), which does what
+// OPA's does (otelhttp) with the otelhttp options, and, when the options carry the
+// bundleBoundOption of a Source's manager, wraps the transport in boundedTransport: the body
+// of every successful GET (a bundle download; decision logs and status are POSTs) is checked
+// by a gzip+tar scanner before OPA reads a byte of it. The scanner decompresses and counts
+// each chunk of the body before the chunk is handed to OPA, so OPA never holds more than the
+// bounds allow; past a bound the read fails and OPA refuses the download, before any
+// signature is checked.
+//
+// The registration replaces OPA's in the process; without a bundleBoundOption it behaves as
+// OPA's does, so `authz run` (OPA's runtime) and http.send are traced as before.
+func init() {
+	opatracing.RegisterHTTPTracing(boundedHTTPTracing{})
+}
+
+// bundleBoundOption, among a manager's tracing options, bounds the bundles its service
+// clients download.
+type bundleBoundOption struct{ lim bundleLimits }
+
+type boundedHTTPTracing struct{}
+
+// split separates the otelhttp options from authz's bound.
+func splitTracingOptions(opts opatracing.Options) (otel []otelhttp.Option, bound *bundleBoundOption) {
+	for _, o := range opts {
+		switch v := o.(type) {
+		case otelhttp.Option:
+			otel = append(otel, v)
+		case bundleBoundOption:
+			bound = &v
+		}
+	}
+	return otel, bound
+}
+
+func (boundedHTTPTracing) NewTransport(tr http.RoundTripper, opts opatracing.Options) http.RoundTripper {
+	otel, bound := splitTracingOptions(opts)
+	if bound == nil || len(otel) > 0 {
+		tr = otelhttp.NewTransport(tr, otel...)
+	}
+	if bound != nil {
+		tr = &boundedTransport{next: tr, lim: bound.lim}
+	}
+	return tr
+}
+
+func (boundedHTTPTracing) NewHandler(h http.Handler, label string, opts opatracing.Options) http.Handler {
+	otel, _ := splitTracingOptions(opts)
+	return otelhttp.NewHandler(h, label, otel...)
+}
+
+// boundedTransport checks the body of every successful GET as a bundle within lim.
+type boundedTransport struct {
+	next http.RoundTripper
+	lim  bundleLimits
+}
+
+func (t *boundedTransport) RoundTrip(req *http.Request) (*http.Response, error) {
+	resp, err := t.next.RoundTrip(req)
+	if err != nil || req.Method != http.MethodGet || resp.StatusCode != http.StatusOK || resp.Body == nil || resp.Body == http.NoBody {
+		return resp, err
+	}
+	resp.Body = newScannedBody(resp.Body, t.lim)
+	return resp, nil
+}
+
+// scannedBody hands the bytes of body to its reader only after a tarScanner in its own
+// goroutine has decompressed and checked them; past a bound, or on a stream that is not a
+// gzipped tar, Read fails with the scanner's error. The compressed bytes are bounded by the
+// total too.
+type scannedBody struct {
+	body    io.ReadCloser
+	lim     bundleLimits
+	in      chan []byte // a chunk for the scanner; closed at the end of the body
+	want    chan error  // from the scanner: nil when it needs the next chunk, then its end
+	started bool
+	ended   bool  // the scanner returned (its verdict is in err, nil when the archive ended well)
+	err     error // the scanner's error, sticky
+	read    int64 // compressed bytes read
+}
+
+func newScannedBody(body io.ReadCloser, lim bundleLimits) *scannedBody {
+	return &scannedBody{body: body, lim: lim, in: make(chan []byte), want: make(chan error, 1)}
+}
+
+// errScanned is the scanner's verdict on a whole archive that is within the bounds.
+var errScanned = errors.New("archive scanned")
+
+func (b *scannedBody) start() {
+	b.started = true
+	go func() {
+		s := newTarScanner(&chunks{b: b}, b.lim)
+		var err error
+		for err == nil {
+			_, err = s.next(io.Discard)
+		}
+		if err == io.EOF {
+			err = errScanned
+		}
+		// The scanner stops reading: the body's remaining chunks are not scanned.
+		b.want <- err
+	}()
+	b.await() // the scanner's first request for a chunk
+}
+
+// await takes the scanner's next message: it wants a chunk, or it ended.
+func (b *scannedBody) await() {
+	if msg := <-b.want; msg != nil {
+		b.ended = true
+		if msg != errScanned {
+			b.err = msg
+		}
+	}
+}
+
+func (b *scannedBody) Read(p []byte) (int, error) {
+	if b.err != nil {
+		return 0, b.err
+	}
+	if !b.started {
+		b.start()
+		if b.err != nil {
+			return 0, b.err
+		}
+	}
+	n, err := b.body.Read(p)
+	b.read += int64(n)
+	if b.read > b.lim.totalBytes {
+		b.err = boundError("more than %d bytes downloaded", b.lim.totalBytes)
+		return 0, b.err
+	}
+	if n > 0 && !b.ended {
+		b.in <- p[:n]
+		b.await()
+		if b.err != nil {
+			return 0, b.err
+		}
+	}
+	if err != nil && !b.ended {
+		close(b.in)
+		b.await()
+		if b.err != nil && errors.Is(b.err, errBundleBound) {
+			return n, b.err
+		}
+	}
+	return n, err
+}
+
+// Close closes the body and ends the scanner.
+func (b *scannedBody) Close() error {
+	if b.started && !b.ended {
+		close(b.in)
+		b.await()
+	}
+	b.ended = true
+	return b.body.Close()
+}
+
+// chunks is the scanner's input: the chunks Read hands over, one at a time. It asks for the
+// next chunk only when the previous one is consumed, so every byte Read returns has been
+// decompressed and counted first.
+type chunks struct {
+	b   *scannedBody
+	cur []byte
+	eof bool
+}
+
+func (c *chunks) Read(p []byte) (int, error) {
+	for len(c.cur) == 0 {
+		if c.eof {
+			return 0, io.EOF
+		}
+		c.b.want <- nil
+		chunk, ok := <-c.b.in
+		if !ok {
+			c.eof = true
+			return 0, io.EOF
+		}
+		c.cur = chunk
+	}
+	n := copy(p, c.cur)
+	c.cur = c.cur[n:]
+	return n, nil
+}

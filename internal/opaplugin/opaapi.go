@@ -3,7 +3,6 @@ package opaplugin
 import (
 	"encoding/json"
 	"net/http"
-	"strings"
 
 	"github.com/authz-dev/authz/internal/coded"
 	"github.com/authz-dev/authz/internal/server"
@@ -14,7 +13,7 @@ const opaWriteAPIOff = "OPA_WRITE_API_OFF"
 
 // guardOPA wraps every handler of OPA's own server (OPA's plugin manager puts it around each
 // route): the gate's Host check against DNS rebinding, and, unless plugins.authz.opaWriteAPI
-// is true, a refusal of OPA's write APIs (PUT, PATCH and DELETE of /v1/policies and /v1/data).
+// is true, a refusal of OPA's write APIs (PUT, PATCH and DELETE, on any path).
 // The gate never decides with what these APIs write; OPA's own queries would.
 func (g *gate) guardOPA(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -32,20 +31,16 @@ func (g *gate) guardOPA(next http.Handler) http.Handler {
 	})
 }
 
-// isOPAWrite reports whether r writes OPA's policies or data: any method but GET, HEAD and
-// POST (a query) on /v1/policies, /v1/data and below.
+// isOPAWrite reports whether r may write OPA's policies or data: any method but GET, HEAD and
+// POST (a query), whatever the path. OPA's API writes only with PUT, PATCH and DELETE; judging by
+// method alone leaves no spelling of a path (doubled slashes, dot segments, escapes) that a
+// router might clean into /v1/policies or /v1/data unchecked.
 func isOPAWrite(r *http.Request) bool {
 	switch r.Method {
 	case http.MethodGet, http.MethodHead, http.MethodPost:
 		return false
 	}
-	p := r.URL.Path
-	for _, root := range []string{"/v1/policies", "/v1/data"} {
-		if p == root || strings.HasPrefix(p, root+"/") {
-			return true
-		}
-	}
-	return false
+	return true
 }
 
 // writeOPAError answers as OPA's server answers an error: {"code": ..., "message": ...}.

@@ -11,8 +11,8 @@ import (
 	"github.com/stretchr/testify/assert"
 )
 
-// TestGuardOPA: in front of OPA's routes, a write to /v1/policies or /v1/data is refused
-// (403 OPA_WRITE_API_OFF) unless opaWriteAPI; reads and queries pass; a Host that does not
+// TestGuardOPA: in front of OPA's routes, a write (any method but GET, HEAD, POST, whatever
+// the path's spelling) is refused (403 OPA_WRITE_API_OFF) unless opaWriteAPI; reads and queries pass; a Host that does not
 // name the loopback listener is refused (403 HOST_NOT_ALLOWED) unless allowed.
 func TestGuardOPA(t *testing.T) {
 	local := &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1), Port: 8181}
@@ -31,7 +31,12 @@ func TestGuardOPA(t *testing.T) {
 		{method: "GET", path: "/v1/policies", want: 200},
 		{method: "POST", path: "/v1/data/authz/decision", want: 200},
 		{method: "GET", path: "/v1/data/authz", want: 200},
-		{method: "PUT", path: "/v1/policiesx", want: 200},
+		{method: "PUT", path: "/v1/policiesx", want: 403, code: opaWriteAPIOff},
+		{method: "PUT", path: "//v1/policies/x", want: 403, code: opaWriteAPIOff},
+		{method: "PUT", path: "/v1/./policies/x", want: 403, code: opaWriteAPIOff},
+		{method: "PUT", path: "/v1/%70olicies/x", want: 403, code: opaWriteAPIOff},
+		{method: "PATCH", path: "/v1/data/../data/x", want: 403, code: opaWriteAPIOff},
+		{method: "OPTIONS", path: "/v1/data", want: 403, code: opaWriteAPIOff},
 		{method: "GET", path: "/health", host: "attacker.example:8181", want: 403, code: "HOST_NOT_ALLOWED"},
 		{method: "PUT", path: "/v1/policies/x", host: "attacker.example:8181", st: settings{writeAPI: true}, want: 403, code: "HOST_NOT_ALLOWED"},
 		{method: "GET", path: "/health", host: "opa.internal:8181", st: settings{allowedHosts: []string{"opa.internal"}}, want: 200},

@@ -105,7 +105,8 @@ func mainModule(body string) string { return "package authz\n" + decisionRule + 
 func loadPolicy(t testing.TB, modules map[string]string) (*Engine, error) {
 	t.Helper()
 	e := NewEmpty(Options{})
-	return e, e.LoadModules(t.Context(), modules, "test")
+	err := e.LoadModules(t.Context(), modules, "test")
+	return e, err
 }
 
 // TestCacheOffForEveryRouteToAnImpureBuiltin generates a policy for every way of reaching a

@@ -264,33 +264,6 @@ func mustPost(t testing.TB, url string, body []byte) map[string]any {
 	return doc
 }
 
-// setPolicy replaces the policies in OPA's store by the modules of b (none when nil), as
-// OPA's policy API does: the commit recompiles and fires the compiler triggers.
-func setPolicy(t testing.TB, m *plugins.Manager, b *bundle.Bundle) {
-	t.Helper()
-	ctx := t.Context()
-	require.NoError(t, storage.Txn(ctx, m.Store, storage.WriteParams, func(txn storage.Transaction) error {
-		ids, err := m.Store.ListPolicies(ctx, txn)
-		if err != nil {
-			return err
-		}
-		for _, id := range ids {
-			if err := m.Store.DeletePolicy(ctx, txn, id); err != nil {
-				return err
-			}
-		}
-		if b == nil {
-			return nil
-		}
-		for _, mf := range b.Modules {
-			if err := m.Store.UpsertPolicy(ctx, txn, mf.Path, mf.Raw); err != nil {
-				return err
-			}
-		}
-		return nil
-	}))
-}
-
 // grantAllModule is a policy that grants every request every capability.
 const grantAllModule = `package authz
 decision := {"allow": true, "code": "", "message": "", "reasons": [], "capabilities": {"reusableLeases": true,

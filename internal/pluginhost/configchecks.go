@@ -250,17 +250,17 @@ func (c *pendingCheck) await(ctx context.Context) (bool, error) {
 		cc.entries[c.key] = e
 		cc.mu.Unlock()
 
-		valid, err, outcome := c.ask(ctx)
+		valid, outcome, err := c.ask(ctx)
 
 		cc.mu.Lock()
 		e.valid, e.err = valid, err
 		now := time.Now()
-		switch {
-		case outcome == askAgain:
+		switch outcome {
+		case askAgain:
 			e.retry = true
-		case outcome == keepNone:
+		case keepNone:
 			e.expires = now
-		case outcome == keepFailure:
+		case keepFailure:
 			e.expires = now.Add(c.h.cfg.ConfigCheck.FailureTTL)
 		}
 		if outcome != keepAnswer && outcome != keepFailure || c.m.state.Load().worker != c.w {
@@ -290,7 +290,7 @@ var _ boundedChecker = (*driverplugin.GRPCClient)(nil)
 
 // ask makes the check: through the plugin's breaker, within one of its turns, bounded by
 // ConfigCheckTimeout and ctx.
-func (c *pendingCheck) ask(ctx context.Context) (valid bool, err error, outcome checkOutcome) {
+func (c *pendingCheck) ask(ctx context.Context) (valid bool, outcome checkOutcome, err error) {
 	h, cfg := c.h, c.h.cfg.ConfigCheck
 	cc := h.checks
 	pc := cc.plugin(c.key.pluginID, cfg.MaxConcurrent)
@@ -298,15 +298,15 @@ func (c *pendingCheck) ask(ctx context.Context) (valid bool, err error, outcome 
 	probe, err := cc.admit(pc, time.Now())
 	if err != nil {
 		c.warn(pc, coded.ConfigCheckUnavailable, err)
-		return false, c.wrap(err), keepNone
+		return false, keepNone, c.wrap(err)
 	}
 	if err := c.takeTurn(ctx, pc); err != nil {
 		cc.settle(pc, probe, breakerNoVerdict, cfg)
 		if coded.CodeOf(err) == coded.ConfigCheckShed {
 			c.warn(pc, coded.ConfigCheckShed, err)
-			return false, c.wrap(err), keepNone
+			return false, keepNone, c.wrap(err)
 		}
-		return false, c.wrap(err), askAgain
+		return false, askAgain, c.wrap(err)
 	}
 	defer func() { <-pc.turns }()
 
@@ -315,7 +315,7 @@ func (c *pendingCheck) ask(ctx context.Context) (valid bool, err error, outcome 
 	dec.UseNumber() // numbers as the request decoder keeps them
 	if err := dec.Decode(&config); err != nil {
 		cc.settle(pc, probe, breakerNoVerdict, cfg)
-		return false, c.wrap(err), keepFailure
+		return false, keepFailure, c.wrap(err)
 	}
 	cctx, cancel := context.WithTimeout(ctx, h.cfg.ConfigCheckTimeout)
 	defer cancel()
@@ -332,15 +332,15 @@ func (c *pendingCheck) ask(ctx context.Context) (valid bool, err error, outcome 
 			c.m.log.Debug("driver does not accept the config", "driverKey", c.key.driverKey, "generation", c.key.generation,
 				"reason", capText(reason, checkTextBytes))
 		}
-		return valid, nil, keepAnswer
+		return valid, keepAnswer, nil
 	case errors.Is(err, context.DeadlineExceeded):
 		cc.settle(pc, probe, breakerTimedOut, cfg)
 		err = &coded.Error{Code: coded.ConfigCheckTimeout, Err: fmt.Errorf("the driver did not answer within %s: %w", h.cfg.ConfigCheckTimeout, context.DeadlineExceeded)}
 		c.warn(pc, coded.ConfigCheckTimeout, err)
-		return false, c.wrap(err), keepFailure
+		return false, keepFailure, c.wrap(err)
 	case ctx.Err() != nil:
 		cc.settle(pc, probe, breakerNoVerdict, cfg)
-		return false, c.wrap(fmt.Errorf("the caller gave up: %w", ctx.Err())), askAgain
+		return false, askAgain, c.wrap(fmt.Errorf("the caller gave up: %w", ctx.Err()))
 	}
 	cc.settle(pc, probe, breakerAnswered, cfg)
 	// Only a short text of the driver's error is kept: the error itself may hold all it sent.
@@ -350,7 +350,7 @@ func (c *pendingCheck) ask(ctx context.Context) (valid bool, err error, outcome 
 	}
 	err = coded.Errorf(coded.ConfigCheckFailed, "%s", text)
 	c.warn(pc, coded.ConfigCheckFailed, err)
-	return false, c.wrap(err), keepFailure
+	return false, keepFailure, c.wrap(err)
 }
 
 // takeTurn takes one of the plugin's turns, waiting at most ConfigCheck.MaxWait.

@@ -131,9 +131,11 @@ func checkExecutable(path string, f io.ReaderAt) error {
 	if n >= 2 && string(head[:2]) == "#!" {
 		return nil
 	}
-	own, ownErr := ownELFIdentity()
-	if n == len(head) && string(head[:4]) == "\x7fELF" && (ownErr != nil || elfIdentity(head) == own) {
-		return nil
+	if n == len(head) && string(head[:4]) == "\x7fELF" {
+		// Without its own identity the host cannot compare: the exec decides.
+		if own, ok := ownELFIdentity(); !ok || elfIdentity(head) == own {
+			return nil
+		}
 	}
 	return coded.Errorf(coded.StartFailed, "cannot execute the plugin binary %s: exec format error (neither a #! script nor an ELF executable for this system)", path)
 }
@@ -141,18 +143,18 @@ func checkExecutable(path string, f io.ReaderAt) error {
 // elfIdentity is the class, byte order and machine of an ELF header's first 20 bytes.
 func elfIdentity(h [20]byte) [4]byte { return [4]byte{h[4], h[5], h[18], h[19]} }
 
-// ownELFIdentity is the ELF identity of the running binary.
-var ownELFIdentity = sync.OnceValues(func() ([4]byte, error) {
+// ownELFIdentity is the ELF identity of the running binary; ok is false when it cannot be read.
+var ownELFIdentity = sync.OnceValues(func() (id [4]byte, ok bool) {
 	f, err := os.Open("/proc/self/exe")
 	if err != nil {
-		return [4]byte{}, err
+		return id, false
 	}
 	defer f.Close()
 	var head [20]byte
 	if _, err := f.ReadAt(head[:], 0); err != nil {
-		return [4]byte{}, err
+		return id, false
 	}
-	return elfIdentity(head), nil
+	return elfIdentity(head), true
 })
 
 // checkPin refuses a digest other than want (nil: any).

@@ -165,7 +165,7 @@ func (s *tarScanner) next(content io.Writer) (*tar.Header, error) {
 	}
 	for {
 		h, err := s.tr.Next()
-		if err == io.EOF {
+		if err == io.EOF { //nolint:errorlint // only tar's own end of archive ends it: a read error that wraps io.EOF (a stream cut short) does not
 			// The rest of the stream (tar's end blocks, gzip's trailer) is read, and checked.
 			if _, err = io.Copy(io.Discard, s); err == nil {
 				return nil, s.fail(io.EOF)
@@ -242,7 +242,7 @@ func (t *boundedTarball) NextFile() (*bundle.Descriptor, error) {
 			return nil, err
 		}
 		name := filepath.ToSlash(h.Name)
-		if t.filter != nil && t.filter(name, h.FileInfo(), int(strings.Count(strings.Trim(name, "/"), "/"))+1) {
+		if t.filter != nil && t.filter(name, h.FileInfo(), strings.Count(strings.Trim(name, "/"), "/")+1) {
 			continue
 		}
 		p := name
@@ -306,7 +306,7 @@ func (b *boundedFiles) NextFile() (*bundle.Descriptor, error) {
 	var buf bytes.Buffer
 	n, err := d.Read(&buf, limit+1)
 	b.read += n
-	if err != nil && err != io.EOF {
+	if err != nil && err != io.EOF { //nolint:errorlint // a descriptor's own end of file only
 		return nil, fmt.Errorf("failed to read %s: %w", d.Path(), err)
 	}
 	if n > b.lim.entryBytes {

@@ -111,7 +111,7 @@ func (b *scannedBody) start() {
 		for err == nil {
 			_, err = s.next(io.Discard)
 		}
-		if err == io.EOF {
+		if err == io.EOF { //nolint:errorlint // the scanner's own end of a whole bundle only: a wrapped io.EOF is a stream cut short
 			err = errScanned
 		}
 		// The scanner stops reading: the body's remaining chunks are not scanned.
@@ -124,7 +124,7 @@ func (b *scannedBody) start() {
 func (b *scannedBody) await() {
 	if msg := <-b.want; msg != nil {
 		b.ended = true
-		if msg != errScanned {
+		if !errors.Is(msg, errScanned) {
 			b.err = msg
 		}
 	}

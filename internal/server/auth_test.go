@@ -180,7 +180,7 @@ func TestReloadRevokesEveryToken(t *testing.T) {
 			require.NoError(t, os.Remove(path))
 		}, want: "no such file"},
 		{name: "typo on another line", change: func(t *testing.T, path string) {
-			require.NoError(t, os.WriteFile(path, []byte(decideToken+" decide\n"+bothToken+" decide,inpsect\n"), 0o600))
+			require.NoError(t, os.WriteFile(path, []byte(decideToken+" decide\n"+bothToken+" decide,inspekt\n"), 0o600))
 		}, want: "line 2: unknown scope"},
 		{name: "readable by others", change: func(t *testing.T, path string) {
 			require.NoError(t, os.Chmod(path, 0o644))

@@ -227,8 +227,7 @@ func (s *Server) deciding(r *http.Request, parse func() (*snapshot.Request, erro
 	}
 	var facts snapshot.Facts = s.facts
 	if wait := snapshot.PendingConfigCheck(req, s.facts); wait != nil {
-		req = nil // not held while waiting: decoded again below
-		releaseDeciding()
+		releaseDeciding() // the decoded request is not used again: decoded again below
 		facts = wait(r.Context())
 		if releaseDeciding = s.admit.acquire(r.Context(), s.admit.deciding); releaseDeciding == nil {
 			return errNotAdmitted

@@ -128,8 +128,8 @@ func TestShutdownWithAStoppedPlugin(t *testing.T) {
 		t.Logf("shutdown with a stopped worker took %s", time.Since(start))
 	case <-bound.C:
 		_ = syscall.Kill(pid, syscall.SIGKILL) // so that Run can end and the test with it
-		<-ran
-		t.Fatalf("Run did not return within 30s of its end with a stopped worker (it returned %s later, once the worker was killed)", time.Since(start)-30*time.Second)
+		err := <-ran
+		t.Fatalf("Run did not return within 30s of its end with a stopped worker (it returned %s later, once the worker was killed, with %v)", time.Since(start)-30*time.Second, err)
 	}
 	assert.Equal(t, byte(0), procState(pid), "the stopped worker was killed and reaped")
 	testutil.AssertLogOrder(t, log.String(), "HTTP server stopped", "stopping plugins", "plugins stopped", "stopped: exiting")

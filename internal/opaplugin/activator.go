@@ -16,6 +16,8 @@ import (
 	"github.com/open-policy-agent/opa/v1/storage"
 	"github.com/open-policy-agent/opa/v1/storage/inmem"
 	"github.com/open-policy-agent/opa/v1/util"
+
+	"github.com/authz-dev/authz/internal/policy"
 )
 
 // activatorID names the gate's bundle activator among OPA's.
@@ -76,6 +78,8 @@ type bundleCopy struct {
 	sources  map[string]string      // the modules' sources, for a content revision
 	data     map[string]any
 	delta    bool   // a delta bundle: patches, not content
+	signed   bool   // OPA verified its signature (only a verified bundle keeps one): ordered
+	iat      int64  // its signature's issue time (iat claim), 0 when it has none
 	err      string // why the copy could not be made ("" when it could)
 	// activatedAt is when the activation committed.
 	activatedAt time.Time
@@ -182,6 +186,14 @@ func (sb *storeBundles) unlisten(key any) {
 func copyBundle(name string, b *bundle.Bundle) *bundleCopy {
 	c := &bundleCopy{name: name, revision: b.Manifest.Revision, modules: map[string]*ast.Module{}, sources: map[string]string{},
 		delta: b.Type() == bundle.DeltaBundleType}
+	if len(b.Signatures.Signatures) > 0 {
+		iat, err := policy.SignatureIAT(b.Signatures)
+		if err != nil {
+			c.err = err.Error()
+			return c
+		}
+		c.signed, c.iat = true, iat
+	}
 	if b.Manifest.Roots != nil {
 		c.roots = append([]string(nil), *b.Manifest.Roots...)
 	}

@@ -12,6 +12,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/hashicorp/go-hclog"
 	"github.com/open-policy-agent/opa/v1/ast"
 	"github.com/open-policy-agent/opa/v1/bundle"
 	"github.com/open-policy-agent/opa/v1/plugins"
@@ -43,6 +44,12 @@ type gate struct {
 	logMu     sync.Mutex
 	logMaker  *logMirror // OPA's decision log, fed from the gate's own policy
 	logFailed string     // the key of the policy whose decision log could not be set up
+
+	orderMu sync.Mutex          // guards order and refused
+	order   *policy.BundleOrder // issue times of the signed bundles adopted
+	persist bool                // order is the one kept in OPA's persistence directory (loadOrder)
+	refused map[string]string   // per bundle: why its last activation was refused as a rollback
+	logger  func() hclog.Logger
 }
 
 // settings are what the gate takes from the plugins.authz section.
@@ -72,8 +79,10 @@ var (
 )
 
 func newGate(m *plugins.Manager) *gate {
-	g := &gate{m: m, bundles: bundles.forStore(m.Store), remote: map[string]*bundleplugin.Status{}}
+	g := &gate{m: m, bundles: bundles.forStore(m.Store), remote: map[string]*bundleplugin.Status{}, refused: map[string]string{},
+		logger: func() hclog.Logger { return hclog.NewNullLogger() }}
 	g.active.Store(&activePolicy{engine: decision.NewEmpty(decision.Options{})})
+	g.order, _ = policy.LoadBundleOrder("") // kept in the process until loadOrder; it cannot fail
 	return g
 }
 
@@ -169,6 +178,10 @@ func (g *gate) load(ctx context.Context) (msg string, err error) {
 			return noPolicy(fmt.Sprintf("bundle %s: %s; every decision denies (%s)", n, c.err, coded.EvalNoPolicy))
 		}
 	}
+	use, iats, why := g.ordered(use)
+	if why != "" {
+		return noPolicy(why)
+	}
 	var pol *activePolicy
 	if len(use) == 0 {
 		pol, err = embeddedPolicy(ctx, st.opts)
@@ -181,8 +194,78 @@ func (g *gate) load(ctx context.Context) (msg string, err error) {
 	pol.key, pol.copies = key, use
 	g.active.Store(pol)
 	g.setLoaded(key)
+	g.orderMu.Lock()
+	for n := range iats {
+		delete(g.refused, n)
+	}
+	if err := g.order.Commit(iats); err != nil {
+		g.logger().Error("the order of signed bundles could not be saved; after a restart an older bundle could be adopted", "error", err)
+	}
+	g.orderMu.Unlock()
 	g.decisionLog(ctx) // set up off the hot path: the first decision of the policy finds it ready
 	return "", nil
+}
+
+// loadOrder reads the order of signed bundles the gate adopted, kept in OPA's
+// persistence_directory when one is set (else in the process only). It is read once.
+func (g *gate) loadOrder() error {
+	g.orderMu.Lock()
+	defer g.orderMu.Unlock()
+	if g.persist {
+		return nil
+	}
+	cfg := g.m.GetConfig()
+	if cfg == nil || cfg.PersistenceDirectory == nil || *cfg.PersistenceDirectory == "" {
+		return nil
+	}
+	o, err := policy.LoadBundleOrder(*cfg.PersistenceDirectory)
+	if err != nil {
+		return &coded.Error{Code: coded.PolicyBundleLoad, Err: err}
+	}
+	g.order, g.persist = o, true
+	return nil
+}
+
+// ordered checks the order of the signed bundles in use (those OPA verified) by their
+// signature's issue time, as authz serve does: a bundle issued before the one the gate adopted,
+// or without an iat after one with it, is refused (POLICY_BUNDLE_ROLLBACK) and the gate keeps
+// the copy it decides with. It returns the copies to compile and the issue times to record
+// once they are active; why is set when a refused bundle leaves the gate without a copy.
+func (g *gate) ordered(use map[string]*bundleCopy) (out map[string]*bundleCopy, iats map[string]int64, why string) {
+	prev := g.active.Load().copies
+	out, iats = maps.Clone(use), map[string]int64{}
+	g.orderMu.Lock()
+	defer g.orderMu.Unlock()
+	for n := range g.refused {
+		if _, ok := use[n]; !ok {
+			delete(g.refused, n) // no longer active
+		}
+	}
+	for _, n := range slices.Sorted(maps.Keys(use)) {
+		c := use[n]
+		if !c.signed {
+			delete(g.refused, n) // not ordered
+			continue
+		}
+		err := g.order.Check(n, c.iat)
+		if err == nil {
+			iats[n] = c.iat
+			continue
+		}
+		msg := err.Error()
+		if g.refused[n] != msg {
+			g.logger().Warn("bundle refused as a rollback; the gate keeps deciding with its policy", "code", coded.PolicyBundleRollback,
+				"bundle", n, "revision", c.revision, "error", msg)
+		}
+		g.refused[n] = msg
+		kept, ok := prev[n]
+		if !ok {
+			return nil, nil, fmt.Sprintf("%s: %s; the gate has no earlier copy of bundle %s: every decision denies (%s) until a bundle issued later is activated",
+				coded.PolicyBundleRollback, msg, n, coded.EvalNoPolicy)
+		}
+		out[n] = kept
+	}
+	return out, iats, ""
 }
 
 func (g *gate) setLoaded(key string) {
@@ -303,6 +386,21 @@ func (g *gate) Status() policy.Status {
 			st.Bundles[n] = &bundleplugin.Status{Name: n, ActiveRevision: b.Revision, LastSuccessfulActivation: pol.activatedAt}
 		}
 	}
+	// A bundle refused as a rollback is active in OPA's store, not in the gate.
+	g.orderMu.Lock()
+	for _, n := range slices.Sorted(maps.Keys(g.refused)) {
+		b, ok := st.Bundles[n]
+		if !ok {
+			b = &bundleplugin.Status{Name: n}
+			st.Bundles[n] = b
+		}
+		b.Code, b.Message, b.Errors = coded.PolicyBundleRollback, g.refused[n], nil
+		b.ActiveRevision = pol.bundles[n].Revision
+		if st.LastError == "" {
+			st.LastError = coded.PolicyBundleRollback + ": " + g.refused[n]
+		}
+	}
+	g.orderMu.Unlock()
 	return st
 }
 

@@ -74,6 +74,7 @@ func (f Factory) New(m *plugins.Manager, config any) plugins.Plugin {
 	p := &Plugin{m: m, startHost: f.StartHost, logOut: out, cfg: config.(*Config), reload: make(chan struct{}, 1),
 		policyMsg: "the active policy has not been prepared yet"}
 	p.gate = newGate(m)
+	p.gate.logger = p.logger
 	p.gate.settings.Store(gateSettings(p.cfg))
 	// OPA's own server: the Host check, and its write APIs off unless opaWriteAPI. OPA's server
 	// takes the middleware when it starts: a plugin made after that (from a discovered
@@ -137,6 +138,11 @@ func (p *Plugin) Start(ctx context.Context) error {
 	defer p.mu.Unlock()
 	if p.unguarded {
 		p.logger().Error("OPA's server was already running when plugins.authz was configured: its write APIs are open and its Host check is off; configure plugins.authz in OPA's boot configuration (--config-file), not through discovery")
+	}
+	// The order of signed bundles is read before the first bundle is adopted.
+	if err := p.gate.loadOrder(); err != nil {
+		p.setFailure(err.Error())
+		return fmt.Errorf("%s: %w", section, err)
 	}
 	// Every bundle OPA activates (a download, --bundle under --watch) commits; the gate then
 	// compiles its copies of the bundles, off the commit and off the hot path.

@@ -185,3 +185,33 @@ func readSmall(r io.Reader) ([]byte, error) {
 	}
 	return buf.Bytes(), nil
 }
+
+// BundleOrder is the order of signed bundles for a gate that activates bundles itself (the gate
+// of `authz run`, internal/opaplugin): the same rules and state file as authz serve's. It is
+// not safe for concurrent use.
+type BundleOrder struct{ o *bundleOrder }
+
+// LoadBundleOrder reads the order kept in persistDir (OPA's persistence directory; "" keeps
+// the order in the process only). A malformed state file is an error: do not start without it.
+func LoadBundleOrder(persistDir string) (*BundleOrder, error) {
+	state := ""
+	if persistDir != "" {
+		state = filepath.Join(persistDir, orderStateName)
+	}
+	o, err := loadOrder(state)
+	if err != nil {
+		return nil, err
+	}
+	return &BundleOrder{o: o}, nil
+}
+
+// Check says whether bundle name, issued at iat (0: none), may replace the one adopted; its
+// error is a POLICY_BUNDLE_ROLLBACK naming both issue times.
+func (b *BundleOrder) Check(name string, iat int64) error { return b.o.check(name, iat) }
+
+// Commit records the issue times of adopted bundles (0: not signed, not recorded) and writes
+// the state file.
+func (b *BundleOrder) Commit(iats map[string]int64) error { return b.o.commit(iats) }
+
+// SignatureIAT is the iat claim of a verified bundle's signature; 0 when it has none.
+func SignatureIAT(sc bundle.SignaturesConfig) (int64, error) { return signatureIAT(sc) }

@@ -34,7 +34,8 @@ values masked in the log ("[MASKED]", by default the environment's config) are r
 and the summary counts those records; log with --decision-log-mask= for exact replays.
 
 Exit status: 0 when no decision gains a grant, 1 when at least one does (a deny that becomes a
-grant, or a capability that becomes true), 2 for bad flags or a log with no decision in it.
+grant, a decision that failed when logged and now grants, or a capability that becomes true), 2
+for bad flags or a log with no decision in it.
 
 Flags:
 `
@@ -75,7 +76,8 @@ func (r *replayed) kind() (kind string, grantAdded bool) {
 	case r.unreadable != "":
 		return outUnreadable, false
 	case r.failedThen != "":
-		return outFailedThen, false
+		// The client was answered with the failure's deny: a grant now is a grant added.
+		return outFailedThen, r.failedNow == "" && r.after.Allow
 	case r.failedNow != "":
 		return outFailedNow, false
 	case !r.before.Allow && r.after.Allow:

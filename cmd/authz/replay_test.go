@@ -135,9 +135,10 @@ func TestReplayOddLines(t *testing.T) {
 	logPath, _, records := exampleLog(t, 1)
 	good, err := os.ReadFile(logPath)
 	require.NoError(t, err)
-	first := strings.SplitN(string(good), "\n", 2)[0]
+	denied := strings.Split(string(good), "\n")[1] // the second example denies
 	var rec map[string]any
-	require.NoError(t, json.Unmarshal([]byte(first), &rec))
+	require.NoError(t, json.Unmarshal([]byte(denied), &rec))
+	require.Equal(t, false, rec["result"].(map[string]any)["allow"])
 	rec["error"] = "EVAL_TIMEOUT"
 	failed, err := json.Marshal(rec)
 	require.NoError(t, err)
@@ -151,6 +152,15 @@ func TestReplayOddLines(t *testing.T) {
 	assert.Equal(t, 2, rep.Counts[outUnreadable])
 	assert.Equal(t, 1, rep.Counts[outFailedThen])
 	assert.Equal(t, records, rep.Counts[outUnchanged])
+	assert.Zero(t, rep.GrantsAdded, "the failed record is a deny now too")
+
+	// A decision that failed when logged was answered with a deny: granted now, it is a grant
+	// added (exit 1).
+	code, out, _ = runCLI(t, "", "replay", "--log", path, "--json", "--bundle", constantPolicy(t, true))
+	assert.Equal(t, 1, code)
+	rep = replayJSON(t, out)
+	assert.Equal(t, 1, rep.Counts[outFailedThen])
+	assert.Equal(t, rep.Counts[outDenyToGrant]+rep.Counts[outCapsGained]+1, rep.GrantsAdded)
 
 	onlyOdd := testutil.WriteFile(t, t.TempDir(), "odd.jsonl", "not json\n[]\n")
 	code, _, errOut = runCLI(t, "", "replay", "--log", onlyOdd)

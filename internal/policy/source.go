@@ -239,12 +239,12 @@ func (s *Source) activateLocked(ctx context.Context, p *decision.Policy, origin,
 	}
 	s.digest = digest
 	s.status.Revision, s.status.Origin, s.status.ActivatedAt, s.status.LastError = p.Revision(), origin, time.Now().UTC(), ""
-	s.log.Info("policy activated", "revision", p.Revision(), "origin", origin, "cache", logtext.Clean(cacheNote(p))) // the note may quote the bundle
+	s.log.Info("policy activated", "revision", p.Revision(), "origin", origin, "cache", logtext.Clean(cacheNote(s.eng))) // the note may quote the bundle
 	return nil
 }
 
-func cacheNote(p *decision.Policy) string {
-	if why := p.CacheStatus(); why != "" {
+func cacheNote(eng *decision.Engine) string {
+	if why := eng.CacheStatus(); why != "" {
 		return "off: " + why
 	}
 	return "on"

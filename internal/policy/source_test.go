@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/hashicorp/go-hclog"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
@@ -226,5 +227,25 @@ func TestConfigValidate(t *testing.T) {
 			require.Error(t, err)
 			assert.Contains(t, err.Error(), tc.want)
 		})
+	}
+}
+
+// TestActivationLogSaysWhetherTheCacheIsOn: the activation line reports the engine's cache, not
+// only whether the policy could be cached: with the cache turned off it says so.
+func TestActivationLogSaysWhetherTheCacheIsOn(t *testing.T) {
+	for _, tc := range []struct {
+		opts decision.Options
+		want string
+	}{
+		{opts: decision.Options{}, want: "cache=on"},
+		{opts: decision.Options{Cache: decision.CacheOptions{Disabled: true}}, want: `cache="off: the decision cache is turned off"`},
+	} {
+		out := &testutil.SyncBuffer{}
+		eng := decision.NewEmpty(tc.opts)
+		src, err := New(Config{}, eng, Options{Logger: hclog.New(&hclog.LoggerOptions{Output: out})})
+		require.NoError(t, err)
+		require.NoError(t, src.Start(t.Context()))
+		src.Close(t.Context())
+		assert.Contains(t, out.String(), tc.want)
 	}
 }

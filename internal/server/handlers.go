@@ -358,7 +358,7 @@ func (s *Server) answerOverloaded(w http.ResponseWriter, r *http.Request) {
 func (s *Server) readBody(w http.ResponseWriter, r *http.Request) ([]byte, error) {
 	if ct := r.Header.Get("Content-Type"); ct != "" {
 		mt, _, err := mime.ParseMediaType(ct)
-		if err != nil || (mt != "application/json" && !strings.HasSuffix(mt, "+json")) {
+		if err != nil || (mt != "application/json" && !(strings.HasPrefix(mt, "application/") && strings.HasSuffix(mt, "+json"))) {
 			return nil, coded.Errorf(coded.UnsupportedMediaType, "Content-Type %q is not JSON: send application/json", ct)
 		}
 	}

@@ -364,6 +364,7 @@ func TestBadRequests(t *testing.T) {
 		{name: "data API body an array", path: "/v1/data/authz/decision", body: `[]`, wantStatus: 400, wantCode: "BAD_REQUEST"},
 		{name: "form content type", path: "/v1/authorize", contentType: "application/x-www-form-urlencoded", body: `{}`, wantStatus: 415, wantCode: "UNSUPPORTED_MEDIA_TYPE"},
 		{name: "text content type", path: "/v1/capabilities", contentType: "text/plain", body: `{}`, wantStatus: 415, wantCode: "UNSUPPORTED_MEDIA_TYPE"},
+		{name: "a +json type outside application/", path: "/v1/authorize", contentType: "text/x+json", body: `{}`, wantStatus: 415, wantCode: "UNSUPPORTED_MEDIA_TYPE"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

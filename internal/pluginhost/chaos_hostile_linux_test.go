@@ -39,11 +39,12 @@ type workerSeen struct {
 }
 
 // keyedLiveness is the liveness driver in mode reporting a plugin key of its own, so that two
-// of them run in one host.
+// of them run in one host. It answers for half a second before it stops answering, long enough
+// for decisions to grant and for the host to keep config check answers of it.
 func keyedLiveness(tb testing.TB, id, mode string) PluginConfig {
 	tb.Helper()
 	p := livenessPlugin(tb, id, mode)
-	p.Args = append(p.Args, "-plugin-key", "test.liveness."+id)
+	p.Args = append(p.Args, "-plugin-key", "test.liveness."+id, "-after", "500ms")
 	return p
 }
 
@@ -226,15 +227,20 @@ func TestChaosWithHostileDrivers(t *testing.T) {
 		}
 	})
 
-	// Decide from three goroutines, round robin over the plugins; every decision carries a
-	// config of its own, so that it asks the driver's config check rather than a kept answer.
+	// Decide from three goroutines, round robin over the plugins. Every other decision carries
+	// one config whose check the host answers from what it keeps while the worker runs; the
+	// others carry a config of their own, so that they ask the driver.
 	var decideErrs []error
 	for g := range 3 {
 		wg.Go(func() {
 			for i := g; !stopped(); i++ {
 				id := plugins[i%len(plugins)]
+				config := "kept"
+				if (i/len(plugins))%2 == 1 {
+					config = fmt.Sprint(g, "-", i)
+				}
 				req, err := snapshot.ParseRequest(strings.NewReader(`{
-					"environment": {"driver": "sandbox", "config": {"decision": "` + fmt.Sprint(g, "-", i) + `"}},
+					"environment": {"driver": "sandbox", "config": {"decision": "` + config + `"}},
 					"lease": {"leasePolicy": "ephemeral", "metadata": {"driver": "sandbox", "sandboxProviderPlugin": true,
 						"pluginId": "` + id + `", "provider": "example"}}}`))
 				d := chaosDecision{plugin: id, start: time.Now()}

@@ -137,6 +137,10 @@ type worker struct {
 // so is one the host gave up on (it no longer answers) while it is being killed.
 func (w *worker) alive() bool { return !w.dropped.Load() && w.proc.alive() }
 
+// answering reports whether the worker is alive and its process is not stopped (SIGSTOP, a
+// tracer): what a decision reads.
+func (w *worker) answering() bool { return !w.dropped.Load() && w.proc.answering() }
+
 // PluginState is a plugin's state as GET /v1/plugins shows it (the JSON names) and as the
 // service log and tests read it.
 type PluginState struct {
@@ -460,7 +464,7 @@ func (h *Host) markReady(m *managed) {
 // Plugin implements snapshot.Facts: one load of the plugin's current view gives its record and
 // its worker, both of one generation. It calls no plugin and copies nothing: the record and its
 // index by driverKey were rendered when the view was published, and a worker whose process has
-// exited is left out.
+// exited or is stopped is left out.
 func (h *Host) Plugin(id string) (snapshot.PluginFacts, bool) {
 	m, ok := h.current().byID[id]
 	if !ok {
@@ -468,7 +472,7 @@ func (h *Host) Plugin(id string) (snapshot.PluginFacts, bool) {
 	}
 	v := m.state.Load()
 	pf := snapshot.PluginFacts{Record: v.record.Record(), Index: v.record}
-	if w := v.worker; w != nil && w.alive() {
+	if w := v.worker; w != nil && w.answering() {
 		pf.Worker = w.facts
 	}
 	return pf, true

@@ -311,7 +311,15 @@ func (p *proc) wait() {
 
 // alive reports whether the process still runs, asking the kernel without blocking; it is
 // correct even before wait has noticed the exit.
-func (p *proc) alive() bool {
+func (p *proc) alive() bool { return p.runs(false) }
+
+// answering reports whether the process runs and is not stopped (by SIGSTOP or a tracer): a
+// stopped process answers nothing, so no decision reads it, not even from an answer the host
+// kept of it, while the health check finds it and restarts the plugin.
+func (p *proc) answering() bool { return p.runs(true) }
+
+// runs reports whether the process still runs (and, with notStopped, is not stopped).
+func (p *proc) runs(notStopped bool) bool {
 	select {
 	case <-p.exited:
 		return false
@@ -331,24 +339,37 @@ func (p *proc) alive() bool {
 	}
 	// A killed multi-threaded process shows as a zombie before the kernel reports its exit
 	// (its other threads are still being torn down): it runs no code any more, so it is dead.
-	return !dying(p.pid)
+	switch processState(p.pid) {
+	case 0, 'Z', 'X':
+		return false
+	case 'T', 't':
+		return !notStopped
+	}
+	return true
 }
 
 // dying reports whether the process table shows pid as a zombie (or gone).
 func dying(pid int) bool {
+	s := processState(pid)
+	return s == 0 || s == 'Z' || s == 'X'
+}
+
+// processState is the state letter of pid in the process table (R, S, T, Z, …); 0 when it is
+// gone or its line cannot be read.
+func processState(pid int) byte {
 	var buf [512]byte
 	fd, err := unix.Open("/proc/"+strconv.Itoa(pid)+"/stat", unix.O_RDONLY|unix.O_CLOEXEC, 0)
 	if err != nil {
-		return true
+		return 0
 	}
 	n, _ := unix.Read(fd, buf[:])
 	_ = unix.Close(fd)
 	s := buf[:max(n, 0)]
 	i := bytes.LastIndexByte(s, ')')
 	if i < 0 || len(s) < i+3 {
-		return true
+		return 0
 	}
-	return s[i+2] == 'Z' || s[i+2] == 'X'
+	return s[i+2]
 }
 
 // release closes the pidfd once the process is gone and nobody needs it any more.

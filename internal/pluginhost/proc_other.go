@@ -43,6 +43,7 @@ func (*proc) containment() *Containment {
 func closeInheritedOnExec()                                  {}
 func (*proc) started() int                                   { return 0 }
 func (*proc) alive() bool                                    { return false }
+func (*proc) answering() bool                                { return false }
 func (*proc) release()                                       {}
 func (*proc) endDescendants()                                {}
 func (*proc) refused() error                                 { return nil }

@@ -503,7 +503,7 @@ func (h *Host) publishWorker(m *managed, l *launch, drv *driverplugin.GRPCClient
 		done:       pp.exited,
 		guard:      l.guard,
 	}
-	w.facts = snapshot.NewWorker(generation, w.methods, pp.alive)
+	w.facts = snapshot.NewWorker(generation, w.methods, pp.answering) // a stopped worker grants nothing
 	if err := h.publishReady(m, desc, w); err != nil {
 		return nil, err
 	}

@@ -10,8 +10,9 @@
 //     the process is never reaped while its threads live, so a supervisor waiting for its exit
 //     waits forever.
 //
-// Otherwise it is the example driver. The authz command never links it
-// (TestNotInTheShippedBinary); the host's tests run it by re-executing their own binary.
+// Otherwise it is the example driver, reporting the plugin key -plugin-key. The authz command
+// never links it (TestNotInTheShippedBinary); the host's tests run it by re-executing their own
+// binary.
 package liveness
 
 import (
@@ -75,6 +76,8 @@ func run(args []string, stderr io.Writer) int {
 	fs.SetOutput(stderr)
 	mode := fs.String("mode", ModeSelfStop, "how to stop answering once ready: selfstop or mainexit")
 	after := fs.Duration("after", 100*time.Millisecond, "how long after the host read the methods")
+	opts := faults.DefaultOptions()
+	fs.StringVar(&opts.PluginKey, "plugin-key", opts.PluginKey, "plugin key reported by Describe")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return 0
@@ -95,7 +98,7 @@ func run(args []string, stderr io.Writer) int {
 		return 2
 	}
 	log := hclog.New(&hclog.LoggerOptions{Name: "liveness-driver", Level: hclog.Info, Output: stderr, JSONFormat: true})
-	d := &readyDriver{Driver: faults.New(faults.DefaultOptions(), log), ready: make(chan struct{})}
+	d := &readyDriver{Driver: faults.New(opts, log), ready: make(chan struct{})}
 	served := make(chan struct{})
 	go func() {
 		defer close(served)

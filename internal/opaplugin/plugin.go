@@ -58,9 +58,14 @@ var _ plugins.Factory = Factory{}
 
 // Validate parses and checks the plugins.authz section. The gate's bundle activator must be
 // registered (RegisterActivator): without it the gate would not see OPA's bundles.
-func (f Factory) Validate(_ *plugins.Manager, config []byte) (any, error) {
+func (f Factory) Validate(m *plugins.Manager, config []byte) (any, error) {
 	if !bundle.HasExtension() || !activatorRegistered() {
 		return nil, fmt.Errorf("%s: the gate's bundle activator is not registered: call opaplugin.RegisterActivator before OPA's runtime starts", section)
+	}
+	// OPA's keys and bundles sections are held to the rule of authz serve: a bundle that any
+	// configured key, or no key, could stand behind would replace the gate's policy.
+	if _, err := checkSigning(m); err != nil {
+		return nil, fmt.Errorf("%s: %w", section, err)
 	}
 	return parseConfig(config, f.StartHost)
 }

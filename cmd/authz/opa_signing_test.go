@@ -5,6 +5,7 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"regexp"
 	"strings"
 	"syscall"
@@ -60,16 +61,19 @@ func TestRunRefusesUnboundBundleKeys(t *testing.T) {
 }
 
 // TestRunReloadsOnSIGHUP: SIGHUP to `authz run` does not end it: the gate reads its tokens
-// file again (a token removed from it stops working, one kept still works), logs what it
-// reloaded, and keeps serving until SIGTERM.
+// file again (a token removed from it stops working, one kept still works), reopens its
+// decision log at its path (rotation by renaming), logs what it reloaded, and keeps serving
+// until SIGTERM.
 func TestRunReloadsOnSIGHUP(t *testing.T) {
 	const kept, revoked = "0123456789abcdef0123456789abcdef", "fedcba9876543210fedcba9876543210"
 	dir := t.TempDir()
 	facts := testutil.WriteFile(t, dir, "facts.json", specFacts)
 	tokens := testutil.WriteFile(t, dir, "tokens", kept+" decide\n"+revoked+" decide\n")
 	require.NoError(t, os.Chmod(tokens, 0o600))
+	logPath := filepath.Join(dir, "decisions.log")
 	cfgPath := testutil.WriteFile(t, dir, "opa.yaml", "plugins:\n  authz:\n    addr: 127.0.0.1:0\n    facts: "+facts+"\n"+
-		"    authentication:\n      mode: token\n      tokensFile: "+tokens+"\n")
+		"    authentication:\n      mode: token\n      tokensFile: "+tokens+"\n"+
+		"    decisionLog: {path: "+logPath+", required: true}\n")
 	ar := startRun(t, "--server", "--addr", freeLoopbackAddr(t), "--config-file", cfgPath)
 	gate := "http://" + waitListening(t, ar.Stderr)
 	c := &http.Client{Timeout: 10 * time.Second}
@@ -87,12 +91,15 @@ func TestRunReloadsOnSIGHUP(t *testing.T) {
 
 	testutil.WriteFile(t, dir, "tokens", kept+" decide\n")
 	require.NoError(t, os.Chmod(tokens, 0o600))
+	require.NoError(t, os.Rename(logPath, logPath+".1"))
 	ar.Signal(t, syscall.SIGHUP)
 	testutil.WaitLogged(t, ar.Stderr, regexp.MustCompile(`(reload: bearer tokens re-read)`), 10*time.Second)
 	require.True(t, ar.Alive(), "SIGHUP ended authz run; stderr:\n%s", ar.Stderr)
 	assert.Contains(t, ar.Stderr.String(), "reload: SIGHUP received", "the gate logs what the signal did")
 	assert.Equal(t, http.StatusUnauthorized, decide(revoked), "a token removed from the tokens file is refused after SIGHUP")
 	assert.Equal(t, http.StatusOK, decide(kept))
+	assert.NotEmpty(t, decisionIDs(t, logPath+".1"), "the decisions before the signal are in the renamed file")
+	assert.Len(t, decisionIDs(t, logPath), 1, "the decision after the signal is in the reopened file")
 	c.CloseIdleConnections()
 
 	ar.Signal(t, syscall.SIGTERM)

@@ -138,7 +138,7 @@ func (c Config) opaRaw() ([]byte, error) {
 
 // opaConfig parses the opa section with OPA's own parser and checks what authz relies on: when
 // keys are configured, every bundle has a signing block, so that an unsigned bundle is refused
-// (OPA would accept one), and each bundle is bound to one key (checkSigning).
+// (OPA would accept one), and each bundle is bound to one key (CheckBundleSigning).
 func (c Config) opaConfig() (*opaconfig.Config, error) {
 	raw, err := c.opaRaw()
 	if err != nil {

@@ -4,6 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"io"
+	"os"
+	"path/filepath"
 	"testing"
 
 	"github.com/open-policy-agent/opa/v1/bundle"
@@ -109,4 +111,27 @@ func TestGateAdoptsOnlyVerifiedBundlesWhenKeyed(t *testing.T) {
 	require.NoError(t, err)
 	assert.Empty(t, msg)
 	assert.Equal(t, "signed", g.Revision())
+}
+
+// TestReloadReachesServingGates: Reload reloads the gate's server while it serves (its
+// decision log is reopened at its path after a rename) and reaches no gate once it stopped;
+// a Reload racing the stop neither blocks nor touches a stopped server.
+func TestReloadReachesServingGates(t *testing.T) {
+	logPath := filepath.Join(t.TempDir(), "decisions.log")
+	p := startPlugin(t, newManager(t, nil), `{"addr": "127.0.0.1:0", "facts": "`+specFactsFile(t)+`", "decisionLog": {"path": "`+logPath+`"}}`, io.Discard)
+	require.FileExists(t, logPath)
+	require.NoError(t, os.Rename(logPath, logPath+".1"))
+	assert.Equal(t, 1, Reload())
+	assert.FileExists(t, logPath, "the decision log is reopened at its path")
+
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for range 50 {
+			Reload()
+		}
+	}()
+	p.Stop(context.Background())
+	<-done
+	assert.Equal(t, 0, Reload(), "a stopped gate is not reloaded")
 }

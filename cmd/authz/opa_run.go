@@ -3,6 +3,9 @@ package main
 import (
 	"context"
 	"io"
+	"os"
+	"os/signal"
+	"syscall"
 
 	"github.com/hashicorp/go-hclog"
 	opacmd "github.com/open-policy-agent/opa/cmd"
@@ -17,8 +20,10 @@ import (
 // runOPA is `authz run`: OPA's own run command, every flag, configuration key and API of
 // `opa run` included, with the gate registered as the OPA plugin plugins.authz
 // (internal/opaplugin). OPA handles SIGINT and SIGTERM itself: it stops its server, then its
-// plugins (the gate's server, then the driver plugins).
+// plugins (the gate's server, then the driver plugins). SIGHUP never ends the process: it
+// reloads the gate's tokens file and decision log (reloadOnHangup).
 func runOPA(_ context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) error {
+	defer reloadOnHangup(stderr)()
 	// The gate compiles its policy from the bundles OPA activates, copied on their way in.
 	opaplugin.RegisterActivator()
 	runtime.RegisterPlugin(opaplugin.Name, opaplugin.Factory{StartHost: startPluginHost, LogOutput: stderr})
@@ -44,4 +49,31 @@ func runOPA(_ context.Context, args []string, stdin io.Reader, stdout, stderr io
 // starts those of its configuration file.
 func startPluginHost(ctx context.Context, cfg service.Config, logger hclog.Logger) (server.FactsSource, func(), error) {
 	return service.StartPlugins(ctx, cfg, logger)
+}
+
+// reloadOnHangup catches SIGHUP for as long as `authz run` runs, so that it never ends the
+// process (a logrotate postrotate `kill -HUP` included): each one reloads what the gate can
+// reload (opaplugin.Reload), and says so when no gate serves yet. It returns the function that
+// stops catching it.
+func reloadOnHangup(stderr io.Writer) func() {
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	done := make(chan struct{})
+	go func() {
+		for {
+			select {
+			case <-done:
+				return
+			case <-hup:
+				if opaplugin.Reload() == 0 {
+					hclog.New(&hclog.LoggerOptions{Name: "authz", Output: stderr}).
+						Info("reload: SIGHUP received; the gate does not serve yet, nothing to reload")
+				}
+			}
+		}
+	}()
+	return func() {
+		signal.Stop(hup)
+		close(done)
+	}
 }

@@ -104,6 +104,31 @@ func configuredBundles(m *plugins.Manager) (names []string, legacy bool, err err
 	return names, legacy, nil
 }
 
+// checkSigning holds OPA's keys and bundles sections to the rule of authz serve
+// (policy.CheckBundleSigning): with keys configured, every bundle has a signing block that binds
+// it to one key. keyed reports whether keys are configured: a bundle of the bundles section
+// then counts only with a signature OPA verified.
+func checkSigning(m *plugins.Manager) (keyed bool, err error) {
+	if m == nil {
+		return false, nil
+	}
+	cfg := m.GetConfig()
+	if cfg == nil {
+		return false, nil
+	}
+	if err := policy.CheckBundleSigning(cfg); err != nil {
+		return false, fmt.Errorf("OPA's configuration: %w", err)
+	}
+	if len(cfg.Keys) > 0 && string(cfg.Keys) != "null" {
+		var ks map[string]json.RawMessage
+		if err := json.Unmarshal(cfg.Keys, &ks); err != nil {
+			return false, fmt.Errorf("OPA's configuration: keys: %w", err)
+		}
+		keyed = len(ks) > 0
+	}
+	return keyed, nil
+}
+
 // storeBundleNames are the bundles OPA's store records as active (a deactivated bundle is no
 // longer among them).
 func storeBundleNames(ctx context.Context, store storage.Store) ([]string, error) {
@@ -169,9 +194,15 @@ func (g *gate) load(ctx context.Context) (msg string, err error) {
 	case len(waiting) > 0:
 		return noPolicy(fmt.Sprintf("waiting for bundle(s) %s to be downloaded and activated: every decision denies (%s) until then", strings.Join(waiting, ", "), coded.EvalNoPolicy))
 	}
+	keyed, err := checkSigning(g.m)
+	if err != nil {
+		return noPolicy(fmt.Sprintf("%v; every decision denies (%s)", err, coded.EvalNoPolicy))
+	}
 	for _, n := range slices.Sorted(maps.Keys(use)) {
 		c := use[n]
 		switch {
+		case keyed && !c.signed && slices.Contains(remote, n):
+			return noPolicy(fmt.Sprintf("bundle %s has no verified signature, and OPA's configuration has keys for it: the gate adopts it only signed; every decision denies (%s)", n, coded.EvalNoPolicy))
 		case c.delta:
 			return noPolicy(fmt.Sprintf("bundle %s is a delta bundle: the gate needs snapshot bundles; every decision denies (%s)", n, coded.EvalNoPolicy))
 		case c.err != "":

@@ -58,9 +58,14 @@ var _ plugins.Factory = Factory{}
 
 // Validate parses and checks the plugins.authz section. The gate's bundle activator must be
 // registered (RegisterActivator): without it the gate would not see OPA's bundles.
-func (f Factory) Validate(_ *plugins.Manager, config []byte) (any, error) {
+func (f Factory) Validate(m *plugins.Manager, config []byte) (any, error) {
 	if !bundle.HasExtension() || !activatorRegistered() {
 		return nil, fmt.Errorf("%s: the gate's bundle activator is not registered: call opaplugin.RegisterActivator before OPA's runtime starts", section)
+	}
+	// OPA's keys and bundles sections are held to the rule of authz serve: a bundle that any
+	// configured key, or no key, could stand behind would replace the gate's policy.
+	if _, err := checkSigning(m); err != nil {
+		return nil, fmt.Errorf("%s: %w", section, err)
 	}
 	return parseConfig(config, f.StartHost)
 }
@@ -214,6 +219,35 @@ func (p *Plugin) Reconfigure(_ context.Context, config any) {
 	p.requestReload()
 }
 
+// reloadable are the plugins whose gate serves in this process, for Reload.
+var reloadable sync.Map // *Plugin -> struct{}
+
+// Reload reloads what every gate serving in this process can reload without a restart, as
+// `authz serve` does on SIGHUP (server.Server.Reload): its tokens file and its decision log
+// file. Each gate logs what it reloaded. It returns how many gates were reloaded.
+func Reload() int {
+	n := 0
+	reloadable.Range(func(k, _ any) bool {
+		if k.(*Plugin).reloadServer() {
+			n++
+		}
+		return true
+	})
+	return n
+}
+
+// reloadServer reloads the gate's HTTP server; false when it does not serve.
+func (p *Plugin) reloadServer() bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.run == nil {
+		return false
+	}
+	p.run.log.Info("reload: SIGHUP received; re-reading the tokens file and reopening the decision log")
+	_ = p.run.srv.Reload() // it logs each failure, and what it reloaded
+	return true
+}
+
 // Addr is the address the gate listens on (the port chosen for addr port 0), nil when not serving.
 func (p *Plugin) Addr() net.Addr {
 	p.mu.Lock()
@@ -272,6 +306,7 @@ func (p *Plugin) startServing(cfg *Config) error {
 		}
 	}()
 	p.run = run
+	reloadable.Store(p, struct{}{})
 	p.log.Store(&log)
 	p.stMu.Lock()
 	p.facts, p.failure, p.stopped = facts, "", false
@@ -288,6 +323,7 @@ func (p *Plugin) stopServing() {
 		return
 	}
 	p.run = nil
+	reloadable.Delete(p)
 	run.cancel()
 	<-run.served
 	run.stopFacts()

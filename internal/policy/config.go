@@ -138,7 +138,7 @@ func (c Config) opaRaw() ([]byte, error) {
 
 // opaConfig parses the opa section with OPA's own parser and checks what authz relies on: when
 // keys are configured, every bundle has a signing block, so that an unsigned bundle is refused
-// (OPA would accept one), and each bundle is bound to one key (checkSigning).
+// (OPA would accept one), and each bundle is bound to one key (CheckBundleSigning).
 func (c Config) opaConfig() (*opaconfig.Config, error) {
 	raw, err := c.opaRaw()
 	if err != nil {
@@ -151,6 +151,25 @@ func (c Config) opaConfig() (*opaconfig.Config, error) {
 	if len(oc.Discovery) > 0 && string(oc.Discovery) != "null" {
 		return nil, errors.New("discovery is not supported: configure services and bundles directly")
 	}
+	bundles, err := signingBlocks(oc)
+	if err != nil {
+		return nil, err
+	}
+	if _, set := c.OPA["bundles"]; set && len(bundles) == 0 {
+		return nil, errors.New("bundles: name at least one bundle (bundles.NAME.service, bundles.NAME.resource), or remove the key")
+	}
+	if len(oc.Bundle) > 0 && string(oc.Bundle) != "null" {
+		return nil, errors.New("bundle: the single-bundle key is deprecated in OPA: write bundles.NAME instead")
+	}
+	if err := CheckBundleSigning(oc); err != nil {
+		return nil, err
+	}
+	return oc, nil
+}
+
+// signingBlocks are the signing blocks of the bundles section of oc, by bundle name (an empty
+// block for a bundle without one).
+func signingBlocks(oc *opaconfig.Config) (map[string]json.RawMessage, error) {
 	var bundles map[string]struct {
 		Signing json.RawMessage `json:"signing"`
 	}
@@ -159,26 +178,37 @@ func (c Config) opaConfig() (*opaconfig.Config, error) {
 			return nil, fmt.Errorf("bundles: %w", err)
 		}
 	}
-	if _, set := c.OPA["bundles"]; set && len(bundles) == 0 {
-		return nil, errors.New("bundles: name at least one bundle (bundles.NAME.service, bundles.NAME.resource), or remove the key")
+	out := make(map[string]json.RawMessage, len(bundles))
+	for n, b := range bundles {
+		out[n] = b.Signing
 	}
-	if len(oc.Bundle) > 0 && string(oc.Bundle) != "null" {
-		return nil, errors.New("bundle: the single-bundle key is deprecated in OPA: write bundles.NAME instead")
+	return out, nil
+}
+
+// CheckBundleSigning checks the keys and bundles sections of an OPA configuration the way
+// authz holds them, wherever OPA downloads its policy (authz serve's opa section, authz run's
+// OPA configuration): when keys are configured, every bundle has a signing block, and with more
+// than one key the block names the key that signs the bundle (checkSigning). The error names
+// the key as the OPA configuration spells it (bundles.NAME.signing) and says what to add.
+func CheckBundleSigning(oc *opaconfig.Config) error {
+	bundles, err := signingBlocks(oc)
+	if err != nil {
+		return err
 	}
 	var keyNames []string
 	if len(oc.Keys) > 0 && string(oc.Keys) != "null" {
 		var ks map[string]json.RawMessage
 		if err := json.Unmarshal(oc.Keys, &ks); err != nil {
-			return nil, fmt.Errorf("keys: %w", err)
+			return fmt.Errorf("keys: %w", err)
 		}
 		keyNames = slices.Sorted(maps.Keys(ks))
 	}
 	for _, n := range slices.Sorted(maps.Keys(bundles)) {
-		if err := checkSigning(n, bundles[n].Signing, keyNames); err != nil {
-			return nil, err
+		if err := checkSigning(n, bundles[n], keyNames); err != nil {
+			return err
 		}
 	}
-	return oc, nil
+	return nil
 }
 
 // checkSigning checks the signing block of bundle name against the configured keys. With keys,

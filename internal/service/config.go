@@ -49,6 +49,9 @@ type Config struct {
 	Facts string `yaml:"facts"`
 	// Log configures the service's own log (hclog, on stderr).
 	Log LogConfig `yaml:"log"`
+	// File is the configuration file the configuration was read from (LoadConfig); "" for
+	// none. Run warns when others may read it.
+	File string `yaml:"-"`
 }
 
 // DecisionConfig is what the service sets of the decision engine.
@@ -96,7 +99,23 @@ func LoadConfig(path string) (Config, error) {
 	if err != nil {
 		return Config{}, fmt.Errorf("%s: %w", path, err)
 	}
+	cfg.File = path
 	return cfg, nil
+}
+
+// warnReadableFile logs a WARN when others may read the configuration file: it may hold
+// credentials (OPA services' credentials under opa:), and a root host's drivers run as other
+// users.
+func warnReadableFile(log hclog.Logger, path string) {
+	if path == "" {
+		return
+	}
+	fi, err := os.Stat(path)
+	if err != nil || fi.Mode().Perm()&0o004 == 0 {
+		return
+	}
+	log.Warn(fmt.Sprintf("the configuration file is readable by others and may hold credentials: chmod 600 %s", path),
+		"file", path, "mode", fmt.Sprintf("%04o", fi.Mode().Perm()))
 }
 
 // ParseConfig reads a YAML configuration over DefaultConfig. Unknown fields are rejected; an

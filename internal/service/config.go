@@ -24,6 +24,9 @@ import (
 const (
 	DefaultEvalTimeout = 5 * time.Second
 	ExamplePluginID    = "example.sandbox"
+	// ExamplePluginKey is the plugin key the built-in example driver reports; the default
+	// configuration sets it as the example plugin's key, so no other plugin's driver can take it.
+	ExamplePluginKey = "example.sandbox"
 )
 
 // Config is the whole configuration of `authz serve`, composed from the configuration each
@@ -78,6 +81,7 @@ func DefaultConfig() Config {
 	host.Plugins = []pluginhost.PluginConfig{{
 		ID:   ExamplePluginID,
 		Path: pluginhost.SelfExecutable,
+		Key:  ExamplePluginKey,
 		Args: []string{"example-driver"},
 	}}
 	return Config{

@@ -352,13 +352,13 @@ func tlsServerConfig(cfg Config) (*tls.Config, error) {
 	if cfg.TLS.Cert == "" {
 		return nil, nil
 	}
+	certPEM, err := os.ReadFile(cfg.TLS.Cert)
+	if err != nil {
+		return nil, fmt.Errorf("tls.cert: load the certificate: %w", err)
+	}
 	key, err := readSecretFile(cfg.TLS.Key, "TLS key")
 	if err != nil {
 		return nil, fmt.Errorf("tls.key: %w", err)
-	}
-	certPEM, err := os.ReadFile(cfg.TLS.Cert)
-	if err != nil {
-		return nil, fmt.Errorf("tls.cert: %w", err)
 	}
 	cert, err := tls.X509KeyPair(certPEM, key)
 	if err != nil {

@@ -93,3 +93,30 @@ func TestDriverUIDIsNotAnotherProcesses(t *testing.T) {
 	assert.False(t, before[uid], "uid %d ran a process before the driver started", uid)
 	assert.Contains(t, procFile(t, w.PID, "status"), fmt.Sprintf("Uid:\t%d\t", uid))
 }
+
+// TestDynamicIDIsChosenAgainWhenTaken: a plugin keeps its uid from one start to the next while
+// no process runs with it; once a process outside the host runs with it (another host's
+// driver), the next start chooses another.
+func TestDynamicIDIsChosenAgainWhenTaken(t *testing.T) {
+	if os.Getuid() != 0 {
+		t.Skip("dynamic driver uids are those of a root host")
+	}
+	const id = "uid-retaken.sandbox"
+	first, err := dynamicID(id)
+	require.NoError(t, err)
+	again, err := dynamicID(id)
+	require.NoError(t, err)
+	require.Equal(t, first, again, "kept while free")
+
+	other := exec.Command("sleep", "300")
+	other.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: first, Gid: first, Groups: []uint32{}}, Pdeathsig: syscall.SIGKILL}
+	require.NoError(t, other.Start())
+	defer func() { _ = other.Process.Kill(); _ = other.Wait() }()
+
+	next, err := dynamicID(id)
+	require.NoError(t, err)
+	assert.NotEqual(t, first, next, "uid %d runs another process", first)
+	inUse, err := uidsInUse("/proc")
+	require.NoError(t, err)
+	assert.False(t, inUse[next])
+}

@@ -38,9 +38,16 @@ type cgroupRoot struct {
 	dir     string // the workers' parent, absolute
 	hasKill bool   // cgroup.kill exists (Linux 5.14)
 
-	mu      sync.Mutex // serialises creating and removing the parent
-	ctrlErr error      // why controllers cannot be enabled, once tried
-	ctrlOK  []string   // controllers enabled for the workers
+	mu      sync.Mutex    // serialises creating and removing the parent
+	ctrlErr error         // why controllers cannot be enabled, once tried
+	ctrlOK  []string      // controllers enabled for the workers
+	stale   []staleCgroup // ended when the root was found, not yet logged (under mu)
+}
+
+// staleCgroup is the workers' cgroup of a host that is gone, ended and removed at a host start.
+type staleCgroup struct {
+	dir   string // absolute
+	ended int    // processes that still ran in it
 }
 
 // findCgroupRoot locates the cgroup2 hierarchy and the host's cgroup in it and checks that the
@@ -62,35 +69,49 @@ func findCgroupRoot() (*cgroupRoot, error) {
 	_, err = os.Stat(filepath.Join(r.dir, "cgroup.kill"))
 	r.hasKill = err == nil
 	_ = os.Remove(r.dir) // made again for the first worker; a host without workers leaves none
-	r.removeStale()
+	r.stale = r.removeStale()
 	return r, nil
+}
+
+// takeStale returns the stale cgroups ended when r was found, once.
+func (r *cgroupRoot) takeStale() []staleCgroup {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	out := r.stale
+	r.stale = nil
+	return out
 }
 
 // removeStale ends and removes the worker cgroups of hosts that are gone (killed before they
 // could remove them): what their drivers left running there ends now.
-func (r *cgroupRoot) removeStale() {
+func (r *cgroupRoot) removeStale() []staleCgroup {
 	hostDir := filepath.Join(r.mount, r.hostRel)
 	entries, err := os.ReadDir(hostDir)
 	if err != nil {
-		return
+		return nil
 	}
+	var out []staleCgroup
 	for _, e := range entries {
 		pid, err := strconv.Atoi(strings.TrimPrefix(e.Name(), cgroupParentPrefix))
 		if !e.IsDir() || !strings.HasPrefix(e.Name(), cgroupParentPrefix) || err != nil || exists(pid) {
 			continue
 		}
 		parent := &cgroupRoot{mount: r.mount, rel: filepath.Join(r.hostRel, e.Name()), dir: filepath.Join(hostDir, e.Name()), hasKill: r.hasKill}
+		found := staleCgroup{dir: parent.dir}
 		workers, _ := os.ReadDir(parent.dir)
 		for _, w := range workers {
 			if w.IsDir() {
 				cg := &workerCgroup{root: parent, dir: filepath.Join(parent.dir, w.Name()), fd: -1}
+				found.ended += len(cg.procs())
 				cg.kill()
 				cg.waitEmpty(time.Second)
 				_ = os.Remove(cg.dir)
 			}
 		}
 		_ = os.Remove(parent.dir)
+		out = append(out, found)
 	}
+	return out
 }
 
 // cgroup2Mount returns the mount point of the cgroup2 file system (on a hybrid system, such as

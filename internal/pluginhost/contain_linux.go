@@ -82,10 +82,18 @@ func (c *hostContainment) missing() []string {
 	return out
 }
 
-// warn logs, in one line, what drivers run without.
+// warn logs, in one line, what drivers run without; and, once per process, one line per stale
+// cgroup ended when the host set up (the processes a host killed with SIGKILL left behind).
 func (c *hostContainment) warn(log hclog.Logger) {
 	if m := c.missing(); len(m) > 0 {
 		log.Warn("drivers run with less containment than this host offers elsewhere: missing " + strings.Join(m, "; ") +
 			"; see docs/drivers.md, \"What a driver can and cannot do\"")
+	}
+	if c.cgroups == nil {
+		return
+	}
+	for _, s := range c.cgroups.takeStale() {
+		log.Warn("ended the driver cgroup of a host that is gone (it was killed without stopping its drivers): its processes ran until now",
+			"cgroup", s.dir, "processes", s.ended)
 	}
 }

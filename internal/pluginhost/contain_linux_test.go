@@ -486,3 +486,47 @@ func TestMissingContainmentIsWarnedOnce(t *testing.T) {
 	(&hostContainment{}).warn(log)
 	assert.Empty(t, buf.String(), "nothing missing, nothing said")
 }
+
+// TestStaleCgroupIsWarned: the processes a SIGKILLed host left behind (escaped from their
+// driver's process tree) are ended at the next host start, which says so in one WARN naming
+// the stale cgroup and how many processes it ended.
+func TestStaleCgroupIsWarned(t *testing.T) {
+	root := containment.setUp().cgroups
+	if root == nil {
+		t.Skipf("no writable cgroup v2 hierarchy: %v", containment.cgroupErr)
+	}
+	gone := exec.CommandContext(t.Context(), "/bin/true") // its pid names a host that is gone
+	require.NoError(t, gone.Run())
+	require.False(t, exists(gone.Process.Pid))
+	stale := filepath.Join(root.mount, root.hostRel, cgroupParentPrefix+strconv.Itoa(gone.Process.Pid))
+	worker := filepath.Join(stale, "p.marker")
+	require.NoError(t, os.MkdirAll(worker, 0o755))
+	t.Cleanup(func() { _ = os.Remove(worker); _ = os.Remove(stale) })
+	var waits []chan error
+	for range 2 {
+		left := exec.CommandContext(t.Context(), "/bin/sleep", "600")
+		require.NoError(t, left.Start())
+		waited := make(chan error, 1)
+		go func() { waited <- left.Wait() }()
+		waits = append(waits, waited)
+		require.NoError(t, os.WriteFile(filepath.Join(worker, "cgroup.procs"), []byte(strconv.Itoa(left.Process.Pid)), 0))
+	}
+
+	r, err := findCgroupRoot() // what a host start does
+	require.NoError(t, err)
+	var buf strings.Builder
+	(&hostContainment{cgroups: r}).warn(hclog.New(&hclog.LoggerOptions{Output: &buf, Level: hclog.Info}))
+	for _, waited := range waits {
+		select {
+		case err := <-waited:
+			require.Error(t, err, "the process left in the stale cgroup was killed")
+		case <-time.After(10 * time.Second):
+			t.Fatal("a process left in the stale cgroup still runs")
+		}
+	}
+	lines := strings.Split(strings.TrimSpace(buf.String()), "\n")
+	require.Len(t, lines, 1, "%s", buf.String())
+	assert.Contains(t, lines[0], "[WARN]")
+	assert.Contains(t, lines[0], "cgroup="+stale)
+	assert.Contains(t, lines[0], "processes=2")
+}

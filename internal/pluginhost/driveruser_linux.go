@@ -4,10 +4,12 @@ package pluginhost
 
 import (
 	"bufio"
+	"crypto/rand"
+	"encoding/binary"
 	"fmt"
-	"hash/fnv"
 	"os"
 	"os/user"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -17,8 +19,9 @@ import (
 // A host running as root does not run drivers as root unless a plugin says `user: root`. Each
 // plugin without `user:` runs as a user of its own: a dynamic uid (and a gid of the same number)
 // of the reserved range below, which no account holds and which owns no file, so a driver can
-// reach neither another driver (another uid) nor the host (root, not dumpable). A plugin keeps
-// its uid for the life of the host. Where the range is not mapped (a user namespace with a
+// reach neither another driver (another uid) nor the host (root, not dumpable). The uid is
+// chosen at random among those no process runs with (of this host or any other), and kept
+// while no other process takes it. Where the range is not mapped (a user namespace with a
 // short uid map), drivers run as driverUser if the system has it.
 const (
 	// driverUser is the account drivers of a root host run as where no dynamic uid is mapped.
@@ -56,31 +59,89 @@ func driverCredential(cfg PluginConfig) (*syscall.Credential, error) {
 	return nil, err
 }
 
-// dynamicID returns the plugin's dynamic uid (and gid): derived from its id, the next free one
-// on a collision with another plugin's.
+// dynamicID returns the plugin's dynamic uid (and gid): chosen at random in the range when the
+// plugin first starts in this host (chooseDynamicID), and chosen again at a later start when a
+// process on the system already runs with it.
 func dynamicID(pluginID string) (uint32, error) {
 	dynamicIDs.mu.Lock()
 	defer dynamicIDs.mu.Unlock()
-	if id, ok := dynamicIDs.byID[pluginID]; ok {
-		return id, nil
+	id, ok := dynamicIDs.byID[pluginID]
+	if ok {
+		inUse, err := uidsInUse("/proc")
+		if err == nil && !inUse[id] {
+			return id, nil
+		}
 	}
 	if !idMapped("/proc/self/uid_map", dynamicIDBase, dynamicIDCount) || !idMapped("/proc/self/gid_map", dynamicIDBase, dynamicIDCount) {
 		return 0, fmt.Errorf("the reserved driver uids %d-%d are not mapped in this user namespace: set plugins[].user (or create the user %q)",
 			dynamicIDBase, dynamicIDBase+dynamicIDCount-1, driverUser)
 	}
-	h := fnv.New32a()
-	_, _ = h.Write([]byte(pluginID))
-	off := h.Sum32() % dynamicIDCount
-	for range dynamicIDCount {
-		id := dynamicIDBase + off
-		if !dynamicIDs.taken[id] {
-			dynamicIDs.taken[id] = true
-			dynamicIDs.byID[pluginID] = id
+	next, err := chooseDynamicID(dynamicIDBase, dynamicIDCount, dynamicIDs.taken, "/proc")
+	if err != nil {
+		return 0, err
+	}
+	if ok {
+		delete(dynamicIDs.taken, id)
+	}
+	dynamicIDs.taken[next] = true
+	dynamicIDs.byID[pluginID] = next
+	return next, nil
+}
+
+// chooseDynamicID picks a uid of [base, base+count) at random that no process under procDir
+// runs with (real, effective, saved or file-system uid) and that taken (this host's other
+// plugins) does not hold. A driver's uid is thus shared with no process outside its own worker
+// when it is chosen; two hosts choosing at the same instant may still pick the same one.
+func chooseDynamicID(base, count uint32, taken map[uint32]bool, procDir string) (uint32, error) {
+	inUse, err := uidsInUse(procDir)
+	if err != nil {
+		return 0, fmt.Errorf("list the uids processes run as: %w", err)
+	}
+	var b [4]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		return 0, err
+	}
+	off := binary.LittleEndian.Uint32(b[:]) % count
+	for range count {
+		id := base + off
+		if !taken[id] && !inUse[id] {
 			return id, nil
 		}
-		off = (off + 1) % dynamicIDCount
+		off = (off + 1) % count
 	}
 	return 0, fmt.Errorf("no dynamic driver uid is left: set plugins[].user")
+}
+
+// uidsInUse returns every uid a process under procDir runs with, read from the Uid line of each
+// procDir/PID/status. A process that ends while it is read is skipped.
+func uidsInUse(procDir string) (map[uint32]bool, error) {
+	entries, err := os.ReadDir(procDir)
+	if err != nil {
+		return nil, err
+	}
+	out := map[uint32]bool{}
+	for _, e := range entries {
+		if _, err := strconv.ParseUint(e.Name(), 10, 32); err != nil {
+			continue
+		}
+		b, err := os.ReadFile(filepath.Join(procDir, e.Name(), "status"))
+		if err != nil {
+			continue
+		}
+		for line := range strings.Lines(string(b)) {
+			rest, ok := strings.CutPrefix(line, "Uid:")
+			if !ok {
+				continue
+			}
+			for _, f := range strings.Fields(rest) {
+				if u, err := strconv.ParseUint(f, 10, 32); err == nil {
+					out[uint32(u)] = true
+				}
+			}
+			break
+		}
+	}
+	return out, nil
 }
 
 // idMapped reports whether the ids [first, first+n) are mapped in the uid_map or gid_map file.

@@ -92,3 +92,37 @@ func TestPluginKeyCollisionIsRefused(t *testing.T) {
 		}
 	}
 }
+
+// TestConfiguredKeyWinsOverAnEarlierDriver: a driver of a plugin without a configured key
+// reports example.sandbox and is ready first; a plugin configured with that key added later
+// becomes ready, and the earlier driver loses the key and is refused from then on.
+func TestConfiguredKeyWinsOverAnEarlierDriver(t *testing.T) {
+	impostor := boundsPlugin(t, "impostor", "-key", "example.sandbox")
+	cfg := testConfig(t, impostor)
+	cfg.MinBackoff, cfg.MaxBackoff = 200*time.Millisecond, 500*time.Millisecond
+	h, rec := startHost(t, cfg)
+	waitStarted(t, h, rec)
+	require.Equal(t, StatusReady, state(t, h, "impostor").Status)
+	require.Equal(t, "example.sandbox", state(t, h, "impostor").Key)
+
+	owner := driverPlugin(t, "owner")
+	owner.Key = "example.sandbox"
+	_, err := h.Reconfigure(t.Context(), []PluginConfig{impostor, owner})
+	require.NoError(t, err)
+	waitFor(t, time.Minute, "owner ready, impostor refused", func() bool {
+		for k, n := range keysShown(h) {
+			require.Equal(t, 1, n, "key %q shown %d times", k, n)
+		}
+		imp := state(t, h, "impostor")
+		return state(t, h, "owner").Status != StatusInstalled && imp.Status == StatusError && imp.LastErrorCode == coded.KeyConflict
+	})
+	rec.record(h)
+	own := state(t, h, "owner")
+	assert.Equal(t, StatusReady, own.Status, "%s", own.LastError)
+	assert.Equal(t, "example.sandbox", own.Key)
+	imp := state(t, h, "impostor")
+	assert.Empty(t, imp.Key)
+	assert.Contains(t, imp.LastError, `the driver reports plugin key "example.sandbox", which is configured for plugin "owner"`)
+	_, ok := h.Worker("impostor")
+	assert.False(t, ok)
+}

@@ -241,33 +241,34 @@ func TestReconfigureInvalidListChangesNothing(t *testing.T) {
 }
 
 // TestReconfigureKeepsKeysUnique: a plugin added with a configured key that a running plugin
-// already reports is refused (KEY_CONFLICT) while the running one keeps its worker; once the
-// other is removed, the key is free and the added plugin starts with it.
+// (without a configured key) already reports takes the key: the running one is refused
+// (KEY_CONFLICT) and loses its worker, and no listing shows the key twice; once the other is
+// removed, the added plugin keeps its worker.
 func TestReconfigureKeepsKeysUnique(t *testing.T) {
 	holder := keyedDriver(t, "holder", "acme.shared")
 	h, rec := startHost(t, testConfig(t, holder))
 	waitStarted(t, h, rec)
-	held := state(t, h, "holder")
 
 	claimer := keyedDriver(t, "claimer", "acme.shared")
 	claimer.Key = "acme.shared"
 	assert.Equal(t, []string{"claimer"}, reconfigure(t, h, holder, claimer).Added)
-	waitFor(t, 30*time.Second, "KEY_CONFLICT", func() bool {
-		return state(t, h, "claimer").LastErrorCode == coded.KeyConflict
-	})
-	assert.Nil(t, state(t, h, "claimer").Worker)
-	assert.Equal(t, held.Worker.PID, state(t, h, "holder").Worker.PID)
-	var shown int
-	for _, p := range h.Plugins() {
-		if p.Key == "acme.shared" {
-			shown++
+	waitFor(t, 30*time.Second, "claimer ready, holder KEY_CONFLICT", func() bool {
+		var shown int
+		for _, p := range h.Plugins() {
+			if p.Key == "acme.shared" {
+				shown++
+			}
 		}
-	}
-	assert.Equal(t, 1, shown, "no listing shows a key twice")
-
-	assert.Equal(t, PluginChanges{Removed: []string{"holder"}, Unchanged: []string{"claimer"}}, reconfigure(t, h, claimer))
+		require.LessOrEqual(t, shown, 1, "no listing shows a key twice")
+		return state(t, h, "claimer").Status == StatusReady && state(t, h, "holder").LastErrorCode == coded.KeyConflict
+	})
 	st := readyWorker(t, h, rec, "claimer", 0)
 	assert.Equal(t, "acme.shared", st.Key)
+	assert.Nil(t, state(t, h, "holder").Worker)
+	assert.Empty(t, state(t, h, "holder").Key)
+
+	assert.Equal(t, PluginChanges{Removed: []string{"holder"}, Unchanged: []string{"claimer"}}, reconfigure(t, h, claimer))
+	assert.Equal(t, st.Worker.PID, readyWorker(t, h, rec, "claimer", 0).Worker.PID)
 }
 
 // TestReconfigureBeforeStart: a host reconfigured before Start starts the new list.

@@ -63,9 +63,10 @@ func (t *tokenSet) scopesOf(presented string) map[string]bool {
 	return found
 }
 
-// readTokensFile reads the tokens file at path. It does not follow a symbolic link and refuses
-// a file that checkTokensFileInfo refuses: the file holds the service's credentials.
-func readTokensFile(path string) ([]byte, error) {
+// readSecretFile reads a file that holds the service's credentials (the tokens file, the TLS
+// key), named what in errors. It does not follow a symbolic link and refuses a file that
+// checkSecretFileInfo refuses.
+func readSecretFile(path, what string) ([]byte, error) {
 	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NOFOLLOW|syscall.O_CLOEXEC|syscall.O_NONBLOCK, 0)
 	if err != nil {
 		if errors.Is(err, syscall.ELOOP) {
@@ -78,24 +79,25 @@ func readTokensFile(path string) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := checkTokensFileInfo(path, fi, os.Geteuid()); err != nil {
+	if err := checkSecretFileInfo(path, what, fi, os.Geteuid()); err != nil {
 		return nil, err
 	}
 	return io.ReadAll(io.LimitReader(f, maxTokensFileBytes+1))
 }
 
-// maxTokensFileBytes bounds the tokens file read.
+// maxTokensFileBytes bounds the read of a file of credentials.
 const maxTokensFileBytes = 1 << 20
 
-// checkTokensFileInfo accepts a tokens file that is a regular file, that neither group nor
-// others may write and others may not read (0600, 0640, 0400 or 0440), owned by euid or by
-// root (a file root manages and the service's group reads).
-func checkTokensFileInfo(path string, fi os.FileInfo, euid int) error {
+// checkSecretFileInfo accepts a file of credentials (what: "tokens file", "TLS key") that is a
+// regular file, that neither group nor others may write and others may not read (0600, 0640,
+// 0400 or 0440), owned by euid or by root (a file root manages and the service's group reads).
+// Others include every driver a root host runs as a user of its own.
+func checkSecretFileInfo(path, what string, fi os.FileInfo, euid int) error {
 	if !fi.Mode().IsRegular() {
 		return fmt.Errorf("%s is not a regular file (%v): name a file", path, fi.Mode().Type())
 	}
 	if perm := fi.Mode().Perm(); perm&0o027 != 0 {
-		return fmt.Errorf("%s has mode %04o: the tokens file must not be writable by group or others nor readable by others (chmod 600 %s, or 640 for a group that reads it)", path, perm, path)
+		return fmt.Errorf("%s has mode %04o: the %s must not be writable by group or others nor readable by others (chmod 600 %s, or 640 for a group that reads it)", path, perm, what, path)
 	}
 	if st, ok := fi.Sys().(*syscall.Stat_t); ok && int(st.Uid) != euid && st.Uid != 0 {
 		return fmt.Errorf("%s is owned by uid %d, not by this service (uid %d) or root: give it to this user (chown)", path, st.Uid, euid)
@@ -108,7 +110,7 @@ func checkTokensFileInfo(path string, fi os.FileInfo, euid int) error {
 // with no token is valid and makes every request that needs one refused. Errors name the file
 // and the line, never the token.
 func loadTokens(path string) (*tokenSet, error) {
-	b, err := readTokensFile(path)
+	b, err := readSecretFile(path, "tokens file")
 	if err != nil {
 		return nil, fmt.Errorf("authentication.tokensFile %s: %w", path, err)
 	}
@@ -343,13 +345,22 @@ func CheckLoopbackHost(r *http.Request, allowedHosts []string) error {
 	return coded.Errorf(coded.HostNotAllowed, "Host %q is not a name of this service on a loopback address: use localhost:%s or 127.0.0.1:%s, or add the name to authentication.allowedHosts", r.Host, wantPort, wantPort)
 }
 
-// tlsServerConfig builds the listener's TLS configuration: the certificate, and with
+// tlsServerConfig builds the listener's TLS configuration: the certificate (its key read as
+// readSecretFile reads credentials), and with
 // authentication mode tls the client CA whose certificates are required and verified.
 func tlsServerConfig(cfg Config) (*tls.Config, error) {
 	if cfg.TLS.Cert == "" {
 		return nil, nil
 	}
-	cert, err := tls.LoadX509KeyPair(cfg.TLS.Cert, cfg.TLS.Key)
+	certPEM, err := os.ReadFile(cfg.TLS.Cert)
+	if err != nil {
+		return nil, fmt.Errorf("tls.cert: load the certificate: %w", err)
+	}
+	key, err := readSecretFile(cfg.TLS.Key, "TLS key")
+	if err != nil {
+		return nil, fmt.Errorf("tls.key: %w", err)
+	}
+	cert, err := tls.X509KeyPair(certPEM, key)
 	if err != nil {
 		return nil, fmt.Errorf("tls.cert: load the certificate and key: %w", err)
 	}

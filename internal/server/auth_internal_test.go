@@ -80,7 +80,7 @@ func TestTokensFileInfoChecked(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			err := checkTokensFileInfo("/etc/authz/tokens", tt.fi, self)
+			err := checkSecretFileInfo("/etc/authz/tokens", "tokens file", tt.fi, self)
 			if tt.want == "" {
 				assert.NoError(t, err)
 				return

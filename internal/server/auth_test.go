@@ -9,6 +9,7 @@ import (
 	"crypto/x509"
 	"crypto/x509/pkix"
 	"encoding/pem"
+	"fmt"
 	"io"
 	"math/big"
 	"net"
@@ -486,4 +487,28 @@ func TestTokenAuthenticationOverTLS(t *testing.T) {
 	assert.Equal(t, http.StatusOK, call(t, c, http.MethodPost, base+"/v1/authorize", "", bearer(decideToken), fixture(t, nil)).status)
 	c.CloseIdleConnections()
 	require.NoError(t, stop())
+}
+
+// A TLS key that others may read, or group or others may write, is refused at start: drivers
+// and other local users must not read the service's private key.
+func TestTLSKeyFileModeChecked(t *testing.T) {
+	pki := newTestPKI(t)
+	for _, mode := range []os.FileMode{0o644, 0o604, 0o620} {
+		t.Run(fmt.Sprintf("%04o", mode), func(t *testing.T) {
+			require.NoError(t, os.Chmod(pki.serverKey, mode))
+			cfg := testConfig()
+			cfg.TLS.Cert, cfg.TLS.Key = pki.serverCert, pki.serverKey
+			_, err := server.New(cfg, testEngine(t), staticFacts(t, "facts.json"), server.Options{})
+			require.Error(t, err)
+			assert.Contains(t, err.Error(), "tls.key")
+			assert.Contains(t, err.Error(), fmt.Sprintf("has mode %04o", mode))
+			assert.Contains(t, err.Error(), "chmod 600 "+pki.serverKey)
+		})
+	}
+	require.NoError(t, os.Chmod(pki.serverKey, 0o640))
+	cfg := testConfig()
+	cfg.TLS.Cert, cfg.TLS.Key = pki.serverCert, pki.serverKey
+	s, err := server.New(cfg, testEngine(t), staticFacts(t, "facts.json"), server.Options{})
+	require.NoError(t, err)
+	assert.NoError(t, s.Close())
 }

@@ -24,6 +24,9 @@ import (
 const (
 	DefaultEvalTimeout = 5 * time.Second
 	ExamplePluginID    = "example.sandbox"
+	// ExamplePluginKey is the plugin key the built-in example driver reports; the default
+	// configuration sets it as the example plugin's key, so no other plugin's driver can take it.
+	ExamplePluginKey = "example.sandbox"
 )
 
 // Config is the whole configuration of `authz serve`, composed from the configuration each
@@ -49,6 +52,9 @@ type Config struct {
 	Facts string `yaml:"facts"`
 	// Log configures the service's own log (hclog, on stderr).
 	Log LogConfig `yaml:"log"`
+	// File is the configuration file the configuration was read from (LoadConfig); "" for
+	// none. Run warns when others may read it.
+	File string `yaml:"-"`
 }
 
 // DecisionConfig is what the service sets of the decision engine.
@@ -75,6 +81,7 @@ func DefaultConfig() Config {
 	host.Plugins = []pluginhost.PluginConfig{{
 		ID:   ExamplePluginID,
 		Path: pluginhost.SelfExecutable,
+		Key:  ExamplePluginKey,
 		Args: []string{"example-driver"},
 	}}
 	return Config{
@@ -96,7 +103,23 @@ func LoadConfig(path string) (Config, error) {
 	if err != nil {
 		return Config{}, fmt.Errorf("%s: %w", path, err)
 	}
+	cfg.File = path
 	return cfg, nil
+}
+
+// warnReadableFile logs a WARN when others may read the configuration file: it may hold
+// credentials (OPA services' credentials under opa:), and a root host's drivers run as other
+// users.
+func warnReadableFile(log hclog.Logger, path string) {
+	if path == "" {
+		return
+	}
+	fi, err := os.Stat(path)
+	if err != nil || fi.Mode().Perm()&0o004 == 0 {
+		return
+	}
+	log.Warn(fmt.Sprintf("the configuration file is readable by others and may hold credentials: chmod 600 %s", path),
+		"file", path, "mode", fmt.Sprintf("%04o", fi.Mode().Perm()))
 }
 
 // ParseConfig reads a YAML configuration over DefaultConfig. Unknown fields are rejected; an

@@ -9,6 +9,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/authz-dev/authz/examples/exampledriver"
 	"github.com/authz-dev/authz/internal/pluginhost"
 	"github.com/authz-dev/authz/internal/server"
 	"github.com/authz-dev/authz/internal/service"
@@ -30,7 +31,7 @@ func TestDefaultConfigIsValid(t *testing.T) {
 	assert.Equal(t, "127.0.0.1:8181", cfg.Server.Addr)
 	assert.Equal(t, int64(1<<20), cfg.Server.MaxBodyBytes)
 	require.Len(t, cfg.Host.Plugins, 1)
-	assert.Equal(t, pluginhost.PluginConfig{ID: "example.sandbox", Path: pluginhost.SelfExecutable, Args: []string{"example-driver"}}, cfg.Host.Plugins[0])
+	assert.Equal(t, pluginhost.PluginConfig{ID: "example.sandbox", Path: pluginhost.SelfExecutable, Key: "example.sandbox", Args: []string{"example-driver"}}, cfg.Host.Plugins[0])
 }
 
 func TestParseConfig(t *testing.T) {
@@ -236,7 +237,7 @@ func TestExampleConfig(t *testing.T) {
 	require.NoError(t, err)
 	require.NoError(t, resolvedAndValid(t, c))
 	require.NotEmpty(t, c.Host.Plugins)
-	assert.Equal(t, pluginhost.PluginConfig{ID: "example.sandbox", Path: pluginhost.SelfExecutable, Args: []string{"example-driver"}}, c.Host.Plugins[0])
+	assert.Equal(t, pluginhost.PluginConfig{ID: "example.sandbox", Path: pluginhost.SelfExecutable, Key: "example.sandbox", Args: []string{"example-driver"}}, c.Host.Plugins[0])
 	assert.Equal(t, map[string]map[string]any{"fake": {"execute": true, "supportsReusableLeases": false}}, c.Host.BuiltinProviders)
 	assert.Equal(t, "127.0.0.1:8181", c.Server.Addr)
 	assert.Equal(t, "-", c.Server.DecisionLog.Path)
@@ -360,4 +361,18 @@ func TestAuthenticationInTheFile(t *testing.T) {
 	assert.Equal(t, server.AuthConfig{Mode: "token", TokensFile: "/etc/authz/tokens", AllowedHosts: []string{"authz.internal"}}, c.Server.Authentication)
 	_, err = service.ParseConfig(strings.NewReader("authentication:\n  tokens: x\n"))
 	require.ErrorContains(t, err, "field tokens not found")
+}
+
+// TestEveryPluginHasAKey: the default plugin list and examples/config.yaml configure the plugin
+// key of every plugin, so that a driver of another plugin cannot take it.
+func TestEveryPluginHasAKey(t *testing.T) {
+	example, err := service.LoadConfig(filepath.Join("..", "..", "examples", "config.yaml"))
+	require.NoError(t, err)
+	for name, plugins := range map[string][]pluginhost.PluginConfig{"default": service.DefaultConfig().Host.Plugins, "examples/config.yaml": example.Host.Plugins} {
+		require.NotEmpty(t, plugins, name)
+		for _, p := range plugins {
+			assert.NotEmpty(t, p.Key, "%s: plugin %s has no key", name, p.ID)
+		}
+	}
+	assert.Equal(t, exampledriver.DefaultPluginKey, service.DefaultConfig().Host.Plugins[0].Key, "the key the example driver reports")
 }

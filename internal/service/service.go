@@ -76,6 +76,7 @@ func Run(ctx context.Context, cfg Config, opts Options) (err error) {
 		out = os.Stderr
 	}
 	logger := cfg.Log.logger(out)
+	warnReadableFile(logger, cfg.File)
 	// Caught from here on, so that a SIGHUP during the start does not end the process; it is
 	// acted on once the service serves.
 	hup := make(chan os.Signal, 1)

@@ -2,6 +2,7 @@ package service_test
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -174,4 +175,32 @@ func TestRunNotReadyWhilePluginsHaveNotStarted(t *testing.T) {
 	c.CloseIdleConnections()
 	require.NoError(t, stop())
 	testutil.AssertLogOrder(t, log.String(), "HTTP server stopped", "stopping plugins", "plugins stopped", "stopped: exiting")
+}
+
+// TestRunWarnsOfAReadableConfigFile: a configuration file others may read (it may hold
+// credentials, and drivers run as other users) gets one WARN at start that names it and says
+// chmod 600; a file only its owner reads gets none.
+func TestRunWarnsOfAReadableConfigFile(t *testing.T) {
+	facts, err := filepath.Abs(filepath.Join("..", "server", "testdata", "facts.json"))
+	require.NoError(t, err)
+	for _, mode := range []os.FileMode{0o644, 0o600} {
+		t.Run(fmt.Sprintf("%04o", mode), func(t *testing.T) {
+			file := filepath.Join(t.TempDir(), "config.yaml")
+			require.NoError(t, os.WriteFile(file, []byte("facts: "+facts+"\n"), 0o600))
+			require.NoError(t, os.Chmod(file, mode))
+			cfg, err := service.LoadConfig(file)
+			require.NoError(t, err)
+			log := &testutil.SyncBuffer{}
+			base, stop := startRun(t, cfg, log)
+			testutil.WaitReady(t, &http.Client{Timeout: 10 * time.Second}, base, 30*time.Second, log)
+			require.NoError(t, stop())
+			warn := "chmod 600 " + file
+			if mode&0o004 != 0 {
+				assert.Equal(t, 1, strings.Count(log.String(), warn), "%s", log.String())
+				assert.Contains(t, log.String(), "[WARN]")
+			} else {
+				assert.NotContains(t, log.String(), warn)
+			}
+		})
+	}
 }

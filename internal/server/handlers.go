@@ -358,7 +358,7 @@ func (s *Server) answerOverloaded(w http.ResponseWriter, r *http.Request) {
 func (s *Server) readBody(w http.ResponseWriter, r *http.Request) ([]byte, error) {
 	if ct := r.Header.Get("Content-Type"); ct != "" {
 		mt, _, err := mime.ParseMediaType(ct)
-		if err != nil || (mt != "application/json" && !(strings.HasPrefix(mt, "application/") && strings.HasSuffix(mt, "+json"))) {
+		if err != nil || !isJSONMediaType(mt) {
 			return nil, coded.Errorf(coded.UnsupportedMediaType, "Content-Type %q is not JSON: send application/json", ct)
 		}
 	}
@@ -382,6 +382,11 @@ func (s *Server) readBody(w http.ResponseWriter, r *http.Request) ([]byte, error
 		return nil, coded.Errorf(coded.BadRequest, "could not read the request body: %v", err)
 	}
 	return body, nil
+}
+
+// isJSONMediaType reports whether mt is application/json or an application/*+json type.
+func isJSONMediaType(mt string) bool {
+	return mt == "application/json" || strings.HasPrefix(mt, "application/") && strings.HasSuffix(mt, "+json")
 }
 
 // readAllSized reads r to its end into a buffer of size bytes when size is known (>= 0).

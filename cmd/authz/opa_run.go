@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"io"
 	"os"
 	"os/signal"
@@ -33,6 +34,7 @@ func runOPA(_ context.Context, args []string, stdin io.Reader, stdout, stderr io
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}, "OPA")
+	refuseUnverifiedWatch(root)
 	root.SetIn(stdin)
 	root.SetOut(stdout)
 	root.SetErr(stderr)
@@ -43,6 +45,32 @@ func runOPA(_ context.Context, args []string, stdin io.Reader, stdout, stderr io
 		return &exitError{code: 1, msg: "run: " + err.Error()}
 	}
 	return nil
+}
+
+// refuseUnverifiedWatch makes OPA's run command refuse --watch together with
+// --verification-key: OPA's file watcher loads a changed bundle file without verifying its
+// signature, so under --watch a file that is not signed, or signed earlier (a rollback), would
+// become the gate's policy. `authz serve --bundle FILE --watch --verification-key` verifies and
+// orders every reload.
+func refuseUnverifiedWatch(root *cobra.Command) {
+	for _, c := range root.Commands() {
+		if c.Name() != "run" {
+			continue
+		}
+		pre := c.PreRunE
+		c.PreRunE = func(cmd *cobra.Command, args []string) error {
+			watch, _ := cmd.Flags().GetBool("watch")
+			key, _ := cmd.Flags().GetString("verification-key")
+			if watch && key != "" {
+				return errors.New("--watch with --verification-key is refused: OPA's file watcher re-reads bundle files without verifying their signatures; " +
+					"drop --watch (restart to load a new signed bundle), serve signed bundles from a bundle server, or use `authz serve --bundle FILE --watch --verification-key KEY`, which verifies every reload")
+			}
+			if pre != nil {
+				return pre(cmd, args)
+			}
+			return nil
+		}
+	}
 }
 
 // startPluginHost starts the driver plugins of the plugins.authz section, as `authz serve`

@@ -105,3 +105,26 @@ func TestRunReloadsOnSIGHUP(t *testing.T) {
 	ar.Signal(t, syscall.SIGTERM)
 	assert.NoError(t, ar.WaitExit(t, 30*time.Second), "exit status after SIGTERM")
 }
+
+// TestRunRefusesWatchWithVerificationKey: OPA's file watcher re-reads a bundle file without
+// verifying its signature, so `authz run --bundle FILE --verification-key KEY --watch` would
+// adopt an unsigned or older bundle on the next save: it is refused at start, serving nothing.
+func TestRunRefusesWatchWithVerificationKey(t *testing.T) {
+	a, _ := policytest.Keys(t)
+	bin := authzBinary(t)
+	dir := t.TempDir()
+	pub := testutil.WriteFile(t, dir, "key.pub", a.Public)
+	bundleDir := filepath.Join(dir, "bundle")
+	require.NoError(t, os.Mkdir(bundleDir, 0o700))
+	for _, watch := range []string{"--watch", "-w"} {
+		ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+		out, err := exec.CommandContext(ctx, bin, "run", "--server", "--addr", "127.0.0.1:0",
+			"--bundle", bundleDir, "--verification-key", pub, watch).CombinedOutput()
+		cancel()
+		var ee *exec.ExitError
+		require.ErrorAs(t, err, &ee, "output:\n%s", out)
+		assert.Equal(t, 1, ee.ExitCode(), "output:\n%s", out)
+		assert.Contains(t, string(out), "--watch with --verification-key is refused")
+		assert.NotContains(t, string(out), "Initializing server", "nothing served")
+	}
+}

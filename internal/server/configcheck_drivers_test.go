@@ -9,7 +9,6 @@ import (
 	"path/filepath"
 	"runtime"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -156,45 +155,14 @@ func measureOtherPlugin(t *testing.T, base, slowDir string, slowCallers int) {
 	const duration = 4 * time.Second
 	load, stop := context.WithTimeout(t.Context(), duration)
 	defer stop()
-	var n atomic.Int64
-	var wg sync.WaitGroup
-	var fastOK, fastOverloaded, fastOther, slowAnswered atomic.Int64
-	loop := func(id string, count func(status int)) {
-		defer wg.Done()
-		for load.Err() == nil {
-			st := postStatus(load, base+"/v1/authorize", driverRequest(t, id, int(n.Add(1))))
-			if load.Err() == nil {
-				count(st)
-			}
-		}
-	}
-	for range slowCallers {
-		wg.Add(1)
-		go loop("slow", func(int) { slowAnswered.Add(1) })
-	}
-	start := time.Now()
-	for range 2 {
-		wg.Add(1)
-		go loop("fast", func(st int) {
-			switch st {
-			case http.StatusOK:
-				fastOK.Add(1)
-			case http.StatusServiceUnavailable:
-				fastOverloaded.Add(1)
-			default:
-				fastOther.Add(1)
-			}
-		})
-	}
-	wg.Wait()
-	elapsed := time.Since(start)
+	l := loadBeside(load, base, slowCallers, func(n int) string { return driverRequest(t, "slow", n) }, func(n int) string { return driverRequest(t, "fast", n) })
 	var ms runtime.MemStats
 	runtime.ReadMemStats(&ms)
 	t.Logf("in %.1fs: fast answered %d (%.0f/s), %d times 503, %d other; slow answered %d, its driver asked %d times; heap high-water %d MiB",
-		elapsed.Seconds(), fastOK.Load(), float64(fastOK.Load())/elapsed.Seconds(), fastOverloaded.Load(), fastOther.Load(),
-		slowAnswered.Load(), checks.Calls(slowDir), ms.HeapSys>>20)
-	assert.Zero(t, fastOverloaded.Load(), "a decision on another plugin is never refused for the slow plugin's checks")
-	assert.Positive(t, fastOK.Load())
+		l.elapsed.Seconds(), l.fastOK, float64(l.fastOK)/l.elapsed.Seconds(), l.fastOverloaded, l.fastOther,
+		l.slowAnswered, checks.Calls(slowDir), ms.HeapSys>>20)
+	assert.Zero(t, l.fastOverloaded, "a decision on another plugin is never refused for the slow plugin's checks")
+	assert.Positive(t, l.fastOK)
 }
 
 // testWriter writes to the test log.

@@ -192,26 +192,43 @@ func TestConfigCheckLoadOtherPluginThroughput(t *testing.T) {
 	ctx, cancel := context.WithTimeout(t.Context(), 3*time.Second)
 	defer cancel()
 
+	l := loadBeside(ctx, base, 8, func(n int) string { return pluginRequest(t, "slow.plugin", n) }, func(n int) string { return pluginRequest(t, "test.plugin", n) })
+	t.Logf("in %.1fs beside 8 callers of a plugin whose checks take 2s: test.plugin answered %d (%.0f/s), %d times 503, %d other; slow.plugin %d",
+		l.elapsed.Seconds(), l.fastOK, float64(l.fastOK)/l.elapsed.Seconds(), l.fastOverloaded, l.fastOther, l.slowAnswered)
+	assert.Zero(t, l.fastOverloaded, "a decision on another plugin is never refused for the slow plugin's checks")
+	assert.Positive(t, l.fastOK)
+}
+
+// loadFigures is what loadBeside measured.
+type loadFigures struct {
+	elapsed                                         time.Duration
+	fastOK, fastOverloaded, fastOther, slowAnswered int64
+}
+
+// loadBeside runs slowCallers callers of slowReq beside two callers of fastReq until ctx ends
+// (each request numbered anew, so each a new config) and counts what the fast callers were
+// answered: 200, 503, or anything else.
+func loadBeside(ctx context.Context, base string, slowCallers int, slowReq, fastReq func(n int) string) loadFigures {
 	var n atomic.Int64
 	var wg sync.WaitGroup
-	var slowDone, fastOK, fastOverloaded, fastOther atomic.Int64
-	loop := func(id string, count func(status int)) {
+	var fastOK, fastOverloaded, fastOther, slowAnswered atomic.Int64
+	loop := func(req func(int) string, count func(status int)) {
 		defer wg.Done()
 		for ctx.Err() == nil {
-			st := postStatus(ctx, base+"/v1/authorize", pluginRequest(t, id, int(n.Add(1))))
+			st := postStatus(ctx, base+"/v1/authorize", req(int(n.Add(1))))
 			if ctx.Err() == nil {
 				count(st)
 			}
 		}
 	}
-	for range 8 {
+	for range slowCallers {
 		wg.Add(1)
-		go loop("slow.plugin", func(int) { slowDone.Add(1) })
+		go loop(slowReq, func(int) { slowAnswered.Add(1) })
 	}
 	start := time.Now()
 	for range 2 {
 		wg.Add(1)
-		go loop("test.plugin", func(st int) {
+		go loop(fastReq, func(st int) {
 			switch st {
 			case http.StatusOK:
 				fastOK.Add(1)
@@ -223,11 +240,8 @@ func TestConfigCheckLoadOtherPluginThroughput(t *testing.T) {
 		})
 	}
 	wg.Wait()
-	elapsed := time.Since(start)
-	t.Logf("in %.1fs beside 8 callers of a plugin whose checks take 2s: test.plugin answered %d (%.0f/s), %d times 503, %d other; slow.plugin %d",
-		elapsed.Seconds(), fastOK.Load(), float64(fastOK.Load())/elapsed.Seconds(), fastOverloaded.Load(), fastOther.Load(), slowDone.Load())
-	assert.Zero(t, fastOverloaded.Load(), "a decision on another plugin is never refused for the slow plugin's checks")
-	assert.Positive(t, fastOK.Load())
+	return loadFigures{elapsed: time.Since(start), fastOK: fastOK.Load(), fastOverloaded: fastOverloaded.Load(),
+		fastOther: fastOther.Load(), slowAnswered: slowAnswered.Load()}
 }
 
 // waitUntil polls cond every millisecond until it holds or timeout passes.

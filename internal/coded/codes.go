@@ -37,6 +37,8 @@ const (
 	Unauthorized           = "UNAUTHORIZED"             // 401: no valid token or client certificate
 	Forbidden              = "FORBIDDEN"                // 403: the token lacks the endpoint's scope
 	HostNotAllowed         = "HOST_NOT_ALLOWED"         // 403: a Host header the service does not answer to
+	WatchLimit             = "WATCH_LIMIT"              // 503: limits.maxWatches watches are open
+	Stopping               = "SERVICE_STOPPING"         // 503: the service is stopping and opens no new watch
 )
 
 // Codes of a plugin's last failure, shown as its lastError (GET /v1/plugins). The full message,

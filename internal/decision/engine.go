@@ -18,6 +18,7 @@ import (
 	"github.com/open-policy-agent/opa/v1/ast"
 	"github.com/open-policy-agent/opa/v1/rego"
 
+	"github.com/authz-dev/authz/internal/changes"
 	"github.com/authz-dev/authz/internal/coded"
 	"github.com/authz-dev/authz/internal/snapshot"
 	"github.com/authz-dev/authz/internal/tracing"
@@ -57,6 +58,8 @@ type Engine struct {
 	slots chan struct{}  // nil: no bound on concurrent decisions
 	cache *decisionCache // nil: off by option
 	gens  atomic.Uint64  // counts prepared policies; each keys its own cache entries
+
+	activated changes.Listeners[string] // told the revision of every policy made current
 }
 
 type prepared struct {
@@ -142,6 +145,7 @@ func (e *Engine) prepare(ctx context.Context, revision string, reads inputReads,
 	if e.cache != nil {
 		e.cache.purge()
 	}
+	e.activated.Notify(revision)
 	return nil
 }
 

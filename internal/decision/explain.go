@@ -26,6 +26,23 @@ var reasonText = map[string]string{
 	"capability_not_declared":          "the driver's declaration leaves the capability out (opt-in), says false, or is not a boolean",
 	"capability_narrowed":              "the lease policy, lease metadata or a refused provider config removes the capability",
 	reasonEvaluationFailed:             "the policy could not be evaluated; the service fails closed",
+	ReasonServiceStopping:              "the service stopped while the grant was watched; the watch ends with this deny",
+	ReasonLogUnavailable:               "a watched decision could not be recorded in the required decision log; the watch ends with this deny",
+}
+
+// Reasons that only end a watch (docs/service.md, "Watching a grant"); no policy gives them.
+const (
+	// ReasonServiceStopping ends every open watch when the service stops.
+	ReasonServiceStopping = "service_stopping"
+	// ReasonLogUnavailable ends a watch whose next decision a required decision log could not
+	// record: a decision that is not recorded is not used.
+	ReasonLogUnavailable = "decision_log_unavailable"
+)
+
+// KnownReason reports whether r is a reason code of the contract's closed table.
+func KnownReason(r string) bool {
+	_, ok := reasonText[r]
+	return ok
 }
 
 // Explain renders a readable account of a decision: the verdict, what the host resolved, the

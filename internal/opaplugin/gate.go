@@ -21,6 +21,7 @@ import (
 	opaserver "github.com/open-policy-agent/opa/v1/server"
 	"github.com/open-policy-agent/opa/v1/storage"
 
+	"github.com/authz-dev/authz/internal/changes"
 	"github.com/authz-dev/authz/internal/coded"
 	"github.com/authz-dev/authz/internal/decision"
 	"github.com/authz-dev/authz/internal/policy"
@@ -50,6 +51,8 @@ type gate struct {
 	persist bool                // order is the one kept in OPA's persistence directory (loadOrder)
 	refused map[string]string   // per bundle: why its last activation was refused as a rollback
 	logger  func() hclog.Logger
+
+	activated changes.Listeners[string] // told the revision of every policy made the gate's
 }
 
 // settings are what the gate takes from the plugins.authz section.
@@ -81,7 +84,7 @@ var (
 func newGate(m *plugins.Manager) *gate {
 	g := &gate{m: m, bundles: bundles.forStore(m.Store), remote: map[string]*bundleplugin.Status{}, refused: map[string]string{},
 		logger: func() hclog.Logger { return hclog.NewNullLogger() }}
-	g.active.Store(&activePolicy{engine: decision.NewEmpty(decision.Options{})})
+	g.active.Store(&activePolicy{engine: decision.NewEmpty(decision.Options{})}) // before any listener
 	g.order, _ = policy.LoadBundleOrder("") // kept in the process until loadOrder; it cannot fail
 	return g
 }
@@ -182,7 +185,7 @@ func (g *gate) load(ctx context.Context) (msg string, err error) {
 		return g.lastMsg(), nil
 	}
 	noPolicy := func(why string) (string, error) {
-		g.active.Store(&activePolicy{engine: decision.NewEmpty(st.opts), lastError: why, key: key})
+		g.setActive(&activePolicy{engine: decision.NewEmpty(st.opts), lastError: why, key: key})
 		g.setLoaded(key)
 		return why, nil
 	}
@@ -223,7 +226,7 @@ func (g *gate) load(ctx context.Context) (msg string, err error) {
 		return "", err
 	}
 	pol.key, pol.copies = key, use
-	g.active.Store(pol)
+	g.setActive(pol)
 	g.setLoaded(key)
 	g.orderMu.Lock()
 	for n := range iats {
@@ -389,6 +392,17 @@ func bundlePolicy(ctx context.Context, opts decision.Options, use map[string]*bu
 	}
 	return &activePolicy{engine: eng, bundles: infos, origin: strings.Join(origins, ","), activatedAt: at}, nil
 }
+
+// setActive makes pol the gate's policy and tells the listeners.
+func (g *gate) setActive(pol *activePolicy) {
+	g.active.Store(pol)
+	g.activated.Notify(pol.engine.Revision())
+}
+
+// OnPolicyChange calls fn with the revision of every policy made the gate's (the empty policy
+// of a gate that has none, too), after it is: a decision made after fn was called decides on it.
+// fn must return quickly and must not block or call cancel.
+func (g *gate) OnPolicyChange(fn func(revision string)) (cancel func()) { return g.activated.Add(fn) }
 
 // Revision implements server.Decider: the active policy's revision, "" while none is.
 func (g *gate) Revision() string { return g.active.Load().engine.Revision() }

@@ -34,6 +34,7 @@ import (
 	"google.golang.org/grpc"
 
 	"github.com/authz-dev/authz/driverplugin"
+	"github.com/authz-dev/authz/internal/changes"
 	"github.com/authz-dev/authz/internal/snapshot"
 )
 
@@ -79,6 +80,8 @@ type Host struct {
 	running   atomic.Bool   // set by Start
 	everReady atomic.Bool   // the host has been ready since it started (ReadinessStarted)
 	stopped   chan struct{} // closed once Close has seen every goroutine end (guarded by mu)
+
+	changed changes.Listeners[string] // told the plugin id of every change of the facts ("" for any)
 }
 
 var _ snapshot.Facts = (*Host)(nil)
@@ -92,6 +95,7 @@ type managed struct {
 	state     atomic.Pointer[pluginView] // read without locks by the Facts methods
 	updateMu  sync.Mutex                 // serialises writers of state
 	ready     chan struct{}              // closed when the plugin is ready for the first time
+	changed   func()                     // tells the host's listeners that state changed
 	readyOnce sync.Once
 
 	lin     *lineage           // shared by every configuration of this plugin id
@@ -567,6 +571,13 @@ func (h *Host) FactsFile() snapshot.File {
 	return f
 }
 
+// OnFactsChange calls fn after every change of the facts: with a plugin's id when its record or
+// worker changed (a worker that exited, was dropped or started; a status, manifest or error
+// that changed), with "" when any may have (plugins added or removed, built-in providers
+// replaced). fn must return quickly and must not block or call cancel; it runs on the goroutine
+// that made the change. A decision made after fn was called sees the change.
+func (h *Host) OnFactsChange(fn func(pluginID string)) (cancel func()) { return h.changed.Add(fn) }
+
 // update publishes a modified copy of the plugin's state.
 func (m *managed) update(change func(v *pluginView)) {
 	m.updateMu.Lock()
@@ -575,4 +586,7 @@ func (m *managed) update(change func(v *pluginView)) {
 	change(&next)
 	next.record = snapshot.NewPluginIndex(renderPlugin(m.cfg.ID, &next))
 	m.state.Store(&next)
+	if m.changed != nil {
+		m.changed()
+	}
 }

@@ -58,6 +58,7 @@ func (h *Host) newManaged(p PluginConfig, restarts uint64) *managed {
 		lin:     lin,
 		retired: make(chan struct{}),
 	}
+	m.changed = func() { h.changed.Notify(p.ID) }
 	m.dlog = newDriverLog(m.log, h.cfg.Limits)
 	status := StatusInstalled
 	if !m.enabled {
@@ -213,6 +214,7 @@ func (h *Host) Reconfigure(ctx context.Context, plugins []PluginConfig) (PluginC
 	// it sees the new set.
 	h.keyMu.Lock()
 	h.set.Store(next)
+	h.changed.Notify("")
 	h.keyMu.Unlock()
 
 	for _, m := range retired {
@@ -302,5 +304,6 @@ func (h *Host) ReplaceBuiltinProviders(providers map[string]map[string]any) erro
 		return fmt.Errorf("built-in providers refused, nothing changed: %w", err)
 	}
 	h.builtins.Store(&b)
+	h.changed.Notify("")
 	return nil
 }

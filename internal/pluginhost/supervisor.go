@@ -72,6 +72,8 @@ func (h *Host) supervise(ctx context.Context, m *managed) {
 				stop(stopGrace)
 				return
 			case <-w.done:
+				// Out of the decisions already (the process is gone); the record follows below.
+				h.changed.Notify(m.cfg.ID)
 			case why = <-unresponsive:
 				// Out of the facts at once: decisions deny with worker_not_running from here on,
 				// without waiting for the kill.

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/authz-dev/authz/internal/configcheck"
+	"github.com/authz-dev/authz/internal/watch"
 )
 
 // Defaults of the server (docs/service.md, "Configuration").
@@ -40,6 +41,19 @@ type Config struct {
 	// Limits bounds what the service holds at once: connections, requests being read, requests
 	// being decided. They bound its memory and file descriptors whatever the load.
 	Limits LimitsConfig `yaml:"limits"`
+
+	// Watch tunes the watches of POST /v1/authorize/watch (docs/service.md, "Watching a grant").
+	Watch WatchConfig `yaml:"watch"`
+}
+
+// WatchConfig tunes the watches.
+type WatchConfig struct {
+	// PingInterval is the longest a watch's stream stays silent: a comment line ": ping" is
+	// sent at least this often, so that a client can tell a live stream from a dead one.
+	PingInterval time.Duration `yaml:"pingInterval"`
+	// RecheckInterval re-decides every watched request this often, whether or not a change was
+	// signalled (a driver's config check signals none).
+	RecheckInterval time.Duration `yaml:"recheckInterval"`
 }
 
 // AuthConfig is the access control of the API: who may ask for decisions and who may read the
@@ -86,6 +100,9 @@ type LimitsConfig struct {
 	// QueueWait is how long a decision request waits for a slot of either kind before it is
 	// answered 503 SERVICE_OVERLOADED with Retry-After.
 	QueueWait time.Duration `yaml:"queueWait"`
+	// MaxWatches caps the open watches (POST /v1/authorize/watch); past it a new watch is
+	// answered 503 WATCH_LIMIT. An idle watch holds no admission slot.
+	MaxWatches int `yaml:"maxWatches"`
 }
 
 // Defaults of LimitsConfig.
@@ -95,6 +112,7 @@ const (
 	defaultMaxReading     = 32
 	defaultMaxDeciding    = 2
 	defaultQueueWait      = time.Second
+	defaultMaxWatches     = watch.DefaultMaxWatches
 )
 
 // validateLimits checks the Limits block.
@@ -106,6 +124,7 @@ func (c Config) validateLimits(v *configcheck.Problems) {
 		{"limits.maxConnections", c.Limits.MaxConnections},
 		{"limits.maxReading", c.Limits.MaxReading},
 		{"limits.maxDeciding", c.Limits.MaxDeciding},
+		{"limits.maxWatches", c.Limits.MaxWatches},
 	} {
 		if f.v <= 0 {
 			v.Add(f.field, "must be a positive number, got %d", f.v)
@@ -174,7 +193,9 @@ func DefaultConfig() Config {
 			MaxReading:     defaultMaxReading,
 			MaxDeciding:    defaultMaxDeciding,
 			QueueWait:      defaultQueueWait,
+			MaxWatches:     defaultMaxWatches,
 		},
+		Watch: WatchConfig{PingInterval: watch.DefaultPingInterval, RecheckInterval: watch.DefaultRecheckInterval},
 	}
 }
 
@@ -230,6 +251,8 @@ func (c Config) validateHTTP(v *configcheck.Problems) {
 		{"http.readTimeout", c.HTTP.ReadTimeout},
 		{"http.writeTimeout", c.HTTP.WriteTimeout},
 		{"http.idleTimeout", c.HTTP.IdleTimeout},
+		{"watch.pingInterval", c.Watch.PingInterval},
+		{"watch.recheckInterval", c.Watch.RecheckInterval},
 	} {
 		if p.d <= 0 {
 			v.Add(p.field, "must be a positive duration such as 5s, got %v", p.d)

@@ -31,6 +31,8 @@ type logEntry struct {
 	LatencyNS  int64             `json:"latency_ns"`
 	// Error is the evaluation failure's code (EVAL_TIMEOUT, ...) when the decision failed.
 	Error string `json:"error,omitempty"`
+	// WatchID names the watch (POST /v1/authorize/watch) whose event the decision is.
+	WatchID string `json:"watch_id,omitempty"`
 }
 
 // decisionLog writes one JSON line per decision. Lines are marshalled outside the lock and

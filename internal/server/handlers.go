@@ -55,6 +55,8 @@ var httpStatus = map[string]int{
 	coded.Internal:               http.StatusInternalServerError,
 	coded.Overloaded:             http.StatusServiceUnavailable,
 	coded.DecisionLogUnavailable: http.StatusServiceUnavailable,
+	coded.WatchLimit:             http.StatusServiceUnavailable,
+	coded.Stopping:               http.StatusServiceUnavailable,
 }
 
 // statusOf is the HTTP status that answers err: its code's, and 500 for an error without one.
@@ -79,6 +81,7 @@ func (s *Server) routes() http.Handler {
 	table := map[string]route{
 		pathAuthorize:    {http.MethodPost, s.decisionHandler(pathAuthorize), ScopeDecide},
 		pathCapabilities: {http.MethodPost, s.decisionHandler(pathCapabilities), ScopeDecide},
+		pathWatch:        {http.MethodPost, s.handleWatch, ScopeDecide}, // watch.go
 		pathDataDecision: {http.MethodPost, s.handleData, ScopeDecide},
 		// AuthZEN (authzen.go): the same decision in the AuthZEN shape.
 		pathAuthZENEvaluation:    {http.MethodPost, s.handleAuthZENEvaluation, ScopeDecide},
@@ -286,6 +289,12 @@ type dataAnswer struct {
 // could not be evaluated (the document is then the fail-closed deny). ok is false when the
 // decision log is required and its line could not be written: the decision must not be used.
 func (s *Server) decide(r *http.Request, path string, req *snapshot.Request, facts snapshot.Facts) (doc decision.Document, evalCode string, ok bool) {
+	return s.decideFor(r, path, req, facts, "")
+}
+
+// decideFor is decide for the first decision of a watch (watchID not empty), whose log record
+// names the watch.
+func (s *Server) decideFor(r *http.Request, path string, req *snapshot.Request, facts snapshot.Facts, watchID string) (doc decision.Document, evalCode string, ok bool) {
 	start := time.Now()
 	ctx, span := s.startDecisionSpan(r, path, req) // tracing.go; nil span when tracing is off
 	doc, in, err := s.decider.Decide(ctx, req, facts)
@@ -322,6 +331,7 @@ func (s *Server) decide(r *http.Request, path string, req *snapshot.Request, fac
 		Revision:   doc.Revision,
 		LatencyNS:  latency.Nanoseconds(),
 		Error:      evalCode,
+		WatchID:    watchID,
 	}
 	logErr := s.dlog.write(entry)
 	s.logToOPA(ctx, r, start, entry) // status.go: OPA's decision-log plugin, when configured

@@ -20,6 +20,7 @@ type metrics struct {
 	latency      *prometheus.HistogramVec
 	logFailures  prometheus.Counter
 	requests     *prometheus.CounterVec
+	watchEvents  *prometheus.CounterVec
 }
 
 func newMetrics(d Decider, facts FactsSource, origin func() string) *metrics {
@@ -46,9 +47,13 @@ func newMetrics(d Decider, facts FactsSource, origin func() string) *metrics {
 			Name: "authz_http_requests_total",
 			Help: "HTTP requests, by route (\"other\" for unknown paths) and status code.",
 		}, []string{"route", "status"}),
+		watchEvents: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "authz_watch_events_total",
+			Help: "Events sent on watches (POST /v1/authorize/watch), by event (decision, update, revoke) and the decision's first reason (\"\" on a grant; \"other\" for a reason outside the contract's table).",
+		}, []string{"event", "reason"}),
 	}
 	m.reg.MustRegister(
-		m.decisions, m.evalFailures, m.latency, m.logFailures, m.requests,
+		m.decisions, m.evalFailures, m.latency, m.logFailures, m.requests, m.watchEvents,
 		&stateCollector{decider: d, facts: facts, origin: origin},
 		// Besides the defaults, the two runtime figures that explain a latency tail: how long
 		// runnable goroutines waited for a CPU (go_sched_latencies_seconds) and the garbage

@@ -19,10 +19,12 @@ import (
 	"time"
 
 	"github.com/hashicorp/go-hclog"
+	"github.com/prometheus/client_golang/prometheus"
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/authz-dev/authz/internal/decision"
 	"github.com/authz-dev/authz/internal/snapshot"
+	"github.com/authz-dev/authz/internal/watch"
 )
 
 // Decider makes decisions; *decision.Engine is one.
@@ -75,6 +77,10 @@ type Server struct {
 	// tracer opens decision spans; nil when tracing is off.
 	tracer       trace.Tracer
 	traceExclude func(path string) bool
+	// watches are the open watches of POST /v1/authorize/watch; unwatch stops the change
+	// listeners that feed them.
+	watches *watch.Hub
+	unwatch []func()
 }
 
 // New checks cfg (Validate), opens the decision log and loads the TLS certificate. It starts
@@ -119,14 +125,43 @@ func New(cfg Config, d Decider, facts FactsSource, opts Options) (*Server, error
 		return nil, fmt.Errorf("decisionLog.mask: %w", err)
 	}
 	s.admit = newAdmission(cfg.Limits)
+	s.watches = watch.New(d, facts, watch.Options{RecheckInterval: cfg.Watch.RecheckInterval, MaxWatches: cfg.Limits.MaxWatches,
+		Logger: s.log.Named("watch")})
+	// Every change a decision could read re-decides the watches it concerns.
+	if f, ok := facts.(interface {
+		OnFactsChange(func(pluginID string)) (cancel func())
+	}); ok {
+		s.unwatch = append(s.unwatch, f.OnFactsChange(s.watches.FactsChanged))
+	}
+	if p, ok := d.(interface {
+		OnPolicyChange(func(revision string)) (cancel func())
+	}); ok {
+		s.unwatch = append(s.unwatch, p.OnPolicyChange(s.watches.PolicyChanged))
+	}
 	s.metrics = newMetrics(d, facts, s.policyOrigin)
 	s.metrics.reg.MustRegister(s.access.tokenMetrics()...)
+	s.metrics.reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "authz_watches_open",
+		Help: "Watches open now (POST /v1/authorize/watch).",
+	}, func() float64 { return float64(s.watches.Open()) }))
 	s.handler = s.routes()
 	return s, nil
 }
 
-// Close closes the decision log file the server opened. Call it after Serve returned.
-func (s *Server) Close() error { return s.dlog.close() }
+// Close ends every open watch (a revoke with reason service_stopping), stops listening for
+// changes and closes the decision log file the server opened. Call it after Serve returned.
+func (s *Server) Close() error {
+	s.closeWatches()
+	return s.dlog.close()
+}
+
+// closeWatches revokes every open watch and stops the change listeners.
+func (s *Server) closeWatches() {
+	for _, stop := range s.unwatch {
+		stop()
+	}
+	s.watches.Close()
+}
 
 // Reload reloads what can be reloaded while serving: it reopens the decision log file at its
 // path (after a log rotation renamed it) and re-reads the bearer tokens file (so a token can be
@@ -197,6 +232,12 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 		return fmt.Errorf("serve %s: %w", listenerAddr(ln), err)
 	case <-ctx.Done():
 	}
+	// Open watches end first, each with a revoke that says the service stops: their streams
+	// then finish like any other request.
+	if n := s.watches.Open(); n > 0 {
+		s.log.Info("shutting down: revoking open watches", "watches", n)
+	}
+	s.closeWatches()
 	s.log.Info("shutting down: finishing in-flight requests", "timeout", s.cfg.ShutdownTimeout)
 	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.cfg.ShutdownTimeout)
 	defer cancel()

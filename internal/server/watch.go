@@ -1,0 +1,226 @@
+package server
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/authz-dev/authz/internal/coded"
+	"github.com/authz-dev/authz/internal/decision"
+	"github.com/authz-dev/authz/internal/snapshot"
+	"github.com/authz-dev/authz/internal/watch"
+)
+
+// pathWatch keeps a grant under watch (docs/service.md, "Watching a grant").
+const pathWatch = "/v1/authorize/watch"
+
+// Headers of a watch's answer.
+const (
+	headerWatchID      = "X-Authz-Watch-Id"
+	headerPingInterval = "X-Authz-Ping-Interval" // the ping interval in milliseconds
+)
+
+// watchDoc is the data of one event: the decision document and the watch it belongs to.
+type watchDoc struct {
+	decision.Document
+	WatchID string `json:"watch_id"`
+}
+
+// handleWatch answers POST /v1/authorize/watch: the request is admitted, decoded and decided
+// as POST /v1/authorize's (the same answers before any stream: 4xx, a 500 deny, 503), then the
+// answer is a stream of server-sent events: the decision first; when it allows, an update for
+// every change of what it grants and, when it no longer allows, the revoke, after which the
+// stream ends. The stream holds no admission slot: only the decision does.
+func (s *Server) handleWatch(w http.ResponseWriter, r *http.Request) {
+	release, err := s.watches.Reserve()
+	if err != nil {
+		s.answerNoWatch(w, r, err)
+		return
+	}
+	defer release() // a watch that opened took the place over
+	watchID := uuid.NewString()
+	var (
+		decided bool
+		first   decision.Document
+		ww      *watch.Watch
+	)
+	parse := func(body []byte) (*snapshot.Request, error) {
+		if err := misdirectedDataBodyError(pathWatch, body); err != nil {
+			return nil, err
+		}
+		return snapshot.ParseRequestBytes(body)
+	}
+	s.admitted(w, r, s.readBody, parse, func(req *snapshot.Request, facts snapshot.Facts) {
+		seq := s.watches.Seq()
+		doc, evalCode, ok := s.decideFor(r, pathWatch, req, facts, watchID)
+		switch {
+		case !ok:
+			w.Header().Set(headerError, coded.DecisionLogUnavailable)
+			writeDecisionError(w, coded.Errorf(coded.DecisionLogUnavailable,
+				"the decision could not be recorded in the decision log, which this service requires; nothing is granted until the log is writable again"))
+			return
+		case evalCode != "":
+			w.Header().Set(headerError, evalCode)
+			writeJSON(w, http.StatusInternalServerError, doc)
+			return
+		}
+		if doc.Allow {
+			var err error
+			if ww, err = s.watches.Add(req, doc, seq); err != nil {
+				s.answerNoWatch(w, r, err)
+				return
+			}
+		}
+		decided, first = true, doc
+	})
+	if !decided {
+		return
+	}
+	s.metrics.watchEvents.WithLabelValues(string(watch.KindDecision), firstReason(first)).Inc()
+	if ww != nil {
+		defer ww.Close()
+	}
+	s.stream(w, r, watchID, first, ww)
+}
+
+// stream writes the watch's events until the revoke, the client leaving, or a write that fails.
+func (s *Server) stream(w http.ResponseWriter, r *http.Request, watchID string, first decision.Document, ww *watch.Watch) {
+	h := w.Header()
+	h.Set("Content-Type", "text/event-stream")
+	h.Set("Cache-Control", "no-store")
+	h.Set("X-Accel-Buffering", "no") // a proxy that buffers would hold the revoke back
+	h.Set(headerWatchID, watchID)
+	h.Set(headerPingInterval, strconv.FormatInt(s.cfg.Watch.PingInterval.Milliseconds(), 10))
+	rc := http.NewResponseController(w)
+	// The stream outlives http.readTimeout: the request was read whole; the connection is
+	// watched for the client leaving, not for a deadline.
+	_ = rc.SetReadDeadline(time.Time{})
+	w.WriteHeader(http.StatusOK)
+	send := func(kind watch.Kind, doc decision.Document) bool {
+		var buf bytes.Buffer
+		buf.WriteString("event: ")
+		buf.WriteString(string(kind))
+		buf.WriteString("\ndata: ")
+		b, err := json.Marshal(watchDoc{Document: doc, WatchID: watchID})
+		if err != nil {
+			return false
+		}
+		buf.Write(b)
+		buf.WriteString("\n\n")
+		return s.writeStream(w, rc, buf.Bytes())
+	}
+	if !send(watch.KindDecision, first) || ww == nil {
+		return
+	}
+	ping := time.NewTicker(s.cfg.Watch.PingInterval)
+	defer ping.Stop()
+	for {
+		select {
+		case <-r.Context().Done():
+			return
+		case <-ping.C:
+			if !s.writeStream(w, rc, []byte(": ping\n\n")) {
+				return
+			}
+		case <-ww.Ready():
+			for {
+				ev, ok := ww.Take()
+				if !ok {
+					break
+				}
+				doc, recorded := s.recordWatchEvent(r, ev, watchID)
+				kind := ev.Kind
+				if !recorded && kind != watch.KindRevoke {
+					// Not recorded, so not used: the grant ends here.
+					doc = decision.FailedDocument(ev.Operation)
+					doc.Reasons, doc.Revision, doc.DecisionID = []string{decision.ReasonLogUnavailable}, ev.Doc.Revision, uuid.NewString()
+					kind = watch.KindRevoke
+				}
+				s.metrics.watchEvents.WithLabelValues(string(kind), firstReason(doc)).Inc()
+				if !send(kind, doc) || kind == watch.KindRevoke {
+					return
+				}
+			}
+		}
+	}
+}
+
+// writeStream writes b and flushes it, within http.writeTimeout.
+func (s *Server) writeStream(w http.ResponseWriter, rc *http.ResponseController, b []byte) bool {
+	_ = rc.SetWriteDeadline(time.Now().Add(s.cfg.HTTP.WriteTimeout))
+	if _, err := w.Write(b); err != nil {
+		return false
+	}
+	return rc.Flush() == nil
+}
+
+// recordWatchEvent names an event's decision (its own decision_id) and records it in the
+// decision log with the watch's id. recorded is false when the log is required and the record
+// could not be written.
+func (s *Server) recordWatchEvent(r *http.Request, ev watch.Event, watchID string) (doc decision.Document, recorded bool) {
+	doc = ev.Doc
+	doc.DecisionID = uuid.NewString()
+	now := time.Now()
+	entry := logEntry{
+		DecisionID: doc.DecisionID,
+		Time:       now.UTC().Format(time.RFC3339Nano),
+		Path:       pathWatch,
+		Operation:  ev.Operation,
+		Input:      map[string]any(ev.Input),
+		Result:     doc,
+		Revision:   doc.Revision,
+		LatencyNS:  ev.Latency.Nanoseconds(),
+		Error:      ev.EvalCode,
+		WatchID:    watchID,
+	}
+	if ev.Input == nil {
+		entry.Input = nil
+	}
+	logErr := s.dlog.write(entry)
+	s.logToOPA(r.Context(), r, now, entry)
+	if logErr != nil {
+		s.metrics.logFailures.Inc()
+		if s.cfg.DecisionLog.Required {
+			s.log.Error("decision log unavailable; the watch is revoked", "decision_id", doc.DecisionID, "watch_id", watchID, "error", logErr)
+			return doc, false
+		}
+		s.log.Error("decision log line lost", "decision_id", doc.DecisionID, "watch_id", watchID, "error", logErr)
+	}
+	return doc, true
+}
+
+// answerNoWatch answers a watch that could not be opened: 503 with Retry-After past
+// limits.maxWatches, 503 while the service stops.
+func (s *Server) answerNoWatch(w http.ResponseWriter, r *http.Request, err error) {
+	switch {
+	case errors.Is(err, watch.ErrLimit):
+		w.Header().Set("Retry-After", "1")
+		w.Header().Set(headerError, coded.WatchLimit)
+		writeDecisionError(w, coded.Errorf(coded.WatchLimit,
+			"%d watches are open, the most limits.maxWatches allows; close one, retry after the time in Retry-After, or raise the limit", s.cfg.Limits.MaxWatches))
+	case errors.Is(err, watch.ErrClosed):
+		if r.ProtoMajor == 1 {
+			w.Header().Set("Connection", "close")
+		}
+		w.Header().Set(headerError, coded.Stopping)
+		writeDecisionError(w, coded.Errorf(coded.Stopping, "the service is stopping: open the watch again on a running instance"))
+	default:
+		writeDecisionError(w, coded.Errorf(coded.Internal, "the watch could not be opened: %v", err))
+	}
+}
+
+// firstReason is the metrics label of a decision: its first reason, "" for a grant.
+func firstReason(d decision.Document) string {
+	switch {
+	case len(d.Reasons) == 0:
+		return ""
+	case decision.KnownReason(d.Reasons[0]):
+		return d.Reasons[0]
+	}
+	return "other" // a policy's own reason: the label set stays bounded
+}

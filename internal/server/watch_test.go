@@ -1,0 +1,400 @@
+package server_test
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"io"
+	"net"
+	"net/http"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/authz-dev/authz/internal/changes"
+	"github.com/authz-dev/authz/internal/decision"
+	"github.com/authz-dev/authz/internal/server"
+	"github.com/authz-dev/authz/internal/snapshot"
+	"github.com/authz-dev/authz/policies"
+)
+
+// changingFacts are the test facts with a worker that can be killed and started again, telling
+// its listeners as the plugin host does.
+type changingFacts struct {
+	*server.StaticFacts
+	dead    atomic.Bool
+	changed changes.Listeners[string]
+}
+
+func newChangingFacts(t testing.TB) *changingFacts {
+	return &changingFacts{StaticFacts: staticFacts(t, "facts.json")}
+}
+
+func (f *changingFacts) Plugin(id string) (snapshot.PluginFacts, bool) {
+	p, ok := f.StaticFacts.Plugin(id)
+	if ok && f.dead.Load() {
+		p.Worker = nil
+	}
+	return p, ok
+}
+
+func (f *changingFacts) OnFactsChange(fn func(string)) func() { return f.changed.Add(fn) }
+
+// kill takes the worker of test.plugin out of the facts and says so.
+func (f *changingFacts) kill() {
+	f.dead.Store(true)
+	f.changed.Notify("test.plugin")
+}
+
+// sseEvent is one server-sent event.
+type sseEvent struct {
+	kind string
+	doc  map[string]any
+}
+
+// sseStream reads the events of a watch.
+type sseStream struct {
+	resp   *http.Response
+	events chan sseEvent
+	pings  atomic.Int32
+	done   chan struct{} // closed when the stream ended
+}
+
+// openWatch posts body to the watch endpoint; the stream, when the answer is one, is read
+// until it ends or the test ends.
+func openWatch(t testing.TB, url, body string) (*http.Response, *sseStream) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url+"/v1/authorize/watch", strings.NewReader(body))
+	require.NoError(t, err)
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := http.DefaultClient.Do(req)
+	require.NoError(t, err)
+	t.Cleanup(func() { resp.Body.Close() })
+	if resp.StatusCode != http.StatusOK {
+		return resp, nil
+	}
+	s := &sseStream{resp: resp, events: make(chan sseEvent, 16), done: make(chan struct{})}
+	go func() {
+		defer close(s.done)
+		sc := bufio.NewScanner(resp.Body)
+		var kind string
+		for sc.Scan() {
+			line := sc.Text()
+			switch {
+			case line == ": ping":
+				s.pings.Add(1)
+			case strings.HasPrefix(line, "event: "):
+				kind = strings.TrimPrefix(line, "event: ")
+			case strings.HasPrefix(line, "data: "):
+				var doc map[string]any
+				if json.Unmarshal([]byte(strings.TrimPrefix(line, "data: ")), &doc) != nil {
+					doc = map[string]any{"malformed": line}
+				}
+				select {
+				case s.events <- sseEvent{kind, doc}:
+				case <-ctx.Done():
+					return
+				}
+			}
+		}
+	}()
+	return resp, s
+}
+
+// next waits for the next event.
+func (s *sseStream) next(t testing.TB) sseEvent {
+	t.Helper()
+	select {
+	case ev := <-s.events:
+		return ev
+	case <-s.done:
+		select {
+		case ev := <-s.events:
+			return ev
+		default:
+		}
+		t.Fatal("the stream ended without a further event")
+	case <-time.After(15 * time.Second):
+		t.Fatal("no event within 15 s")
+	}
+	return sseEvent{}
+}
+
+// requireEnded waits for the stream to end with no further event.
+func (s *sseStream) requireEnded(t testing.TB) {
+	t.Helper()
+	select {
+	case <-s.done:
+	case <-time.After(15 * time.Second):
+		t.Fatal("the stream did not end within 15 s")
+	}
+	select {
+	case ev := <-s.events:
+		t.Fatalf("an event after the end: %v", ev)
+	default:
+	}
+}
+
+func TestWatchRevokesWhenTheWorkerDies(t *testing.T) {
+	facts := newChangingFacts(t)
+	var dlog syncBuffer
+	url := startHTTP(t, newServer(t, withFacts(facts), withDecisionLog(&dlog)))
+	resp, s := openWatch(t, url, fixture(t, nil))
+	require.Equal(t, http.StatusOK, resp.StatusCode)
+	require.Equal(t, "text/event-stream", resp.Header.Get("Content-Type"))
+	require.Equal(t, "no-store", resp.Header.Get("Cache-Control"))
+	watchID := resp.Header.Get("X-Authz-Watch-Id")
+	require.NotEmpty(t, watchID)
+	require.Equal(t, "15000", resp.Header.Get("X-Authz-Ping-Interval"))
+
+	first := s.next(t)
+	require.Equal(t, "decision", first.kind)
+	requireDocument(t, first.doc)
+	require.Equal(t, true, first.doc["allow"])
+	require.Equal(t, watchID, first.doc["watch_id"])
+
+	facts.kill()
+	rev := s.next(t)
+	require.Equal(t, "revoke", rev.kind)
+	requireDocument(t, rev.doc)
+	require.Equal(t, false, rev.doc["allow"])
+	require.Equal(t, "DUPLEX_CHANNEL_CAPABILITY_DENIED", rev.doc["code"])
+	require.Equal(t, "Sandbox lease does not grant the duplex command stream capability.", rev.doc["message"])
+	require.Contains(t, rev.doc["reasons"], "worker_not_running")
+	require.NotEqual(t, first.doc["decision_id"], rev.doc["decision_id"])
+	s.requireEnded(t)
+
+	// Both events are decision-log records of the watch, each with its own decision id.
+	lines := dlog.lines(t)
+	require.Len(t, lines, 2)
+	for i, ev := range []sseEvent{first, rev} {
+		assert.Equal(t, watchID, lines[i]["watch_id"])
+		assert.Equal(t, ev.doc["decision_id"], lines[i]["decision_id"])
+		assert.Equal(t, "/v1/authorize/watch", lines[i]["path"])
+		assert.NotNil(t, lines[i]["input"], "the input of the re-decision is recorded")
+	}
+}
+
+func TestWatchOfADenyEndsAfterTheDecision(t *testing.T) {
+	url := startHTTP(t, newServer(t, withFacts(newChangingFacts(t))))
+	resp, s := openWatch(t, url, fixture(t, func(req map[string]any) { metadata(req)["pluginId"] = "no.such.plugin" }))
+	require.Equal(t, http.StatusOK, resp.StatusCode)
+	ev := s.next(t)
+	require.Equal(t, "decision", ev.kind)
+	require.Equal(t, false, ev.doc["allow"])
+	s.requireEnded(t)
+}
+
+func TestWatchAnswersBadRequestsLikeAuthorize(t *testing.T) {
+	url := startHTTP(t, newServer(t))
+	for name, body := range map[string]string{
+		"not JSON":       "{",
+		"not an object":  "[]",
+		"unknown op":     fixture(t, func(req map[string]any) { req["operation"] = "dance" }),
+		"OPA input body": `{"input": ` + fixture(t, nil) + `}`,
+	} {
+		t.Run(name, func(t *testing.T) {
+			want := post(t, url+"/v1/authorize", body)
+			resp, s := openWatch(t, url, body)
+			require.Nil(t, s, "no stream for a bad request")
+			got, err := io.ReadAll(resp.Body)
+			require.NoError(t, err)
+			require.Equal(t, want.status, resp.StatusCode)
+			require.Equal(t, "application/json", resp.Header.Get("Content-Type"))
+			var a, b map[string]any
+			require.NoError(t, json.Unmarshal(want.body, &a))
+			require.NoError(t, json.Unmarshal(got, &b))
+			require.Equal(t, a["code"], b["code"])
+		})
+	}
+}
+
+func TestWatchLimit(t *testing.T) {
+	facts := newChangingFacts(t)
+	url := startHTTP(t, newServer(t, withFacts(facts), withConfig(func(c *server.Config) { c.Limits.MaxWatches = 1 })))
+	resp, s := openWatch(t, url, fixture(t, nil))
+	require.Equal(t, http.StatusOK, resp.StatusCode)
+	require.Equal(t, "decision", s.next(t).kind)
+
+	over, _ := openWatch(t, url, fixture(t, nil))
+	require.Equal(t, http.StatusServiceUnavailable, over.StatusCode)
+	require.Equal(t, "WATCH_LIMIT", over.Header.Get("X-Authz-Error"))
+	require.NotEmpty(t, over.Header.Get("Retry-After"))
+
+	// A revoked watch gives its place back.
+	facts.kill()
+	require.Equal(t, "revoke", s.next(t).kind)
+	s.requireEnded(t)
+	require.Eventually(t, func() bool {
+		resp, s := openWatch(t, url, fixture(t, func(req map[string]any) { metadata(req)["pluginId"] = "no.such.plugin" }))
+		if resp.StatusCode != http.StatusOK {
+			return false
+		}
+		return s.next(t).kind == "decision"
+	}, 10*time.Second, 10*time.Millisecond)
+}
+
+// switchableEngine is the embedded policy's engine with a second, deny-all, policy at hand.
+func newEngine(t testing.TB) *decision.Engine {
+	t.Helper()
+	e, err := decision.New(context.Background(), decision.Options{EvalTimeout: 5 * time.Second})
+	require.NoError(t, err)
+	return e
+}
+
+// activate compiles modules and makes them e's policy.
+func activate(t testing.TB, e *decision.Engine, modules map[string]string, revision string) {
+	t.Helper()
+	require.NoError(t, e.LoadModules(context.Background(), modules, revision))
+}
+
+// denyAll is a policy that allows nothing, with the contract's document shape.
+const denyAll = `package authz
+
+decision := {
+	"allow": false,
+	"code": "DUPLEX_CHANNEL_CAPABILITY_DENIED",
+	"message": "Sandbox lease does not grant the duplex command stream capability.",
+	"reasons": ["capability_not_declared"],
+	"capabilities": {k: false | some k in ["reusableLeases", "nativeSyncIn", "nativeSyncOut", "persistentProcessSessions",
+		"independentControlCommands", "incrementalSessionOutput", "concurrentSyncOperations", "duplexCommandStream",
+		"runnerWebSocketIngress"]},
+}
+`
+
+func TestWatchFollowsPolicyActivations(t *testing.T) {
+	e := newEngine(t)
+	url := startHTTP(t, newServer(t, withDecider(e), withFacts(newChangingFacts(t))))
+	_, s := openWatch(t, url, fixture(t, nil))
+	first := s.next(t)
+	require.Equal(t, true, first.doc["allow"])
+
+	// The same policy under a new revision: still a grant, on another revision.
+	mods, err := policies.Modules()
+	require.NoError(t, err)
+	activate(t, e, mods, "second")
+	upd := s.next(t)
+	require.Equal(t, "update", upd.kind)
+	require.Equal(t, true, upd.doc["allow"])
+	require.Equal(t, "second", upd.doc["revision"])
+	require.Equal(t, first.doc["capabilities"], upd.doc["capabilities"])
+
+	// A policy that allows nothing revokes the grant.
+	activate(t, e, map[string]string{"deny.rego": denyAll}, "deny-all")
+	rev := s.next(t)
+	require.Equal(t, "revoke", rev.kind)
+	require.Equal(t, false, rev.doc["allow"])
+	require.Equal(t, "deny-all", rev.doc["revision"])
+	s.requireEnded(t)
+}
+
+func TestWatchPings(t *testing.T) {
+	url := startHTTP(t, newServer(t, withFacts(newChangingFacts(t)), withConfig(func(c *server.Config) {
+		c.Watch.PingInterval = 20 * time.Millisecond
+	})))
+	resp, s := openWatch(t, url, fixture(t, nil))
+	require.Equal(t, "20", resp.Header.Get("X-Authz-Ping-Interval"))
+	require.Equal(t, "decision", s.next(t).kind)
+	require.Eventually(t, func() bool { return s.pings.Load() >= 3 }, 10*time.Second, 5*time.Millisecond)
+}
+
+// TestWatchOutlivesTheReadTimeout: the stream is not ended by http.readTimeout (the request
+// was read whole) nor by http.writeTimeout (each write has its own deadline).
+func TestWatchOutlivesTheReadTimeout(t *testing.T) {
+	facts := newChangingFacts(t)
+	cfg := testConfig()
+	cfg.HTTP.ReadTimeout = 100 * time.Millisecond
+	cfg.HTTP.WriteTimeout = 100 * time.Millisecond
+	cfg.Watch.PingInterval = 20 * time.Millisecond
+	srv, err := server.New(cfg, testEngine(t), facts, server.Options{})
+	require.NoError(t, err)
+	url, stop := serve(t, srv)
+	defer stop()
+	_, s := openWatch(t, url, fixture(t, nil))
+	require.Equal(t, "decision", s.next(t).kind)
+	// Ten ping intervals past both time-outs, the stream is still open and pinging.
+	deadline := time.Now().Add(300 * time.Millisecond)
+	require.Eventually(t, func() bool { return time.Now().After(deadline) && s.pings.Load() >= 10 }, 10*time.Second, 5*time.Millisecond)
+	select {
+	case <-s.done:
+		t.Fatal("the stream ended")
+	default:
+	}
+	facts.kill()
+	require.Equal(t, "revoke", s.next(t).kind)
+}
+
+// serve runs srv.Serve on a loopback listener; stop cancels it and waits for Serve to return.
+func serve(t testing.TB, srv *server.Server) (url string, stop func()) {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	ctx, cancel := context.WithCancel(context.Background())
+	served := make(chan error, 1)
+	go func() { served <- srv.Serve(ctx, ln) }()
+	var once sync.Once
+	stop = func() {
+		once.Do(func() {
+			cancel()
+			select {
+			case err := <-served:
+				assert.NoError(t, err)
+			case <-time.After(20 * time.Second):
+				t.Error("Serve did not return within 20 s")
+			}
+			assert.NoError(t, srv.Close())
+		})
+	}
+	t.Cleanup(stop)
+	return "http://" + ln.Addr().String(), stop
+}
+
+func TestWatchRevokedWhenTheServiceStops(t *testing.T) {
+	srv, err := server.New(testConfig(), testEngine(t), newChangingFacts(t), server.Options{})
+	require.NoError(t, err)
+	url, stop := serve(t, srv)
+	_, s := openWatch(t, url, fixture(t, nil))
+	require.Equal(t, "decision", s.next(t).kind)
+	go stop()
+	rev := s.next(t)
+	require.Equal(t, "revoke", rev.kind)
+	require.Equal(t, false, rev.doc["allow"])
+	require.Equal(t, []any{"service_stopping"}, rev.doc["reasons"])
+	s.requireEnded(t)
+}
+
+// syncBuffer is a decision log the test reads while the server writes it.
+type syncBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *syncBuffer) lines(t testing.TB) []map[string]any {
+	t.Helper()
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	var out []map[string]any
+	for _, l := range strings.Split(strings.TrimSpace(b.buf.String()), "\n") {
+		if l == "" {
+			continue
+		}
+		var m map[string]any
+		require.NoError(t, json.Unmarshal([]byte(l), &m))
+		out = append(out, m)
+	}
+	return out
+}

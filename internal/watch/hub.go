@@ -1,0 +1,548 @@
+// Package watch keeps granted decisions under watch: a watch holds a request whose decision
+// allowed, and it is told, at once, when that decision would now be different: an update while
+// it still allows with other capabilities or another policy revision, a revoke (terminal) when
+// it no longer allows. The Hub re-decides the watched requests when the facts a decision reads
+// change, when a policy is activated, and periodically for what cannot signal a change (a
+// driver's config check). It re-decides each distinct request once per change, whatever the
+// number of watches on it; the decision cache makes requests of the same input footprint one
+// evaluation.
+//
+// The Hub never waits on a watcher: events are left on the watch (an update replaces an
+// update not yet taken; a revoke is final) and the watcher is woken.
+package watch
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/json"
+	"errors"
+	"runtime"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/hashicorp/go-hclog"
+
+	"github.com/authz-dev/authz/internal/coded"
+	"github.com/authz-dev/authz/internal/decision"
+	"github.com/authz-dev/authz/internal/snapshot"
+)
+
+// Defaults of Options.
+const (
+	DefaultRecheckInterval = 30 * time.Second
+	DefaultPingInterval    = 15 * time.Second
+	DefaultMaxWatches      = 10000
+	// defaultDecideTimeout bounds one re-decision when the decider sets no bound of its own.
+	defaultDecideTimeout = 10 * time.Second
+)
+
+// Errors of Add.
+var (
+	// ErrLimit: MaxWatches watches are open.
+	ErrLimit = errors.New("too many open watches")
+	// ErrClosed: the hub is closed (the service stops).
+	ErrClosed = errors.New("the service is stopping: no new watch")
+)
+
+// Decider makes one decision of a request on the facts given; *decision.Engine is one. It
+// always returns a document; a non-nil error means the decision could not be evaluated.
+type Decider interface {
+	Decide(ctx context.Context, req *snapshot.Request, facts snapshot.Facts) (decision.Document, snapshot.Input, error)
+}
+
+// Options tune a Hub. The zero value takes the defaults.
+type Options struct {
+	// RecheckInterval re-decides every watched request this often, changes or not.
+	RecheckInterval time.Duration
+	// MaxWatches caps the open watches; Add answers ErrLimit past it.
+	MaxWatches int
+	// Workers re-decide this many requests at once; GOMAXPROCS when zero.
+	Workers int
+	// DecideTimeout bounds one re-decision (the decider's own bound applies too).
+	DecideTimeout time.Duration
+	// Logger receives the hub's warnings; none when nil.
+	Logger hclog.Logger
+}
+
+// Kind is the kind of a watch event, as the event stream names it.
+type Kind string
+
+// Kinds of events.
+const (
+	KindDecision Kind = "decision" // the first decision of a watch
+	KindUpdate   Kind = "update"   // still allows; the capabilities or the revision changed
+	KindRevoke   Kind = "revoke"   // no longer allows; terminal
+)
+
+// Event is one decision of a watch. Doc has no decision_id: each event is a decision of its
+// own, which the caller names (and logs) when it hands the event on.
+type Event struct {
+	Kind Kind
+	Doc  decision.Document
+	// Operation is the watched request's operation.
+	Operation string
+	// Input is the input document the decision read (shared: do not modify); nil for a revoke
+	// the service made itself (stopping).
+	Input snapshot.Input
+	// EvalCode is the failure's code when the decision could not be evaluated.
+	EvalCode string
+	// Latency is how long the decision took.
+	Latency time.Duration
+}
+
+// Hub holds the open watches.
+type Hub struct {
+	d     Decider
+	facts snapshot.Facts
+	opts  Options
+
+	seq  atomic.Uint64 // counts changes; a decision made before a change may be stale
+	open atomic.Int64  // open watches (reserved included)
+
+	mu       sync.Mutex
+	groups   map[[sha256.Size]byte]*group
+	dirtyAll bool
+	dirtyIDs map[string]bool // plugin ids whose facts changed
+	dirtyG   map[*group]bool // groups to re-decide whatever changed
+	closed   bool
+	running  bool
+
+	kick    chan struct{}
+	stop    chan struct{}
+	stopped chan struct{}
+}
+
+// group is the watches of one request.
+type group struct {
+	key      [sha256.Size]byte
+	req      *snapshot.Request
+	pluginID string // the plugin the request pins; "" for none
+	watches  map[*Watch]struct{}
+}
+
+// New returns a hub that decides with d on facts. Nothing runs until the first watch.
+func New(d Decider, facts snapshot.Facts, opts Options) *Hub {
+	if opts.RecheckInterval <= 0 {
+		opts.RecheckInterval = DefaultRecheckInterval
+	}
+	if opts.MaxWatches <= 0 {
+		opts.MaxWatches = DefaultMaxWatches
+	}
+	if opts.Workers <= 0 {
+		opts.Workers = runtime.GOMAXPROCS(0)
+	}
+	if opts.DecideTimeout <= 0 {
+		opts.DecideTimeout = defaultDecideTimeout
+	}
+	if opts.Logger == nil {
+		opts.Logger = hclog.NewNullLogger()
+	}
+	return &Hub{d: d, facts: facts, opts: opts, groups: map[[sha256.Size]byte]*group{},
+		dirtyIDs: map[string]bool{}, dirtyG: map[*group]bool{},
+		kick: make(chan struct{}, 1), stop: make(chan struct{}), stopped: make(chan struct{})}
+}
+
+// FactsChanged marks the watches that read the facts of pluginID ("" for any) for a
+// re-decision. It never blocks: a facts source's change listener.
+func (h *Hub) FactsChanged(pluginID string) {
+	h.seq.Add(1)
+	h.mu.Lock()
+	if pluginID == "" {
+		h.dirtyAll = true
+	} else {
+		h.dirtyIDs[pluginID] = true
+	}
+	h.mu.Unlock()
+	h.wake()
+}
+
+// PolicyChanged marks every watch for a re-decision on the policy now active. It never
+// blocks: a decider's policy listener.
+func (h *Hub) PolicyChanged(string) { h.FactsChanged("") }
+
+// Seq returns the count of changes so far; hand it to Add with the first decision made after
+// reading it.
+func (h *Hub) Seq() uint64 { return h.seq.Load() }
+
+// Open returns the number of open watches.
+func (h *Hub) Open() int { return int(h.open.Load()) }
+
+// Reserve takes a place for one watch before its first decision is made, so that a request
+// past the limit is refused before it is decided. release gives the place back; Add takes it
+// over.
+func (h *Hub) Reserve() (release func(), err error) {
+	h.mu.Lock()
+	closed := h.closed
+	h.mu.Unlock()
+	if closed {
+		return nil, ErrClosed
+	}
+	if h.open.Add(1) > int64(h.opts.MaxWatches) {
+		h.open.Add(-1)
+		return nil, ErrLimit
+	}
+	var once sync.Once
+	return func() { once.Do(func() { h.open.Add(-1) }) }, nil
+}
+
+// Add opens a watch on req, whose first decision first (made after Seq returned seq) allowed.
+// It takes over the place Reserve took (do not call its release after Add succeeded). A change
+// since seq re-decides the request at once.
+func (h *Hub) Add(req *snapshot.Request, first decision.Document, seq uint64) (*Watch, error) {
+	key, err := requestKey(req)
+	if err != nil {
+		return nil, err
+	}
+	w := &Watch{ID: uuid.NewString(), hub: h, op: req.Operation, last: first, wake: make(chan struct{}, 1)}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.closed {
+		return nil, ErrClosed
+	}
+	g, ok := h.groups[key]
+	if !ok {
+		g = &group{key: key, req: req, pluginID: pinnedPlugin(req), watches: map[*Watch]struct{}{}}
+		h.groups[key] = g
+	}
+	g.watches[w] = struct{}{}
+	w.g = g
+	if h.seq.Load() != seq || (ok && len(g.watches) > 1 && !sameGrant(first, g.anyLast())) {
+		h.dirtyG[g] = true
+		defer h.wake()
+	}
+	if !h.running {
+		h.running = true
+		go h.run()
+	}
+	return w, nil
+}
+
+// Close revokes every open watch with the stopping document (reason service_stopping) and
+// refuses new ones; it returns once the re-decisions have stopped. It is safe to call more
+// than once.
+func (h *Hub) Close() {
+	h.mu.Lock()
+	if h.closed {
+		h.mu.Unlock()
+		<-h.stopped
+		return
+	}
+	h.closed = true
+	running := h.running
+	var all []*Watch
+	for _, g := range h.groups {
+		for w := range g.watches {
+			all = append(all, w)
+		}
+	}
+	h.groups = map[[sha256.Size]byte]*group{}
+	h.mu.Unlock()
+	close(h.stop)
+	if running {
+		<-h.stopped
+	} else {
+		close(h.stopped)
+	}
+	for _, w := range all {
+		doc := decision.FailedDocument(w.op)
+		doc.Reasons = []string{decision.ReasonServiceStopping}
+		doc.Revision = w.lastRevision()
+		w.revoke(Event{Kind: KindRevoke, Doc: doc, Operation: w.op})
+	}
+}
+
+func (h *Hub) wake() {
+	select {
+	case h.kick <- struct{}{}:
+	default:
+	}
+}
+
+// run re-decides what changed, one pass at a time, until Close: changes that arrive during a
+// pass are taken by the next one.
+func (h *Hub) run() {
+	defer close(h.stopped)
+	recheck := time.NewTicker(h.opts.RecheckInterval)
+	defer recheck.Stop()
+	for {
+		select {
+		case <-h.stop:
+			return
+		case <-recheck.C:
+			h.mu.Lock()
+			h.dirtyAll = true
+			h.mu.Unlock()
+		case <-h.kick:
+		}
+		h.pass()
+	}
+}
+
+// pass re-decides the groups marked since the last pass.
+func (h *Hub) pass() {
+	h.mu.Lock()
+	var todo []*group
+	for _, g := range h.groups {
+		if h.dirtyAll || h.dirtyG[g] || (g.pluginID != "" && h.dirtyIDs[g.pluginID]) {
+			todo = append(todo, g)
+		}
+	}
+	h.dirtyAll = false
+	clear(h.dirtyIDs)
+	clear(h.dirtyG)
+	h.mu.Unlock()
+	if len(todo) == 0 {
+		return
+	}
+	work := make(chan *group)
+	var wg sync.WaitGroup
+	for range min(h.opts.Workers, len(todo)) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for g := range work {
+				h.redecide(g)
+			}
+		}()
+	}
+	for _, g := range todo {
+		select {
+		case work <- g:
+		case <-h.stop:
+		}
+	}
+	close(work)
+	wg.Wait()
+}
+
+// redecide decides g's request again and tells each of its watches what changed for it.
+func (h *Hub) redecide(g *group) {
+	select {
+	case <-h.stop:
+		return // Close revokes them
+	default:
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), h.opts.DecideTimeout)
+	start := time.Now()
+	doc, in, err := h.d.Decide(ctx, g.req, h.facts)
+	cancel()
+	ev := Event{Doc: doc, Operation: g.req.Operation, Input: in, Latency: time.Since(start)}
+	if err != nil {
+		// Whatever the decider returned beside its error, the watch ends on the fail-closed deny.
+		ev.EvalCode = coded.CodeOf(err)
+		if ev.EvalCode == "" {
+			ev.EvalCode = coded.EvalError
+		}
+		failed := decision.FailedDocument(g.req.Operation)
+		failed.Revision = doc.Revision
+		ev.Doc = failed
+		h.opts.Logger.Warn("a watched decision could not be evaluated; its watches are revoked",
+			"operation", g.req.Operation, "code", ev.EvalCode, "error", err)
+	}
+	ev.Doc.DecisionID = ""
+	if ev.Doc.Reasons == nil {
+		ev.Doc.Reasons = []string{}
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.groups[g.key] != g {
+		return // closed, or every watch left
+	}
+	if !ev.Doc.Allow || err != nil {
+		ev.Kind = KindRevoke
+		for w := range g.watches {
+			w.revoke(ev)
+		}
+		clear(g.watches)
+		delete(h.groups, g.key)
+		return
+	}
+	ev.Kind = KindUpdate
+	for w := range g.watches {
+		w.update(ev)
+	}
+}
+
+// leave takes w out of its group (its watcher is gone or it was revoked).
+func (h *Hub) leave(w *Watch) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	g := w.g
+	if g == nil {
+		return
+	}
+	if _, ok := g.watches[w]; ok {
+		delete(g.watches, w)
+		if len(g.watches) == 0 && h.groups[g.key] == g {
+			delete(h.groups, g.key)
+		}
+	}
+}
+
+// anyLast is the last decision sent to one of the group's watches (held with Hub.mu).
+func (g *group) anyLast() decision.Document {
+	for w := range g.watches {
+		return w.lastDoc()
+	}
+	return decision.Document{}
+}
+
+// Watch is one open watch. Its watcher takes events with Next (or Ready and Take) and calls
+// Close when it stops watching.
+type Watch struct {
+	// ID names the watch; every event's decision-log record carries it.
+	ID string
+
+	hub *Hub
+	op  string
+	g   *group // guarded by hub.mu
+
+	mu     sync.Mutex
+	last   decision.Document // the last decision sent (or pending)
+	upd    *Event            // an update not taken yet
+	final  *Event            // the revoke, once decided
+	ended  bool              // the revoke was taken, or Close was called
+	closed bool
+	wake   chan struct{}
+}
+
+// update leaves ev for the watcher when it changes what the watcher was told.
+func (w *Watch) update(ev Event) {
+	w.mu.Lock()
+	if w.final != nil || w.ended || sameGrant(w.last, ev.Doc) {
+		w.mu.Unlock()
+		return
+	}
+	w.last = ev.Doc
+	w.upd = &ev
+	w.mu.Unlock()
+	w.signal()
+}
+
+// revoke leaves the final event; the hub no longer holds w.
+func (w *Watch) revoke(ev Event) {
+	w.mu.Lock()
+	if w.final != nil || w.ended {
+		w.mu.Unlock()
+		return
+	}
+	w.final = &ev
+	w.upd = nil
+	w.mu.Unlock()
+	w.hub.open.Add(-1)
+	w.signal()
+}
+
+func (w *Watch) signal() {
+	select {
+	case w.wake <- struct{}{}:
+	default:
+	}
+}
+
+func (w *Watch) lastDoc() decision.Document {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.last
+}
+
+func (w *Watch) lastRevision() string { return w.lastDoc().Revision }
+
+// Ready is signalled when an event may be waiting; Take it.
+func (w *Watch) Ready() <-chan struct{} { return w.wake }
+
+// Take returns the event waiting, if any: the revoke once there is one (the watch has then
+// ended; Take returns nothing more), else the latest update not taken yet.
+func (w *Watch) Take() (Event, bool) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	switch {
+	case w.ended:
+		return Event{}, false
+	case w.final != nil:
+		w.ended = true
+		return *w.final, true
+	case w.upd != nil:
+		ev := *w.upd
+		w.upd = nil
+		return ev, true
+	}
+	return Event{}, false
+}
+
+// Next waits for the next event until ctx is done. After the revoke it returns io.EOF-like
+// ErrEnded.
+func (w *Watch) Next(ctx context.Context) (Event, error) {
+	for {
+		if ev, ok := w.Take(); ok {
+			return ev, nil
+		}
+		if w.Ended() {
+			return Event{}, ErrEnded
+		}
+		select {
+		case <-w.wake:
+		case <-ctx.Done():
+			return Event{}, ctx.Err()
+		}
+	}
+}
+
+// ErrEnded is Next's error after the revoke was taken.
+var ErrEnded = errors.New("the watch has ended")
+
+// Ended reports whether the revoke was taken or the watch closed.
+func (w *Watch) Ended() bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.ended
+}
+
+// Close ends the watch from the watcher's side (it stops watching). Safe to call more than
+// once and after the revoke.
+func (w *Watch) Close() {
+	w.mu.Lock()
+	if w.closed {
+		w.mu.Unlock()
+		return
+	}
+	w.closed = true
+	revoked := w.final != nil
+	w.ended = true
+	w.mu.Unlock()
+	w.hub.leave(w)
+	if !revoked {
+		w.hub.open.Add(-1)
+	}
+}
+
+// sameGrant reports whether two allowing decisions grant the same: the same capabilities on
+// the same policy revision.
+func sameGrant(a, b decision.Document) bool {
+	return a.Allow == b.Allow && a.Capabilities == b.Capabilities && a.Revision == b.Revision
+}
+
+// requestKey is the digest of the request, so that watches of one request share a re-decision.
+func requestKey(req *snapshot.Request) ([sha256.Size]byte, error) {
+	b, err := json.Marshal(struct {
+		Operation   string         `json:"o"`
+		Environment map[string]any `json:"e"`
+		Lease       map[string]any `json:"l"`
+		Command     any            `json:"c"`
+		HasCommand  bool           `json:"h"`
+	}{req.Operation, req.Environment, req.Lease, req.Command, req.HasCommand})
+	if err != nil {
+		return [sha256.Size]byte{}, err
+	}
+	return sha256.Sum256(b), nil
+}
+
+// pinnedPlugin is the plugin whose facts the request's decision reads: its lease's
+// metadata.pluginId, "" when it pins none (it then reads only the built-in providers, whose
+// changes concern every watch).
+func pinnedPlugin(req *snapshot.Request) string {
+	id, _ := req.Metadata["pluginId"].(string)
+	return id
+}

@@ -85,7 +85,7 @@ func newGate(m *plugins.Manager) *gate {
 	g := &gate{m: m, bundles: bundles.forStore(m.Store), remote: map[string]*bundleplugin.Status{}, refused: map[string]string{},
 		logger: func() hclog.Logger { return hclog.NewNullLogger() }}
 	g.active.Store(&activePolicy{engine: decision.NewEmpty(decision.Options{})}) // before any listener
-	g.order, _ = policy.LoadBundleOrder("") // kept in the process until loadOrder; it cannot fail
+	g.order, _ = policy.LoadBundleOrder("")                                      // kept in the process until loadOrder; it cannot fail
 	return g
 }
 

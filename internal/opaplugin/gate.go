@@ -84,8 +84,9 @@ var (
 func newGate(m *plugins.Manager) *gate {
 	g := &gate{m: m, bundles: bundles.forStore(m.Store), remote: map[string]*bundleplugin.Status{}, refused: map[string]string{},
 		logger: func() hclog.Logger { return hclog.NewNullLogger() }}
-	g.active.Store(&activePolicy{engine: decision.NewEmpty(decision.Options{})}) // before any listener
-	g.order, _ = policy.LoadBundleOrder("")                                      // kept in the process until loadOrder; it cannot fail
+	// Stored before any listener is added: there is nobody to tell.
+	g.active.Store(&activePolicy{engine: decision.NewEmpty(decision.Options{})})
+	g.order, _ = policy.LoadBundleOrder("") // kept in the process until loadOrder; it cannot fail
 	return g
 }
 

@@ -546,3 +546,38 @@ func pinnedPlugin(req *snapshot.Request) string {
 	id, _ := req.Metadata["pluginId"].(string)
 	return id
 }
+
+// Watch is the Go face of POST /v1/authorize/watch: it decides req on the hub's facts and,
+// when the decision allows, opens a watch on it (w is nil when it does not). The first event is
+// the decision; take the next ones with w.Next and call w.Close when done. err is ErrLimit,
+// ErrClosed, or the decision's evaluation error (first then holds the fail-closed deny).
+func (h *Hub) Watch(ctx context.Context, req *snapshot.Request) (first Event, w *Watch, err error) {
+	release, err := h.Reserve()
+	if err != nil {
+		return Event{}, nil, err
+	}
+	defer func() {
+		if w == nil {
+			release()
+		}
+	}()
+	seq := h.Seq()
+	start := time.Now()
+	doc, in, derr := h.d.Decide(ctx, req, h.facts)
+	first = Event{Kind: KindDecision, Doc: doc, Operation: req.Operation, Input: in, Latency: time.Since(start)}
+	if derr != nil {
+		first.EvalCode = coded.CodeOf(derr)
+		if first.EvalCode == "" {
+			first.EvalCode = coded.EvalError
+		}
+		failed := decision.FailedDocument(req.Operation)
+		failed.Revision = doc.Revision
+		first.Doc = failed
+		return first, nil, derr
+	}
+	if !doc.Allow {
+		return first, nil, nil
+	}
+	w, err = h.Add(req, doc, seq)
+	return first, w, err
+}

@@ -1,0 +1,287 @@
+package watch
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	"go.uber.org/goleak"
+
+	"github.com/authz-dev/authz/internal/coded"
+	"github.com/authz-dev/authz/internal/decision"
+	"github.com/authz-dev/authz/internal/snapshot"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// fakeDecider allows a request unless its plugin is in denied; it counts its decisions by
+// plugin id.
+type fakeDecider struct {
+	mu       sync.Mutex
+	denied   map[string]bool
+	revision string
+	fail     error
+	calls    map[string]int
+	total    atomic.Int64
+}
+
+func newFakeDecider() *fakeDecider {
+	return &fakeDecider{denied: map[string]bool{}, revision: "r1", calls: map[string]int{}}
+}
+
+func (d *fakeDecider) Decide(_ context.Context, req *snapshot.Request, _ snapshot.Facts) (decision.Document, snapshot.Input, error) {
+	d.total.Add(1)
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	id := pinnedPlugin(req)
+	d.calls[id]++
+	doc := decision.Document{Allow: !d.denied[id], Revision: d.revision, Reasons: []string{}}
+	doc.Capabilities.DuplexCommandStream = doc.Allow
+	if !doc.Allow {
+		doc.Code, doc.Reasons = "DUPLEX_CHANNEL_CAPABILITY_DENIED", []string{"worker_not_running"}
+	}
+	return doc, snapshot.Input{"plugin": id}, d.fail
+}
+
+func (d *fakeDecider) set(change func(d *fakeDecider)) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	change(d)
+}
+
+func (d *fakeDecider) callsFor(id string) int {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.calls[id]
+}
+
+func request(pluginID string, n int) *snapshot.Request {
+	return &snapshot.Request{Operation: snapshot.OpOpenDuplexChannel,
+		Environment: map[string]any{"id": fmt.Sprint("env-", n)},
+		Lease:       map[string]any{"id": "l", "metadata": map[string]any{"pluginId": pluginID}},
+		Metadata:    map[string]any{"pluginId": pluginID}}
+}
+
+// open opens a watch the way the HTTP face does: reserve, decide, add.
+func open(t testing.TB, h *Hub, d Decider, req *snapshot.Request) *Watch {
+	t.Helper()
+	release, err := h.Reserve()
+	require.NoError(t, err)
+	seq := h.Seq()
+	doc, _, err := d.Decide(context.Background(), req, nil)
+	require.NoError(t, err)
+	require.True(t, doc.Allow)
+	w, err := h.Add(req, doc, seq)
+	if err != nil {
+		release()
+	}
+	require.NoError(t, err)
+	return w
+}
+
+func next(t testing.TB, w *Watch) Event {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	ev, err := w.Next(ctx)
+	require.NoError(t, err)
+	return ev
+}
+
+func requireNothing(t testing.TB, w *Watch) {
+	t.Helper()
+	ev, ok := w.Take()
+	require.False(t, ok, "unexpected event %+v", ev)
+}
+
+// TestOneDecisionPerRequestNotPerWatch: a thousand watches of one request cost one
+// re-decision per change.
+func TestOneDecisionPerRequestNotPerWatch(t *testing.T) {
+	d := newFakeDecider()
+	h := New(d, nil, Options{})
+	defer h.Close()
+	req := request("p1", 0)
+	ws := make([]*Watch, 1000)
+	for i := range ws {
+		ws[i] = open(t, h, d, req)
+	}
+	before := d.callsFor("p1")
+	d.set(func(d *fakeDecider) { d.denied["p1"] = true })
+	h.FactsChanged("p1")
+	for _, w := range ws {
+		ev := next(t, w)
+		require.Equal(t, KindRevoke, ev.Kind)
+		require.False(t, ev.Doc.Allow)
+		require.Equal(t, snapshot.OpOpenDuplexChannel, ev.Operation)
+		_, err := w.Next(context.Background())
+		require.ErrorIs(t, err, ErrEnded)
+	}
+	require.Equal(t, 1, d.callsFor("p1")-before, "re-decisions for 1000 watches of one request")
+	require.Equal(t, 0, h.Open())
+}
+
+// TestOnlyTheChangedPluginsWatchesAreRedecided: a change of one plugin's facts leaves the
+// watches of other plugins alone; a change of any ("") re-decides them all.
+func TestOnlyTheChangedPluginsWatchesAreRedecided(t *testing.T) {
+	d := newFakeDecider()
+	h := New(d, nil, Options{})
+	defer h.Close()
+	w1 := open(t, h, d, request("p1", 1))
+	w2 := open(t, h, d, request("p2", 2))
+	d.set(func(d *fakeDecider) { d.denied["p1"], d.denied["p2"] = true, true })
+	before2 := d.callsFor("p2")
+	h.FactsChanged("p1")
+	require.Equal(t, KindRevoke, next(t, w1).Kind)
+	require.Equal(t, before2, d.callsFor("p2"), "p2's watch was re-decided for p1's change")
+	requireNothing(t, w2)
+	h.PolicyChanged("r2")
+	require.Equal(t, KindRevoke, next(t, w2).Kind)
+}
+
+// TestUpdateOnlyWhenTheGrantChanges: a re-decision that grants the same sends nothing; a new
+// revision is an update; updates not taken are replaced by the latest.
+func TestUpdateOnlyWhenTheGrantChanges(t *testing.T) {
+	d := newFakeDecider()
+	h := New(d, nil, Options{})
+	defer h.Close()
+	w := open(t, h, d, request("p1", 1))
+	calls := d.total.Load()
+	h.FactsChanged("p1")
+	require.Eventually(t, func() bool { return d.total.Load() > calls }, 10*time.Second, time.Millisecond)
+	requireNothing(t, w)
+
+	for _, rev := range []string{"r2", "r3"} {
+		d.set(func(d *fakeDecider) { d.revision = rev })
+		calls = d.total.Load()
+		h.PolicyChanged(rev)
+		require.Eventually(t, func() bool { return d.total.Load() > calls }, 10*time.Second, time.Millisecond)
+	}
+	ev := next(t, w)
+	require.Equal(t, KindUpdate, ev.Kind)
+	require.Equal(t, "r3", ev.Doc.Revision, "the latest update wins")
+	requireNothing(t, w)
+}
+
+// TestAChangeDuringTheFirstDecisionIsNotLost: a change between the first decision and Add
+// re-decides the request at once.
+func TestAChangeDuringTheFirstDecisionIsNotLost(t *testing.T) {
+	d := newFakeDecider()
+	h := New(d, nil, Options{RecheckInterval: time.Hour})
+	defer h.Close()
+	req := request("p1", 1)
+	release, err := h.Reserve()
+	require.NoError(t, err)
+	seq := h.Seq()
+	doc, _, err := d.Decide(context.Background(), req, nil)
+	require.NoError(t, err)
+	// The worker dies after the decision, before the watch is added.
+	d.set(func(d *fakeDecider) { d.denied["p1"] = true })
+	h.FactsChanged("p1")
+	w, err := h.Add(req, doc, seq)
+	if err != nil {
+		release()
+	}
+	require.NoError(t, err)
+	require.Equal(t, KindRevoke, next(t, w).Kind)
+}
+
+// TestAFailedReDecisionRevokes: an evaluation error ends the watch with the fail-closed deny.
+func TestAFailedReDecisionRevokes(t *testing.T) {
+	d := newFakeDecider()
+	h := New(d, nil, Options{})
+	defer h.Close()
+	w := open(t, h, d, request("p1", 1))
+	d.set(func(d *fakeDecider) { d.fail = coded.Errorf(coded.EvalTimeout, "too slow") })
+	h.FactsChanged("")
+	ev := next(t, w)
+	require.Equal(t, KindRevoke, ev.Kind)
+	require.False(t, ev.Doc.Allow)
+	require.Equal(t, coded.EvalTimeout, ev.EvalCode)
+	require.Equal(t, []string{"evaluation_failed"}, ev.Doc.Reasons)
+	require.Equal(t, "DUPLEX_CHANNEL_CAPABILITY_DENIED", ev.Doc.Code)
+}
+
+// TestPeriodicRecheck: with no change signalled, the recheck re-decides.
+func TestPeriodicRecheck(t *testing.T) {
+	d := newFakeDecider()
+	h := New(d, nil, Options{RecheckInterval: 20 * time.Millisecond})
+	defer h.Close()
+	w := open(t, h, d, request("p1", 1))
+	d.set(func(d *fakeDecider) { d.denied["p1"] = true }) // no change signalled
+	require.Equal(t, KindRevoke, next(t, w).Kind)
+}
+
+// TestCloseRevokesEveryWatchAndRefusesNewOnes.
+func TestCloseRevokesEveryWatchAndRefusesNewOnes(t *testing.T) {
+	d := newFakeDecider()
+	h := New(d, nil, Options{})
+	ws := []*Watch{open(t, h, d, request("p1", 1)), open(t, h, d, request("", 2))}
+	h.Close()
+	h.Close()
+	for _, w := range ws {
+		ev := next(t, w)
+		require.Equal(t, KindRevoke, ev.Kind)
+		require.False(t, ev.Doc.Allow)
+		require.Equal(t, []string{decision.ReasonServiceStopping}, ev.Doc.Reasons)
+		require.Equal(t, "r1", ev.Doc.Revision)
+		w.Close()
+	}
+	_, err := h.Reserve()
+	require.ErrorIs(t, err, ErrClosed)
+	require.Equal(t, 0, h.Open())
+}
+
+// TestLimitCountsReservedAndOpenWatches: MaxWatches counts every place taken; a closed or
+// revoked watch gives its place back, once.
+func TestLimitCountsReservedAndOpenWatches(t *testing.T) {
+	d := newFakeDecider()
+	h := New(d, nil, Options{MaxWatches: 2})
+	defer h.Close()
+	w := open(t, h, d, request("p1", 1))
+	release, err := h.Reserve()
+	require.NoError(t, err)
+	_, err = h.Reserve()
+	require.ErrorIs(t, err, ErrLimit)
+	release()
+	release()
+	w.Close()
+	w.Close()
+	require.Equal(t, 0, h.Open())
+	w = open(t, h, d, request("p1", 1))
+	d.set(func(d *fakeDecider) { d.denied["p1"] = true })
+	h.FactsChanged("p1")
+	require.Equal(t, KindRevoke, next(t, w).Kind)
+	w.Close()
+	require.Equal(t, 0, h.Open())
+}
+
+// TestGoWatch: the Go face decides, opens a watch on a grant only, and fails closed.
+func TestGoWatch(t *testing.T) {
+	d := newFakeDecider()
+	h := New(d, nil, Options{})
+	defer h.Close()
+	first, w, err := h.Watch(context.Background(), request("p1", 1))
+	require.NoError(t, err)
+	require.Equal(t, KindDecision, first.Kind)
+	require.True(t, first.Doc.Allow)
+	require.NotNil(t, w)
+	defer w.Close()
+
+	d.set(func(d *fakeDecider) { d.denied["p2"] = true })
+	first, w2, err := h.Watch(context.Background(), request("p2", 2))
+	require.NoError(t, err)
+	require.False(t, first.Doc.Allow)
+	require.Nil(t, w2)
+
+	d.set(func(d *fakeDecider) { d.fail = coded.Errorf(coded.EvalTimeout, "too slow") })
+	first, w3, err := h.Watch(context.Background(), request("p3", 3))
+	require.Error(t, err)
+	require.Nil(t, w3)
+	require.False(t, first.Doc.Allow)
+	require.Equal(t, coded.EvalTimeout, first.EvalCode)
+	require.Equal(t, 1, h.Open(), "only the grant holds a place")
+}

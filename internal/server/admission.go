@@ -73,6 +73,9 @@ func (a *admission) overloaded() error {
 // returned yet, which on busy CPUs (the collector takes at most half of them) was up to a
 // fifth of it: the bound leaves a third.
 const (
+	// watchBytes is one open watch besides its connection and its request's body: its state in
+	// the hub, its stream's goroutine and timer, the last decision it was sent.
+	watchBytes               = 4 << 10
 	baseResidentBytes        = 32 << 20
 	decidingBytesPerBodyByte = 56
 	connectionBufferBytes    = 8 << 10
@@ -88,7 +91,8 @@ func (c Config) MemoryLimit() int64 {
 		policy.DefaultDecisionLogBufferBytes +
 		int64(c.Limits.MaxReading)*c.MaxBodyBytes +
 		int64(c.Limits.MaxDeciding)*decidingBytesPerBodyByte*c.MaxBodyBytes +
-		int64(c.Limits.MaxConnections)*int64(c.HTTP.MaxHeaderBytes+connectionBufferBytes)
+		int64(c.Limits.MaxConnections)*int64(c.HTTP.MaxHeaderBytes+connectionBufferBytes) +
+		int64(c.Limits.MaxWatches)*watchBytes + c.Limits.MaxWatchBytes
 }
 
 // MemoryBound is the peak resident memory the service stays within under any number of

@@ -108,8 +108,8 @@ func TestLimitsValidate(t *testing.T) {
 // memory limit below it that leaves the collector room.
 func TestMemoryBound(t *testing.T) {
 	c := server.DefaultConfig()
-	assert.Equal(t, int64(242), c.MemoryLimit()>>20)
-	assert.Equal(t, int64(322), c.MemoryBound()>>20)
+	assert.Equal(t, int64(297), c.MemoryLimit()>>20)
+	assert.Equal(t, int64(396), c.MemoryBound()>>20)
 	c.MaxBodyBytes = 64 << 10
-	assert.Equal(t, int64(142), c.MemoryBound()>>20, "a smaller body limit lowers the bound")
+	assert.Equal(t, int64(216), c.MemoryBound()>>20, "a smaller body limit lowers the bound")
 }

@@ -42,8 +42,9 @@ type Config struct {
 	// being decided. They bound its memory and file descriptors whatever the load.
 	Limits LimitsConfig `yaml:"limits"`
 
-	// Watch tunes the watches of POST /v1/authorize/watch (docs/service.md, "Watching a grant").
-	Watch WatchConfig `yaml:"watch"`
+	// Watches tunes the watches of POST /v1/authorize/watch (docs/service.md, "Watching a
+	// grant"). The section is "watches": "watch" is the bundle option of `opa run`'s --watch.
+	Watch WatchConfig `yaml:"watches"`
 }
 
 // WatchConfig tunes the watches.
@@ -103,6 +104,9 @@ type LimitsConfig struct {
 	// MaxWatches caps the open watches (POST /v1/authorize/watch); past it a new watch is
 	// answered 503 WATCH_LIMIT. An idle watch holds no admission slot.
 	MaxWatches int `yaml:"maxWatches"`
+	// MaxWatchBytes caps the bytes of the distinct request bodies the open watches hold (each
+	// is kept as sent, to be decided again); past it a new watch is answered 503 WATCH_LIMIT.
+	MaxWatchBytes int64 `yaml:"maxWatchBytes"`
 }
 
 // Defaults of LimitsConfig.
@@ -113,6 +117,7 @@ const (
 	defaultMaxDeciding    = 2
 	defaultQueueWait      = time.Second
 	defaultMaxWatches     = watch.DefaultMaxWatches
+	defaultMaxWatchBytes  = watch.DefaultMaxBytes
 )
 
 // validateLimits checks the Limits block.
@@ -138,6 +143,9 @@ func (c Config) validateLimits(v *configcheck.Problems) {
 	}
 	if c.Limits.QueueWait <= 0 {
 		v.Add("limits.queueWait", "must be a positive duration such as 1s, got %v", c.Limits.QueueWait)
+	}
+	if c.Limits.MaxWatchBytes <= 0 {
+		v.Add("limits.maxWatchBytes", "must be a positive number of bytes, got %d", c.Limits.MaxWatchBytes)
 	}
 }
 
@@ -194,6 +202,7 @@ func DefaultConfig() Config {
 			MaxDeciding:    defaultMaxDeciding,
 			QueueWait:      defaultQueueWait,
 			MaxWatches:     defaultMaxWatches,
+			MaxWatchBytes:  defaultMaxWatchBytes,
 		},
 		Watch: WatchConfig{PingInterval: watch.DefaultPingInterval, RecheckInterval: watch.DefaultRecheckInterval},
 	}
@@ -251,8 +260,8 @@ func (c Config) validateHTTP(v *configcheck.Problems) {
 		{"http.readTimeout", c.HTTP.ReadTimeout},
 		{"http.writeTimeout", c.HTTP.WriteTimeout},
 		{"http.idleTimeout", c.HTTP.IdleTimeout},
-		{"watch.pingInterval", c.Watch.PingInterval},
-		{"watch.recheckInterval", c.Watch.RecheckInterval},
+		{"watches.pingInterval", c.Watch.PingInterval},
+		{"watches.recheckInterval", c.Watch.RecheckInterval},
 	} {
 		if p.d <= 0 {
 			v.Add(p.field, "must be a positive duration such as 5s, got %v", p.d)

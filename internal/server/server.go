@@ -125,8 +125,8 @@ func New(cfg Config, d Decider, facts FactsSource, opts Options) (*Server, error
 		return nil, fmt.Errorf("decisionLog.mask: %w", err)
 	}
 	s.admit = newAdmission(cfg.Limits)
-	s.watches = watch.New(d, facts, watch.Options{RecheckInterval: cfg.Watch.RecheckInterval, MaxWatches: cfg.Limits.MaxWatches,
-		Logger: s.log.Named("watch")})
+	s.watches = watch.New(admittedDecider{s}, facts, watch.Options{RecheckInterval: cfg.Watch.RecheckInterval,
+		MaxWatches: cfg.Limits.MaxWatches, MaxBytes: cfg.Limits.MaxWatchBytes, Logger: s.log.Named("watch")})
 	// Every change a decision could read re-decides the watches it concerns.
 	if f, ok := facts.(interface {
 		OnFactsChange(func(pluginID string)) (cancel func())

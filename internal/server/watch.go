@@ -2,6 +2,7 @@ package server
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
 	"net/http"
@@ -48,11 +49,13 @@ func (s *Server) handleWatch(w http.ResponseWriter, r *http.Request) {
 		decided bool
 		first   decision.Document
 		ww      *watch.Watch
+		sent    []byte // the body, which the watch keeps to decide again
 	)
 	parse := func(body []byte) (*snapshot.Request, error) {
 		if err := misdirectedDataBodyError(pathWatch, body); err != nil {
 			return nil, err
 		}
+		sent = body
 		return snapshot.ParseRequestBytes(body)
 	}
 	s.admitted(w, r, s.readBody, parse, func(req *snapshot.Request, facts snapshot.Facts) {
@@ -71,7 +74,7 @@ func (s *Server) handleWatch(w http.ResponseWriter, r *http.Request) {
 		}
 		if doc.Allow {
 			var err error
-			if ww, err = s.watches.Add(req, doc, seq); err != nil {
+			if ww, err = s.watches.Add(req, sent, doc, seq); err != nil {
 				s.answerNoWatch(w, r, err)
 				return
 			}
@@ -223,4 +226,22 @@ func firstReason(d decision.Document) string {
 		return d.Reasons[0]
 	}
 	return "other" // a policy's own reason: the label set stays bounded
+}
+
+// admittedDecider decides the watches' requests again as a request of the API is decided: in
+// a deciding slot (limits.maxDeciding), waiting for a driver's config check outside it. A
+// re-decision not admitted within limits.queueWait fails, which revokes its watches: a
+// service too busy to decide again cannot vouch for a grant.
+type admittedDecider struct{ s *Server }
+
+func (a admittedDecider) Decide(ctx context.Context, req *snapshot.Request, facts snapshot.Facts) (decision.Document, snapshot.Input, error) {
+	if wait := snapshot.PendingConfigCheck(req, facts); wait != nil {
+		facts = wait(ctx)
+	}
+	release := a.s.admit.acquire(ctx, a.s.admit.deciding)
+	if release == nil {
+		return decision.FailedDocument(req.Operation), nil, a.s.admit.overloaded()
+	}
+	defer release()
+	return a.s.decider.Decide(ctx, req, facts)
 }

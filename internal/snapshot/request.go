@@ -217,3 +217,13 @@ func boundNumber(n json.Number) any {
 	}
 	return n
 }
+
+// Document is the request as the JSON document a client sends: ParseRequestBytes of its
+// encoding gives back the same request.
+func (r *Request) Document() map[string]any {
+	d := map[string]any{"operation": r.Operation, "environment": r.Environment, "lease": r.Lease}
+	if r.HasCommand {
+		d["command"] = r.Command
+	}
+	return d
+}

@@ -12,6 +12,7 @@
 package watch
 
 import (
+	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/json"
@@ -21,7 +22,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/google/uuid"
 	"github.com/hashicorp/go-hclog"
 
 	"github.com/authz-dev/authz/internal/coded"
@@ -34,6 +34,9 @@ const (
 	DefaultRecheckInterval = 30 * time.Second
 	DefaultPingInterval    = 15 * time.Second
 	DefaultMaxWatches      = 10000
+	// DefaultMaxBytes bounds the request bodies the watches hold: 10,000 watches of distinct
+	// 1.6 KB requests.
+	DefaultMaxBytes = 16 << 20
 	// defaultDecideTimeout bounds one re-decision when the decider sets no bound of its own.
 	defaultDecideTimeout = 10 * time.Second
 )
@@ -58,6 +61,10 @@ type Options struct {
 	RecheckInterval time.Duration
 	// MaxWatches caps the open watches; Add answers ErrLimit past it.
 	MaxWatches int
+	// MaxBytes caps the bytes of the distinct request bodies the watches hold (a request
+	// is held as its body and decoded again for each re-decision, so it costs its size once);
+	// Add answers ErrLimit past it.
+	MaxBytes int64
 	// Workers re-decide this many requests at once; GOMAXPROCS when zero.
 	Workers int
 	// DecideTimeout bounds one re-decision (the decider's own bound applies too).
@@ -98,8 +105,9 @@ type Hub struct {
 	facts snapshot.Facts
 	opts  Options
 
-	seq  atomic.Uint64 // counts changes; a decision made before a change may be stale
-	open atomic.Int64  // open watches (reserved included)
+	seq   atomic.Uint64 // counts changes; a decision made before a change may be stale
+	open  atomic.Int64  // open watches (reserved included)
+	bytes int64         // the bodies held by the groups (guarded by mu)
 
 	mu       sync.Mutex
 	groups   map[[sha256.Size]byte]*group
@@ -116,10 +124,11 @@ type Hub struct {
 
 // group is the watches of one request.
 type group struct {
-	key      [sha256.Size]byte
-	req      *snapshot.Request
-	pluginID string // the plugin the request pins; "" for none
-	watches  map[*Watch]struct{}
+	key       [sha256.Size]byte
+	body      []byte // the request as it was sent, decoded again for each re-decision
+	operation string
+	pluginID  string // the plugin the request pins; "" for none
+	watches   map[*Watch]struct{}
 }
 
 // New returns a hub that decides with d on facts. Nothing runs until the first watch.
@@ -129,6 +138,9 @@ func New(d Decider, facts snapshot.Facts, opts Options) *Hub {
 	}
 	if opts.MaxWatches <= 0 {
 		opts.MaxWatches = DefaultMaxWatches
+	}
+	if opts.MaxBytes <= 0 {
+		opts.MaxBytes = DefaultMaxBytes
 	}
 	if opts.Workers <= 0 {
 		opts.Workers = runtime.GOMAXPROCS(0)
@@ -187,15 +199,13 @@ func (h *Hub) Reserve() (release func(), err error) {
 	return func() { once.Do(func() { h.open.Add(-1) }) }, nil
 }
 
-// Add opens a watch on req, whose first decision first (made after Seq returned seq) allowed.
-// It takes over the place Reserve took (do not call its release after Add succeeded). A change
-// since seq re-decides the request at once.
-func (h *Hub) Add(req *snapshot.Request, first decision.Document, seq uint64) (*Watch, error) {
-	key, err := requestKey(req)
-	if err != nil {
-		return nil, err
-	}
-	w := &Watch{ID: uuid.NewString(), hub: h, op: req.Operation, last: first, wake: make(chan struct{}, 1)}
+// Add opens a watch on req, decoded from body, whose first decision first (made after Seq
+// returned seq) allowed. It takes over the place Reserve took (do not call its release after
+// Add succeeded). A change since seq re-decides the request at once. The hub keeps a copy of
+// body.
+func (h *Hub) Add(req *snapshot.Request, body []byte, first decision.Document, seq uint64) (*Watch, error) {
+	key := sha256.Sum256(body)
+	w := &Watch{hub: h, op: req.Operation, last: first, wake: make(chan struct{}, 1)}
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if h.closed {
@@ -203,7 +213,11 @@ func (h *Hub) Add(req *snapshot.Request, first decision.Document, seq uint64) (*
 	}
 	g, ok := h.groups[key]
 	if !ok {
-		g = &group{key: key, req: req, pluginID: pinnedPlugin(req), watches: map[*Watch]struct{}{}}
+		if h.bytes+int64(len(body)) > h.opts.MaxBytes {
+			return nil, ErrLimit
+		}
+		h.bytes += int64(len(body))
+		g = &group{key: key, body: bytes.Clone(body), operation: req.Operation, pluginID: pinnedPlugin(req), watches: map[*Watch]struct{}{}}
 		h.groups[key] = g
 	}
 	g.watches[w] = struct{}{}
@@ -238,6 +252,7 @@ func (h *Hub) Close() {
 		}
 	}
 	h.groups = map[[sha256.Size]byte]*group{}
+	h.bytes = 0
 	h.mu.Unlock()
 	close(h.stop)
 	if running {
@@ -326,20 +341,27 @@ func (h *Hub) redecide(g *group) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), h.opts.DecideTimeout)
 	start := time.Now()
-	doc, in, err := h.d.Decide(ctx, g.req, h.facts)
+	var (
+		doc decision.Document
+		in  snapshot.Input
+	)
+	req, err := snapshot.ParseRequestBytes(g.body) // it decoded when the watch opened
+	if err == nil {
+		doc, in, err = h.d.Decide(ctx, req, h.facts)
+	}
 	cancel()
-	ev := Event{Doc: doc, Operation: g.req.Operation, Input: in, Latency: time.Since(start)}
+	ev := Event{Doc: doc, Operation: g.operation, Input: in, Latency: time.Since(start)}
 	if err != nil {
 		// Whatever the decider returned beside its error, the watch ends on the fail-closed deny.
 		ev.EvalCode = coded.CodeOf(err)
 		if ev.EvalCode == "" {
 			ev.EvalCode = coded.EvalError
 		}
-		failed := decision.FailedDocument(g.req.Operation)
+		failed := decision.FailedDocument(g.operation)
 		failed.Revision = doc.Revision
 		ev.Doc = failed
 		h.opts.Logger.Warn("a watched decision could not be evaluated; its watches are revoked",
-			"operation", g.req.Operation, "code", ev.EvalCode, "error", err)
+			"operation", g.operation, "code", ev.EvalCode, "error", err)
 	}
 	ev.Doc.DecisionID = ""
 	if ev.Doc.Reasons == nil {
@@ -356,7 +378,7 @@ func (h *Hub) redecide(g *group) {
 			w.revoke(ev)
 		}
 		clear(g.watches)
-		delete(h.groups, g.key)
+		h.drop(g)
 		return
 	}
 	ev.Kind = KindUpdate
@@ -376,9 +398,15 @@ func (h *Hub) leave(w *Watch) {
 	if _, ok := g.watches[w]; ok {
 		delete(g.watches, w)
 		if len(g.watches) == 0 && h.groups[g.key] == g {
-			delete(h.groups, g.key)
+			h.drop(g)
 		}
 	}
+}
+
+// drop forgets g and the body it held (held with mu).
+func (h *Hub) drop(g *group) {
+	delete(h.groups, g.key)
+	h.bytes -= int64(len(g.body))
 }
 
 // anyLast is the last decision sent to one of the group's watches (held with Hub.mu).
@@ -392,9 +420,6 @@ func (g *group) anyLast() decision.Document {
 // Watch is one open watch. Its watcher takes events with Next (or Ready and Take) and calls
 // Close when it stops watching.
 type Watch struct {
-	// ID names the watch; every event's decision-log record carries it.
-	ID string
-
 	hub *Hub
 	op  string
 	g   *group // guarded by hub.mu
@@ -524,21 +549,6 @@ func sameGrant(a, b decision.Document) bool {
 	return a.Allow == b.Allow && a.Capabilities == b.Capabilities && a.Revision == b.Revision
 }
 
-// requestKey is the digest of the request, so that watches of one request share a re-decision.
-func requestKey(req *snapshot.Request) ([sha256.Size]byte, error) {
-	b, err := json.Marshal(struct {
-		Operation   string         `json:"o"`
-		Environment map[string]any `json:"e"`
-		Lease       map[string]any `json:"l"`
-		Command     any            `json:"c"`
-		HasCommand  bool           `json:"h"`
-	}{req.Operation, req.Environment, req.Lease, req.Command, req.HasCommand})
-	if err != nil {
-		return [sha256.Size]byte{}, err
-	}
-	return sha256.Sum256(b), nil
-}
-
 // pinnedPlugin is the plugin whose facts the request's decision reads: its lease's
 // metadata.pluginId, "" when it pins none (it then reads only the built-in providers, whose
 // changes concern every watch).
@@ -578,6 +588,10 @@ func (h *Hub) Watch(ctx context.Context, req *snapshot.Request) (first Event, w 
 	if !doc.Allow {
 		return first, nil, nil
 	}
-	w, err = h.Add(req, doc, seq)
+	body, err := json.Marshal(req.Document())
+	if err != nil {
+		return first, nil, err
+	}
+	w, err = h.Add(req, body, doc, seq)
 	return first, w, err
 }

@@ -2,6 +2,7 @@ package watch
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"sync"
 	"sync/atomic"
@@ -60,10 +61,17 @@ func (d *fakeDecider) callsFor(id string) int {
 }
 
 func request(pluginID string, n int) *snapshot.Request {
-	return &snapshot.Request{Operation: snapshot.OpOpenDuplexChannel,
-		Environment: map[string]any{"id": fmt.Sprint("env-", n)},
-		Lease:       map[string]any{"id": "l", "metadata": map[string]any{"pluginId": pluginID}},
-		Metadata:    map[string]any{"pluginId": pluginID}}
+	b, err := json.Marshal(map[string]any{"operation": snapshot.OpOpenDuplexChannel,
+		"environment": map[string]any{"id": fmt.Sprint("env-", n), "driver": "sandbox"},
+		"lease":       map[string]any{"id": "l", "metadata": map[string]any{"pluginId": pluginID}}})
+	if err != nil {
+		panic(err)
+	}
+	req, err := snapshot.ParseRequestBytes(b)
+	if err != nil {
+		panic(err)
+	}
+	return req
 }
 
 // open opens a watch the way the HTTP face does: reserve, decide, add.
@@ -75,12 +83,19 @@ func open(t testing.TB, h *Hub, d Decider, req *snapshot.Request) *Watch {
 	doc, _, err := d.Decide(context.Background(), req, nil)
 	require.NoError(t, err)
 	require.True(t, doc.Allow)
-	w, err := h.Add(req, doc, seq)
+	w, err := h.Add(req, body(t, req), doc, seq)
 	if err != nil {
 		release()
 	}
 	require.NoError(t, err)
 	return w
+}
+
+func body(t testing.TB, req *snapshot.Request) []byte {
+	t.Helper()
+	b, err := json.Marshal(req.Document())
+	require.NoError(t, err)
+	return b
 }
 
 func next(t testing.TB, w *Watch) Event {
@@ -181,7 +196,7 @@ func TestAChangeDuringTheFirstDecisionIsNotLost(t *testing.T) {
 	// The worker dies after the decision, before the watch is added.
 	d.set(func(d *fakeDecider) { d.denied["p1"] = true })
 	h.FactsChanged("p1")
-	w, err := h.Add(req, doc, seq)
+	w, err := h.Add(req, body(t, req), doc, seq)
 	if err != nil {
 		release()
 	}
@@ -284,4 +299,24 @@ func TestGoWatch(t *testing.T) {
 	require.False(t, first.Doc.Allow)
 	require.Equal(t, coded.EvalTimeout, first.EvalCode)
 	require.Equal(t, 1, h.Open(), "only the grant holds a place")
+}
+
+// TestByteBudget: distinct requests count their bodies once each against MaxBytes; watches of
+// one request share theirs; a group that ends gives its bytes back.
+func TestByteBudget(t *testing.T) {
+	d := newFakeDecider()
+	r1, r2 := request("p1", 1), request("p2", 2)
+	h := New(d, nil, Options{MaxBytes: int64(len(body(t, r1)) + 1)})
+	defer h.Close()
+	w1 := open(t, h, d, r1)
+	w1b := open(t, h, d, r1) // the same body: no more bytes
+	release, err := h.Reserve()
+	require.NoError(t, err)
+	_, err = h.Add(r2, body(t, r2), decision.Document{Allow: true}, h.Seq())
+	require.ErrorIs(t, err, ErrLimit)
+	release()
+	w1.Close()
+	w1b.Close()
+	w2 := open(t, h, d, r2)
+	w2.Close()
 }

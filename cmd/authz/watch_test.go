@@ -26,13 +26,21 @@ import (
 
 // watcher is one open watch (POST /v1/authorize/watch) read by a goroutine of its own.
 type watcher struct {
-	first  map[string]any // the decision event's data
+	first map[string]any // the decision event's data; set before openWatch returns
+
+	mu     sync.Mutex
 	kind   string         // the last event's kind
 	last   map[string]any // the last event's data
 	at     time.Time      // when the last event arrived
 	events int
 	ended  chan struct{} // closed when the stream ended
-	err    error
+}
+
+// lastEvent is the kind and data of the last event, and when it arrived.
+func (w *watcher) lastEvent() (kind string, doc map[string]any, at time.Time) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.kind, w.last, w.at
 }
 
 // watchClient opens watches, one connection each.
@@ -41,69 +49,84 @@ var watchClient = &http.Client{Transport: &http.Transport{
 	DialContext:         (&net.Dialer{Timeout: 10 * time.Second}).DialContext,
 }}
 
-// openWatches opens n watches of body on base and waits for each one's first event.
+// openWatch opens one watch of body on base and returns once its first event arrived; the
+// stream is read until it ends or ctx is done.
+func openWatch(ctx context.Context, base, body string) (*watcher, error) {
+	w := &watcher{ended: make(chan struct{})}
+	firstc := make(chan error, 1)
+	go func() {
+		defer close(w.ended)
+		req, err := http.NewRequestWithContext(ctx, http.MethodPost, base+"/v1/authorize/watch", strings.NewReader(body))
+		if err != nil {
+			firstc <- err
+			return
+		}
+		req.Header.Set("Content-Type", "application/json")
+		resp, err := watchClient.Do(req)
+		if err != nil {
+			firstc <- err
+			return
+		}
+		defer resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			firstc <- fmt.Errorf("status %d", resp.StatusCode)
+			return
+		}
+		sc := bufio.NewScanner(resp.Body)
+		var kind string
+		got := false
+		for sc.Scan() {
+			line := sc.Text()
+			if k, ok := strings.CutPrefix(line, "event: "); ok {
+				kind = k
+				continue
+			}
+			data, ok := strings.CutPrefix(line, "data: ")
+			if !ok {
+				continue
+			}
+			now := time.Now()
+			var doc map[string]any
+			err := json.Unmarshal([]byte(data), &doc)
+			if !got {
+				got = true
+				w.first = doc
+				firstc <- err
+			}
+			w.mu.Lock()
+			w.kind, w.last, w.at = kind, doc, now
+			w.events++
+			w.mu.Unlock()
+		}
+		if !got {
+			firstc <- fmt.Errorf("the stream ended before its first event: %v", sc.Err())
+		}
+	}()
+	select {
+	case err := <-firstc:
+		if err != nil {
+			return nil, err
+		}
+		return w, nil
+	case <-time.After(60 * time.Second):
+		return nil, fmt.Errorf("no first event within 60 s")
+	}
+}
+
+// openWatches opens n watches of body on base at once and waits for each one's first event.
 func openWatches(ctx context.Context, t testing.TB, base, body string, n int) []*watcher {
 	t.Helper()
 	ws := make([]*watcher, n)
-	firsts := make(chan error, n)
-	var mu sync.Mutex
+	errs := make(chan error, n)
 	for i := range ws {
-		w := &watcher{ended: make(chan struct{})}
-		ws[i] = w
 		go func() {
-			defer close(w.ended)
-			req, err := http.NewRequestWithContext(ctx, http.MethodPost, base+"/v1/authorize/watch", strings.NewReader(body))
-			if err != nil {
-				firsts <- err
-				return
-			}
-			req.Header.Set("Content-Type", "application/json")
-			resp, err := watchClient.Do(req)
-			if err != nil {
-				firsts <- err
-				return
-			}
-			defer resp.Body.Close()
-			if resp.StatusCode != http.StatusOK {
-				firsts <- fmt.Errorf("status %d", resp.StatusCode)
-				return
-			}
-			sc := bufio.NewScanner(resp.Body)
-			var kind string
-			for sc.Scan() {
-				line := sc.Text()
-				if k, ok := strings.CutPrefix(line, "event: "); ok {
-					kind = k
-					continue
-				}
-				data, ok := strings.CutPrefix(line, "data: ")
-				if !ok {
-					continue
-				}
-				now := time.Now()
-				var doc map[string]any
-				err := json.Unmarshal([]byte(data), &doc)
-				mu.Lock()
-				w.kind, w.last, w.at, w.err = kind, doc, now, err
-				w.events++
-				first := w.events == 1
-				if first {
-					w.first = doc
-				}
-				mu.Unlock()
-				if first {
-					firsts <- err
-				}
-			}
+			var err error
+			ws[i], err = openWatch(ctx, base, body)
+			errs <- err
 		}()
 	}
 	for range n {
-		select {
-		case err := <-firsts:
-			require.NoError(t, err)
-		case <-time.After(60 * time.Second):
-			t.Fatal("the watches did not all open within 60 s")
-		}
+		require.NoError(t, <-errs)
 	}
 	return ws
 }
@@ -119,10 +142,11 @@ func awaitRevokes(t testing.TB, ws []*watcher, since time.Time) []time.Duration 
 		case <-time.After(30 * time.Second):
 			t.Fatal("a watch was still open 30 s after its grant was lost")
 		}
-		require.Equal(t, "revoke", w.kind, "the last event: %v", w.last)
-		require.Equal(t, false, w.last["allow"])
-		require.NotEqual(t, w.first["decision_id"], w.last["decision_id"])
-		lat = append(lat, w.at.Sub(since))
+		kind, last, at := w.lastEvent()
+		require.Equal(t, "revoke", kind, "the last event: %v", last)
+		require.Equal(t, false, last["allow"])
+		require.NotEqual(t, w.first["decision_id"], last["decision_id"])
+		lat = append(lat, at.Sub(since))
 	}
 	slices.Sort(lat)
 	return lat
@@ -181,7 +205,8 @@ func TestWatchRevokedWhenTheWorkerIsKilled(t *testing.T) {
 	lat := awaitRevokes(t, ws, killed)
 	reasons := map[string]int{}
 	for _, w := range ws {
-		rs, _ := w.last["reasons"].([]any)
+		_, last, _ := w.lastEvent()
+		rs, _ := last["reasons"].([]any)
 		for _, r := range rs {
 			reasons[fmt.Sprint(r)]++
 		}
@@ -220,7 +245,8 @@ func TestWatchRevokedWhenADenyAllBundleIsActivated(t *testing.T) {
 	proc.Signal(t, syscall.SIGHUP)
 	lat := awaitRevokes(t, ws, hup)
 	for _, w := range ws {
-		assert.Equal(t, []any{"capability_not_declared"}, w.last["reasons"])
+		_, last, _ := w.lastEvent()
+		assert.Equal(t, []any{"capability_not_declared"}, last["reasons"])
 	}
 	t.Logf("SIGHUP (bundle compiled and activated) -> revoke of %d watches: first %v, p50 %v, p99 %v, last %v (fan-out %v)",
 		n, lat[0].Round(time.Microsecond), percentile(lat, .5).Round(time.Microsecond), percentile(lat, .99).Round(time.Microsecond),

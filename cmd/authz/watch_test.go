@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"io/fs"
 	"net"
 	"net/http"
@@ -113,13 +114,18 @@ func openWatch(ctx context.Context, base, body string) (*watcher, error) {
 	}
 }
 
-// openWatches opens n watches of body on base at once and waits for each one's first event.
+// openWatches opens n watches of body on base, 64 at a time (as many clients would, not all in
+// the same millisecond: the service answers a burst past its admission 503), and waits for
+// each one's first event.
 func openWatches(ctx context.Context, t testing.TB, base, body string, n int) []*watcher {
 	t.Helper()
 	ws := make([]*watcher, n)
 	errs := make(chan error, n)
+	slots := make(chan struct{}, 64)
 	for i := range ws {
 		go func() {
+			slots <- struct{}{}
+			defer func() { <-slots }()
 			var err error
 			ws[i], err = openWatch(ctx, base, body)
 			errs <- err
@@ -193,6 +199,7 @@ func TestWatchRevokedWhenTheWorkerIsKilled(t *testing.T) {
 		require.Equal(t, true, w.first["allow"], "%v", w.first)
 	}
 	rss := procStatusKB(t, proc.Cmd.Process.Pid, "VmRSS")
+	runtimeFigures := goRuntimeFigures(t, c, base)
 	cpu0 := procCPU(t, proc.Cmd.Process.Pid)
 	idle := time.Now()
 	time.Sleep(2 * time.Second) // a figure of the idle service, not a synchronisation
@@ -212,8 +219,8 @@ func TestWatchRevokedWhenTheWorkerIsKilled(t *testing.T) {
 		}
 	}
 	assert.Positive(t, reasons["worker_not_running"]+reasons["plugin_not_ready"], "reasons: %v", reasons)
-	t.Logf("watches: %d opened in %v; service RSS %d MiB before, %d MiB with them open; idle CPU %.1f%% of one core",
-		n, opened.Round(time.Millisecond), rssBefore>>10, rss>>10, idleCPU*100)
+	t.Logf("watches: %d opened in %v; service RSS %d MiB before, %d MiB with them open (%s); idle CPU %.1f%% of one core",
+		n, opened.Round(time.Millisecond), rssBefore>>10, rss>>10, runtimeFigures, idleCPU*100)
 	t.Logf("worker SIGKILL -> revoke: first %v, p50 %v, p99 %v, max %v (reasons %v)",
 		lat[0].Round(time.Microsecond), percentile(lat, .5).Round(time.Microsecond), percentile(lat, .99).Round(time.Microsecond), lat[len(lat)-1].Round(time.Microsecond), reasons)
 }
@@ -299,4 +306,29 @@ func procCPU(t testing.TB, pid int) time.Duration {
 	stime, err := strconv.ParseInt(f[12], 10, 64)
 	require.NoError(t, err)
 	return time.Duration(utime+stime) * 10 * time.Millisecond
+}
+
+// goRuntimeFigures are the service's heap and stack in use and its goroutines, from /metrics.
+func goRuntimeFigures(t testing.TB, c *http.Client, base string) string {
+	t.Helper()
+	resp, err := c.Get(base + "/metrics")
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	require.NoError(t, err)
+	var out []string
+	for _, line := range strings.Split(string(b), "\n") {
+		for _, name := range []string{"go_memstats_heap_inuse_bytes", "go_memstats_stack_inuse_bytes", "go_goroutines"} {
+			if v, ok := strings.CutPrefix(line, name+" "); ok {
+				f, err := strconv.ParseFloat(v, 64)
+				require.NoError(t, err)
+				if strings.HasSuffix(name, "_bytes") {
+					out = append(out, fmt.Sprintf("%s %.0f MiB", strings.TrimSuffix(strings.TrimPrefix(name, "go_memstats_"), "_bytes"), f/(1<<20)))
+				} else {
+					out = append(out, fmt.Sprintf("%s %.0f", strings.TrimPrefix(name, "go_"), f))
+				}
+			}
+		}
+	}
+	return strings.Join(out, ", ")
 }

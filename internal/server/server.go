@@ -81,6 +81,7 @@ type Server struct {
 	// listeners that feed them.
 	watches *watch.Hub
 	unwatch []func()
+	parked  *parked // the watches' streams taken over from net/http (watchstream.go)
 }
 
 // New checks cfg (Validate), opens the decision log and loads the TLS certificate. It starts
@@ -125,6 +126,7 @@ func New(cfg Config, d Decider, facts FactsSource, opts Options) (*Server, error
 		return nil, fmt.Errorf("decisionLog.mask: %w", err)
 	}
 	s.admit = newAdmission(cfg.Limits)
+	s.parked = newParked(s)
 	s.watches = watch.New(admittedDecider{s}, facts, watch.Options{RecheckInterval: cfg.Watch.RecheckInterval,
 		MaxWatches: cfg.Limits.MaxWatches, MaxBytes: cfg.Limits.MaxWatchBytes, Logger: s.log.Named("watch")})
 	// Every change a decision could read re-decides the watches it concerns.
@@ -151,16 +153,20 @@ func New(cfg Config, d Decider, facts FactsSource, opts Options) (*Server, error
 // Close ends every open watch (a revoke with reason service_stopping), stops listening for
 // changes and closes the decision log file the server opened. Call it after Serve returned.
 func (s *Server) Close() error {
-	s.closeWatches()
+	ctx, cancel := context.WithTimeout(context.Background(), s.cfg.ShutdownTimeout)
+	defer cancel()
+	s.closeWatches(ctx)
 	return s.dlog.close()
 }
 
-// closeWatches revokes every open watch and stops the change listeners.
-func (s *Server) closeWatches() {
+// closeWatches revokes every open watch, stops the change listeners, and waits until ctx is
+// done for the parked streams to have written their revoke.
+func (s *Server) closeWatches(ctx context.Context) {
 	for _, stop := range s.unwatch {
 		stop()
 	}
 	s.watches.Close()
+	s.parked.close(ctx)
 }
 
 // Reload reloads what can be reloaded while serving: it reopens the decision log file at its
@@ -237,10 +243,10 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 	if n := s.watches.Open(); n > 0 {
 		s.log.Info("shutting down: revoking open watches", "watches", n)
 	}
-	s.closeWatches()
-	s.log.Info("shutting down: finishing in-flight requests", "timeout", s.cfg.ShutdownTimeout)
 	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.cfg.ShutdownTimeout)
 	defer cancel()
+	s.closeWatches(sctx)
+	s.log.Info("shutting down: finishing in-flight requests", "timeout", s.cfg.ShutdownTimeout)
 	err = hs.Shutdown(sctx)
 	if err != nil {
 		s.log.Warn("in-flight requests did not finish in time; closing their connections", "error", err)

@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"errors"
 	"net/http"
-	"strconv"
 	"time"
 
 	"github.com/google/uuid"
@@ -38,12 +37,12 @@ type watchDoc struct {
 // every change of what it grants and, when it no longer allows, the revoke, after which the
 // stream ends. The stream holds no admission slot: only the decision does.
 func (s *Server) handleWatch(w http.ResponseWriter, r *http.Request) {
-	release, err := s.watches.Reserve()
+	res, err := s.watches.Reserve()
 	if err != nil {
 		s.answerNoWatch(w, r, err)
 		return
 	}
-	defer release() // a watch that opened took the place over
+	defer res.Release() // a no-op once the watch took the place over
 	watchID := uuid.NewString()
 	var (
 		decided bool
@@ -74,7 +73,7 @@ func (s *Server) handleWatch(w http.ResponseWriter, r *http.Request) {
 		}
 		if doc.Allow {
 			var err error
-			if ww, err = s.watches.Add(req, sent, doc, seq); err != nil {
+			if ww, err = s.watches.Add(res, req, sent, doc, seq); err != nil {
 				s.answerNoWatch(w, r, err)
 				return
 			}
@@ -85,39 +84,25 @@ func (s *Server) handleWatch(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	s.metrics.watchEvents.WithLabelValues(string(watch.KindDecision), firstReason(first)).Inc()
+	if ww != nil && s.parked.park(w, r, watchID, first, ww) {
+		return // watchstream.go serves it from here
+	}
 	if ww != nil {
 		defer ww.Close()
 	}
 	s.stream(w, r, watchID, first, ww)
 }
 
-// stream writes the watch's events until the revoke, the client leaving, or a write that fails.
+// stream writes the watch's events until the revoke, the client leaving, or a write that
+// fails, from the handler (a stream that could not be parked: HTTP/2, or a deny's one event).
 func (s *Server) stream(w http.ResponseWriter, r *http.Request, watchID string, first decision.Document, ww *watch.Watch) {
-	h := w.Header()
-	h.Set("Content-Type", "text/event-stream")
-	h.Set("Cache-Control", "no-store")
-	h.Set("X-Accel-Buffering", "no") // a proxy that buffers would hold the revoke back
-	h.Set(headerWatchID, watchID)
-	h.Set(headerPingInterval, strconv.FormatInt(s.cfg.Watch.PingInterval.Milliseconds(), 10))
+	s.watchHeaders(w.Header(), watchID)
 	rc := http.NewResponseController(w)
 	// The stream outlives http.readTimeout: the request was read whole; the connection is
 	// watched for the client leaving, not for a deadline.
 	_ = rc.SetReadDeadline(time.Time{})
 	w.WriteHeader(http.StatusOK)
-	send := func(kind watch.Kind, doc decision.Document) bool {
-		var buf bytes.Buffer
-		buf.WriteString("event: ")
-		buf.WriteString(string(kind))
-		buf.WriteString("\ndata: ")
-		b, err := json.Marshal(watchDoc{Document: doc, WatchID: watchID})
-		if err != nil {
-			return false
-		}
-		buf.Write(b)
-		buf.WriteString("\n\n")
-		return s.writeStream(w, rc, buf.Bytes())
-	}
-	if !send(watch.KindDecision, first) || ww == nil {
+	if !s.writeStream(w, rc, encodeEvent(watch.KindDecision, first, watchID)) || ww == nil {
 		return
 	}
 	ping := time.NewTicker(s.cfg.Watch.PingInterval)
@@ -136,21 +121,47 @@ func (s *Server) stream(w http.ResponseWriter, r *http.Request, watchID string, 
 				if !ok {
 					break
 				}
-				doc, recorded := s.recordWatchEvent(r, ev, watchID)
-				kind := ev.Kind
-				if !recorded && kind != watch.KindRevoke {
-					// Not recorded, so not used: the grant ends here.
-					doc = decision.FailedDocument(ev.Operation)
-					doc.Reasons, doc.Revision, doc.DecisionID = []string{decision.ReasonLogUnavailable}, ev.Doc.Revision, uuid.NewString()
-					kind = watch.KindRevoke
-				}
-				s.metrics.watchEvents.WithLabelValues(string(kind), firstReason(doc)).Inc()
-				if !send(kind, doc) || kind == watch.KindRevoke {
+				kind, doc := s.watchEvent(r, ev, watchID)
+				if !s.writeStream(w, rc, encodeEvent(kind, doc, watchID)) || kind == watch.KindRevoke {
 					return
 				}
 			}
 		}
 	}
+}
+
+// encodeEvent is one server-sent event: its kind and the document with the watch's id.
+func encodeEvent(kind watch.Kind, doc decision.Document, watchID string) []byte {
+	b, err := json.Marshal(watchDoc{Document: doc, WatchID: watchID})
+	if err != nil {
+		// A document of strings, booleans and a list of strings always encodes; should it not,
+		// the watch ends on a deny of the same shape rather than on a broken line.
+		b = []byte(`{"allow":false,"watch_id":"` + watchID + `"}`)
+		kind = watch.KindRevoke
+	}
+	var buf bytes.Buffer
+	buf.Grow(len(b) + 32)
+	buf.WriteString("event: ")
+	buf.WriteString(string(kind))
+	buf.WriteString("\ndata: ")
+	buf.Write(b)
+	buf.WriteString("\n\n")
+	return buf.Bytes()
+}
+
+// watchEvent records an event of the watch and returns what to send: the event, or the revoke
+// when a required decision log could not record it (a decision that is not recorded is not
+// used).
+func (s *Server) watchEvent(r *http.Request, ev watch.Event, watchID string) (watch.Kind, decision.Document) {
+	doc, recorded := s.recordWatchEvent(r, ev, watchID)
+	kind := ev.Kind
+	if !recorded && kind != watch.KindRevoke {
+		doc = decision.FailedDocument(ev.Operation)
+		doc.Reasons, doc.Revision, doc.DecisionID = []string{decision.ReasonLogUnavailable}, ev.Doc.Revision, uuid.NewString()
+		kind = watch.KindRevoke
+	}
+	s.metrics.watchEvents.WithLabelValues(string(kind), firstReason(doc)).Inc()
+	return kind, doc
 }
 
 // writeStream writes b and flushes it, within http.writeTimeout.

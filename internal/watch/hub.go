@@ -182,9 +182,9 @@ func (h *Hub) Seq() uint64 { return h.seq.Load() }
 func (h *Hub) Open() int { return int(h.open.Load()) }
 
 // Reserve takes a place for one watch before its first decision is made, so that a request
-// past the limit is refused before it is decided. release gives the place back; Add takes it
-// over.
-func (h *Hub) Reserve() (release func(), err error) {
+// past the limit is refused before it is decided. Add takes the place over; Release gives it
+// back unless Add took it (so a deferred Release is always right).
+func (h *Hub) Reserve() (*Reservation, error) {
 	h.mu.Lock()
 	closed := h.closed
 	h.mu.Unlock()
@@ -195,15 +195,41 @@ func (h *Hub) Reserve() (release func(), err error) {
 		h.open.Add(-1)
 		return nil, ErrLimit
 	}
-	var once sync.Once
-	return func() { once.Do(func() { h.open.Add(-1) }) }, nil
+	return &Reservation{h: h}, nil
+}
+
+// Reservation is a place taken for one watch.
+type Reservation struct {
+	h    *Hub
+	mu   sync.Mutex
+	done bool // released, or taken over by Add
+}
+
+// Release gives the place back, unless Add took it over or it was released already.
+func (r *Reservation) Release() {
+	if r.settle() {
+		r.h.open.Add(-1)
+	}
+}
+
+// settle marks the reservation used; false when it already was.
+func (r *Reservation) settle() bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.done {
+		return false
+	}
+	r.done = true
+	return true
 }
 
 // Add opens a watch on req, decoded from body, whose first decision first (made after Seq
-// returned seq) allowed. It takes over the place Reserve took (do not call its release after
-// Add succeeded). A change since seq re-decides the request at once. The hub keeps a copy of
-// body.
-func (h *Hub) Add(req *snapshot.Request, body []byte, first decision.Document, seq uint64) (*Watch, error) {
+// returned seq) allowed, in the place res reserved (which it takes over on success). A change
+// since seq re-decides the request at once. The hub keeps a copy of body.
+func (h *Hub) Add(res *Reservation, req *snapshot.Request, body []byte, first decision.Document, seq uint64) (*Watch, error) {
+	if res == nil || res.h != h {
+		return nil, errors.New("watch: Add needs a reservation of this hub")
+	}
 	key := sha256.Sum256(body)
 	w := &Watch{hub: h, op: req.Operation, last: first, wake: make(chan struct{}, 1)}
 	h.mu.Lock()
@@ -219,6 +245,12 @@ func (h *Hub) Add(req *snapshot.Request, body []byte, first decision.Document, s
 		h.bytes += int64(len(body))
 		g = &group{key: key, body: bytes.Clone(body), operation: req.Operation, pluginID: pinnedPlugin(req), watches: map[*Watch]struct{}{}}
 		h.groups[key] = g
+	}
+	if !res.settle() {
+		if len(g.watches) == 0 {
+			h.drop(g)
+		}
+		return nil, errors.New("watch: the reservation was released or used already")
 	}
 	g.watches[w] = struct{}{}
 	w.g = g
@@ -431,6 +463,7 @@ type Watch struct {
 	ended  bool              // the revoke was taken, or Close was called
 	closed bool
 	wake   chan struct{}
+	notify atomic.Pointer[func()] // called with wake, when set
 }
 
 // update leaves ev for the watcher when it changes what the watcher was told.
@@ -464,6 +497,22 @@ func (w *Watch) signal() {
 	select {
 	case w.wake <- struct{}{}:
 	default:
+	}
+	if fn := w.notify.Load(); fn != nil {
+		(*fn)()
+	}
+}
+
+// OnReady calls fn whenever an event may be waiting (as Ready is signalled), and once at once
+// if one already is: a watcher that does not wait on Ready takes its events from fn. fn must
+// return quickly and must not block; it may be called on the hub's goroutines.
+func (w *Watch) OnReady(fn func()) {
+	w.notify.Store(&fn)
+	w.mu.Lock()
+	pending := w.final != nil || w.upd != nil
+	w.mu.Unlock()
+	if pending {
+		fn()
 	}
 }
 
@@ -562,15 +611,11 @@ func pinnedPlugin(req *snapshot.Request) string {
 // the decision; take the next ones with w.Next and call w.Close when done. err is ErrLimit,
 // ErrClosed, or the decision's evaluation error (first then holds the fail-closed deny).
 func (h *Hub) Watch(ctx context.Context, req *snapshot.Request) (first Event, w *Watch, err error) {
-	release, err := h.Reserve()
+	res, err := h.Reserve()
 	if err != nil {
 		return Event{}, nil, err
 	}
-	defer func() {
-		if w == nil {
-			release()
-		}
-	}()
+	defer res.Release()
 	seq := h.Seq()
 	start := time.Now()
 	doc, in, derr := h.d.Decide(ctx, req, h.facts)
@@ -592,6 +637,6 @@ func (h *Hub) Watch(ctx context.Context, req *snapshot.Request) (first Event, w 
 	if err != nil {
 		return first, nil, err
 	}
-	w, err = h.Add(req, body, doc, seq)
+	w, err = h.Add(res, req, body, doc, seq)
 	return first, w, err
 }

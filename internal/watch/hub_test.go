@@ -77,16 +77,14 @@ func request(pluginID string, n int) *snapshot.Request {
 // open opens a watch the way the HTTP face does: reserve, decide, add.
 func open(t testing.TB, h *Hub, d Decider, req *snapshot.Request) *Watch {
 	t.Helper()
-	release, err := h.Reserve()
+	res, err := h.Reserve()
 	require.NoError(t, err)
+	defer res.Release()
 	seq := h.Seq()
 	doc, _, err := d.Decide(context.Background(), req, nil)
 	require.NoError(t, err)
 	require.True(t, doc.Allow)
-	w, err := h.Add(req, body(t, req), doc, seq)
-	if err != nil {
-		release()
-	}
+	w, err := h.Add(res, req, body(t, req), doc, seq)
 	require.NoError(t, err)
 	return w
 }
@@ -188,18 +186,16 @@ func TestAChangeDuringTheFirstDecisionIsNotLost(t *testing.T) {
 	h := New(d, nil, Options{RecheckInterval: time.Hour})
 	defer h.Close()
 	req := request("p1", 1)
-	release, err := h.Reserve()
+	res, err := h.Reserve()
 	require.NoError(t, err)
+	defer res.Release()
 	seq := h.Seq()
 	doc, _, err := d.Decide(context.Background(), req, nil)
 	require.NoError(t, err)
 	// The worker dies after the decision, before the watch is added.
 	d.set(func(d *fakeDecider) { d.denied["p1"] = true })
 	h.FactsChanged("p1")
-	w, err := h.Add(req, body(t, req), doc, seq)
-	if err != nil {
-		release()
-	}
+	w, err := h.Add(res, req, body(t, req), doc, seq)
 	require.NoError(t, err)
 	require.Equal(t, KindRevoke, next(t, w).Kind)
 }
@@ -257,12 +253,12 @@ func TestLimitCountsReservedAndOpenWatches(t *testing.T) {
 	h := New(d, nil, Options{MaxWatches: 2})
 	defer h.Close()
 	w := open(t, h, d, request("p1", 1))
-	release, err := h.Reserve()
+	res, err := h.Reserve()
 	require.NoError(t, err)
 	_, err = h.Reserve()
 	require.ErrorIs(t, err, ErrLimit)
-	release()
-	release()
+	res.Release()
+	res.Release()
 	w.Close()
 	w.Close()
 	require.Equal(t, 0, h.Open())
@@ -310,13 +306,40 @@ func TestByteBudget(t *testing.T) {
 	defer h.Close()
 	w1 := open(t, h, d, r1)
 	w1b := open(t, h, d, r1) // the same body: no more bytes
-	release, err := h.Reserve()
+	res, err := h.Reserve()
 	require.NoError(t, err)
-	_, err = h.Add(r2, body(t, r2), decision.Document{Allow: true}, h.Seq())
+	_, err = h.Add(res, r2, body(t, r2), decision.Document{Allow: true}, h.Seq())
 	require.ErrorIs(t, err, ErrLimit)
-	release()
+	res.Release()
+	require.Equal(t, 2, h.Open(), "the two watches of r1")
 	w1.Close()
 	w1b.Close()
 	w2 := open(t, h, d, r2)
 	w2.Close()
+}
+
+// TestReleaseAfterAddKeepsThePlace: a deferred Release after a successful Add does not give
+// the watch's place back; Add with a released reservation fails.
+func TestReleaseAfterAddKeepsThePlace(t *testing.T) {
+	d := newFakeDecider()
+	h := New(d, nil, Options{MaxWatches: 1})
+	defer h.Close()
+	req := request("p1", 1)
+	res, err := h.Reserve()
+	require.NoError(t, err)
+	w, err := h.Add(res, req, body(t, req), decision.Document{Allow: true}, h.Seq())
+	require.NoError(t, err)
+	res.Release()
+	require.Equal(t, 1, h.Open())
+	_, err = h.Reserve()
+	require.ErrorIs(t, err, ErrLimit, "the watch still holds its place")
+	w.Close()
+	require.Equal(t, 0, h.Open())
+
+	res, err = h.Reserve()
+	require.NoError(t, err)
+	res.Release()
+	_, err = h.Add(res, req, body(t, req), decision.Document{Allow: true}, h.Seq())
+	require.Error(t, err)
+	require.Equal(t, 0, h.Open())
 }

@@ -8,6 +8,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -397,4 +398,37 @@ func (b *syncBuffer) lines(t testing.TB) []map[string]any {
 		out = append(out, m)
 	}
 	return out
+}
+
+// TestWatchOverHTTP2: an HTTP/2 stream cannot be parked; its handler serves it, with the same
+// events.
+func TestWatchOverHTTP2(t *testing.T) {
+	facts := newChangingFacts(t)
+	srv := newServer(t, withFacts(facts))
+	ts := httptest.NewUnstartedServer(srv.Handler())
+	ts.EnableHTTP2 = true
+	ts.StartTLS()
+	t.Cleanup(ts.Close)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, ts.URL+"/v1/authorize/watch", strings.NewReader(fixture(t, nil)))
+	require.NoError(t, err)
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := ts.Client().Do(req)
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	require.Equal(t, 2, resp.ProtoMajor)
+	require.Equal(t, http.StatusOK, resp.StatusCode)
+	require.Equal(t, "text/event-stream", resp.Header.Get("Content-Type"))
+	sc := bufio.NewScanner(resp.Body)
+	var kinds []string
+	for sc.Scan() {
+		if k, ok := strings.CutPrefix(sc.Text(), "event: "); ok {
+			kinds = append(kinds, k)
+			if k == "decision" {
+				facts.kill()
+			}
+		}
+	}
+	require.Equal(t, []string{"decision", "revoke"}, kinds)
 }

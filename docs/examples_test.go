@@ -42,7 +42,9 @@ import (
 //     second `authz serve` listening there;
 //   - curl fails on an HTTP error status (--fail-with-body), so that an example answered with
 //     a 4xx or 5xx fails.
-const notRunMarker = "<!-- not run: "
+//
+// A fence indented or written with tildes is not looked at: write shell blocks as ```sh at the
+// start of a line.
 
 // docFiles are the Markdown files whose shell blocks run, relative to docs/.
 func docFiles(t testing.TB) []string {
@@ -80,7 +82,7 @@ func shellBlocks(t testing.TB, path, name string) []shellBlock {
 	var blocks []shellBlock
 	for i := 0; i < len(lines); i++ {
 		line := lines[i]
-		if strings.HasPrefix(line, notRunMarker) || strings.HasPrefix(line, "<!-- not run") {
+		if strings.HasPrefix(line, "<!-- not run") {
 			require.Regexp(t, notRunLine, line, "%s:%d: write the marker as <!-- not run: REASON -->", name, i+1)
 			require.True(t, i+1 < len(lines) && fenceLine.MatchString(lines[i+1]), "%s:%d: a not-run marker must be right before a fence", name, i+1)
 		}

@@ -43,6 +43,9 @@ import (
 //   - curl fails on an HTTP error status (--fail-with-body), so that an example answered with
 //     a 4xx or 5xx fails.
 //
+// A command whose line ends with a comment `# "KEY": true` (or false) must print "KEY":true:
+// the block's output holds each such value, in the order of the block.
+//
 // A fence indented or written with tildes is not looked at: write shell blocks as ```sh at the
 // start of a line.
 
@@ -198,6 +201,24 @@ func blockScript(text, dir, addr, log string) string {
 	return "curl() { command curl --fail-with-body \"$@\"; }\n" + r.Replace(text)
 }
 
+// documentedValue is a comment at the end of a command line that says what it prints.
+var documentedValue = regexp.MustCompile(`(?m)^[^#\n]*[^#\s][^#\n]*#\s+"(\w+)": (true|false)\s*$`)
+
+// printsDocumentedValues checks that out holds the values the block's comments document, in
+// their order.
+func printsDocumentedValues(text, out string) error {
+	rest := out
+	for _, m := range documentedValue.FindAllStringSubmatch(text, -1) {
+		want := `"` + m[1] + `":` + m[2]
+		i := strings.Index(rest, want)
+		if i < 0 {
+			return fmt.Errorf("the block's comment says %s: %s, but its output has no %s after the values before it:\n%s", m[1], m[2], want, out)
+		}
+		rest = rest[i+len(want):]
+	}
+	return nil
+}
+
 // runBlock runs script with bash in dir, bounded in time, and returns an error that holds its
 // output when it fails.
 func runBlock(dir, script string, env []string) (string, error) {
@@ -253,9 +274,13 @@ func TestDocumentedShellBlocks(t *testing.T) {
 		ran++
 		t.Run(where, func(t *testing.T) {
 			start := time.Now()
-			if _, err := runBlock(dir, blockScript(b.text, dir, addr, log), env); err != nil {
+			out, err := runBlock(dir, blockScript(b.text, dir, addr, log), env)
+			if err != nil {
 				t.Errorf("%s: the shell block fails: %v", where, err)
 				return
+			}
+			if err := printsDocumentedValues(b.text, out); err != nil {
+				t.Errorf("%s: %v", where, err)
 			}
 			t.Logf("ran in %v", time.Since(start).Round(time.Millisecond))
 		})
@@ -277,4 +302,27 @@ func checkoutStatus(t testing.TB) string {
 		return ""
 	}
 	return string(out)
+}
+
+func TestPrintsDocumentedValues(t *testing.T) {
+	block := "curl a   # \"allow\": true\ncurl b  # \"allow\": false\n# \"allow\": true on a comment line is not a command\n# a comment # \"allow\": true\n"
+	tests := []struct {
+		name, out string
+		ok        bool
+	}{
+		{name: "both, in order", out: `{"allow":true}{"allow":false}`, ok: true},
+		{name: "in the other order", out: `{"allow":false}{"allow":true}`},
+		{name: "one missing", out: `{"allow":true}`},
+		{name: "nothing printed", out: ``},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			err := printsDocumentedValues(block, tt.out)
+			if tt.ok {
+				require.NoError(t, err)
+			} else {
+				require.Error(t, err)
+			}
+		})
+	}
 }

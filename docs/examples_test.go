@@ -242,7 +242,7 @@ func runBlock(dir, script string, env []string) (string, error) {
 func TestDocumentedShellBlocks(t *testing.T) {
 	for _, tool := range []string{"bash", "curl", "jq", "openssl", "go"} {
 		_, err := exec.LookPath(tool)
-		require.NoError(t, err, "the documented blocks need %s on PATH", tool)
+		require.NoError(t, err, "the documented blocks need %s on PATH (Debian: apt-get install curl jq openssl)", tool)
 	}
 	var blocks []shellBlock
 	for _, f := range docFiles(t) {

@@ -167,7 +167,7 @@ func blockWorkDir(t testing.TB) string {
 
 // serveForBlocks starts `authz serve` with its defaults on a free loopback port and on the
 // unix socket below dir that stands for /tmp/authz/authz.sock, both writing the decision log
-// log, and waits until both are ready. It returns the TCP address.
+// log, waits until both are ready and makes one decision. It returns the TCP address.
 func serveForBlocks(t testing.TB, authz, dir, log string) string {
 	t.Helper()
 	sockDir := filepath.Join(dir, "tmp", "authz")
@@ -185,6 +185,12 @@ func serveForBlocks(t testing.TB, authz, dir, log string) string {
 	testutil.WaitReady(t, uc, "http://authz", 60*time.Second, unix.Stderr)
 	t.Cleanup(c.CloseIdleConnections)
 	t.Cleanup(uc.CloseIdleConnections)
+	// One decision, so that the decision log a block replays is never empty.
+	grant, err := os.ReadFile(filepath.Join("..", "examples", "grant.json"))
+	require.NoError(t, err)
+	status, doc := testutil.PostJSON(t, c, "http://"+addr+"/v1/authorize", string(grant))
+	require.Equal(t, http.StatusOK, status)
+	require.Equal(t, true, doc["allow"], "examples/grant.json is granted by the default service: %v", doc)
 	return addr
 }
 

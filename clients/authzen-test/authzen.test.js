@@ -4,11 +4,11 @@
 // npm registry this project can reach, so the client is this one, kept to the specification.
 import { after, before, test } from "node:test";
 import assert from "node:assert/strict";
-import { mkdtemp, readFile, rm } from "node:fs/promises";
+import { mkdtemp, readFile, rm, writeFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 
-import { buildAndServe, repoRoot } from "../opa-sdk-test/service.js";
+import { buildAndServe, repoRoot, serve } from "../opa-sdk-test/service.js";
 import { discover, PEP } from "./pep.js";
 
 const fixture = join(repoRoot(), "internal", "specexamples");
@@ -170,4 +170,29 @@ test("the metadata names the address it was asked on, so it validates for each n
   const byName = svc.baseUrl.replace("127.0.0.1", "localhost");
   const meta = await discover(byName);
   assert.equal(meta.access_evaluation_endpoint, byName + "/access/v1/evaluation");
+});
+
+test("HTTPS binding with Authorization: Bearer: 401 without a token, 403 without the decide scope, the metadata open", async () => {
+  const decide = "pep-decide-0123456789abcdef", inspect = "ops-inspect-0123456789abcdef";
+  const tokens = join(work, "tokens");
+  await writeFile(tokens, `${decide} decide\n${inspect} inspect\n`, { mode: 0o600 });
+  const secured = await serve(join(work, "authz"), ["--facts", join(fixture, "facts.json"), "--authentication", "token", "--authentication-tokens-file", tokens]);
+  try {
+    const meta = await discover(secured.baseUrl); // no token needed to discover
+    const body = toAuthZEN(grant);
+    const none = await new PEP(meta).evaluate(body);
+    assert.equal(none.status, 401, none.text);
+    assert.equal(none.permit, false);
+    const wrongScope = await new PEP(meta, { headers: { Authorization: `Bearer ${inspect}` } }).evaluate(body);
+    assert.equal(wrongScope.status, 403, wrongScope.text);
+    assert.equal(wrongScope.permit, false);
+    const ok = await new PEP(meta, { headers: { Authorization: `Bearer ${decide}` } }).evaluate(body);
+    assert.equal(ok.status, 200, ok.text);
+    assert.equal(ok.permit, true);
+    const boxcar = await new PEP(meta).evaluations({ evaluations: [body] });
+    assert.equal(boxcar.status, 401, boxcar.text);
+    assert.deepEqual(boxcar.permits, []);
+  } finally {
+    await secured.stop();
+  }
 });

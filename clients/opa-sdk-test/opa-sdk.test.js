@@ -1,5 +1,6 @@
 // OPA's own TypeScript SDK (@open-policy-agent/opa), unchanged, against a live `authz serve`:
-// evaluate() on the decision and on paths inside it, evaluateDefault() at POST /.
+// evaluate() on the decision, on paths inside it and on paths beside it (undefined, as in OPA),
+// evaluateBatch() (OPA has no batch API: fallback), evaluateDefault() at POST /.
 import { after, before, test } from "node:test";
 import assert from "node:assert/strict";
 import { mkdtemp, rm, writeFile } from "node:fs/promises";

@@ -5,6 +5,7 @@ package docs_test
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"net/http"
 	"os"
 	"os/exec"
@@ -24,9 +25,20 @@ import (
 	"github.com/authz-dev/authz/internal/testutil"
 )
 
-// TestMain fails the package when a test leaves a goroutine behind.
+// TestMain removes the authz binary the tests built and fails the package when a test leaves
+// a goroutine behind.
 func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(m)
+	code := m.Run()
+	if binDir != "" {
+		_ = os.RemoveAll(binDir)
+	}
+	if code == 0 {
+		if err := goleak.Find(); err != nil {
+			fmt.Fprintf(os.Stderr, "goleak: %v\n", err)
+			code = 1
+		}
+	}
+	os.Exit(code)
 }
 
 // docBlocks returns the fenced code blocks of a Markdown file that follow a marker line
@@ -105,8 +117,7 @@ func TestDocumentedOutOfTreeDriver(t *testing.T) {
 	cfgPath := filepath.Join(work, "authz.yaml")
 	require.NoError(t, os.WriteFile(cfgPath, y, 0o600))
 
-	authz := filepath.Join(t.TempDir(), "authz") // work/authz is the checkout
-	sh(t, root, "go build -o "+authz+" ./cmd/authz", env)
+	authz := authzBinary(t) // work/authz is the checkout
 	srv, addr := startServe(t, authz, "--config", cfgPath, "--addr", "127.0.0.1:0")
 	base := "http://" + addr
 	c := &http.Client{Timeout: 10 * time.Second}

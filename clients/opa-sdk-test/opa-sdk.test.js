@@ -1,5 +1,6 @@
 // OPA's own TypeScript SDK (@open-policy-agent/opa), unchanged, against a live `authz serve`:
-// evaluate() on the decision and on paths inside it, evaluateDefault() at POST /.
+// evaluate() on the decision, on paths inside it and on paths beside it (undefined, as in OPA),
+// evaluateBatch() (OPA has no batch API: fallback), evaluateDefault() at POST /.
 import { after, before, test } from "node:test";
 import assert from "node:assert/strict";
 import { mkdtemp, rm, writeFile } from "node:fs/promises";
@@ -102,4 +103,32 @@ test("a service that never answers: the SDK's sdk.timeoutMs, or an AbortSignal p
     silent.closeAllConnections();
     await new Promise((r) => silent.close(r));
   }
+});
+
+test("evaluate() outside the decision is OPA's undefined document: no result, never a grant", async () => {
+  // OPA answers 200 without "result" for a document that is not defined; the SDK yields undefined.
+  assert.equal(await opa.evaluate("authz/allow", grant), undefined);
+  assert.equal(await opa.evaluate("authz", grant), undefined);
+  assert.equal(await opa.evaluate("authz/decisions", grant), undefined);
+  // The way OPA users turn a result into a boolean reads undefined as a deny.
+  assert.equal(await opa.evaluate("authz/allow", grant, { fromResult: (r) => r === true }), false);
+  assert.equal(await opa.evaluate("authz", grant, { fromResult: (r) => r?.decision?.allow === true }), false);
+});
+
+test("evaluateBatch(): OPA has no batch API, so without fallback it is OPA's 404, with fallback one decision per input", async () => {
+  const inputs = { g: grant, d: deny };
+  await assert.rejects(opa.evaluateBatch("authz/decision/allow", inputs), (err) => {
+    assert.equal(err?.httpMeta?.response?.status, 404);
+    return true;
+  });
+  const client = new OPAClient(svc.baseUrl);
+  // rejectMixed: an answer that is not 200 rejects the batch (without it the SDK turns errors into undefined).
+  const strict = { fallback: true, rejectMixed: true };
+  const allowed = await client.evaluateBatch("authz/decision/allow", inputs, strict);
+  assert.deepEqual(allowed, { g: true, d: false });
+  const docs = await client.evaluateBatch("authz/decision", inputs, strict);
+  assert.equal(docs.g.allow, true);
+  assert.equal(docs.d.code, "DUPLEX_CHANNEL_UNSUPPORTED");
+  const outside = await client.evaluateBatch("authz/allow", inputs, strict);
+  assert.deepEqual(outside, { g: undefined, d: undefined });
 });

@@ -22,6 +22,11 @@ export function repoRoot() {
 export async function buildAndServe(dir, args, lifetimeMs = 300_000) {
   const bin = join(dir, "authz");
   await promisify(execFile)(process.env.GO ?? "go", ["build", "-o", bin, "./cmd/authz"], { cwd: repoRoot(), timeout: 600_000 });
+  return serve(bin, args, lifetimeMs);
+}
+
+/** Starts `BIN serve --log-json --addr 127.0.0.1:0 ARGS` (BIN built by buildAndServe). */
+export async function serve(bin, args, lifetimeMs = 300_000) {
   const proc = spawn(bin, ["serve", "--log-json", "--addr", "127.0.0.1:0", ...args], {
     cwd: repoRoot(), stdio: ["ignore", "ignore", "pipe"], timeout: lifetimeMs, killSignal: "SIGKILL",
   });

@@ -10,7 +10,7 @@ import (
 // meaning they have in `opa run`; each overrides its configuration key when given. watch adds
 // --watch (authz serve only).
 func policyFlags(fs *flag.FlagSet, cfg *policy.Config, watch bool) {
-	fs.StringVar(&cfg.Bundle, "bundle", cfg.Bundle, "policy bundle: a .tar.gz from `opa build`, or a bundle directory, instead of the embedded policy")
+	fs.StringVar(&cfg.Bundle, "bundle", cfg.Bundle, "policy bundle at `PATH`: a .tar.gz from opa build, or a bundle directory, instead of the embedded policy")
 	if watch {
 		fs.BoolVar(&cfg.Watch, "watch", cfg.Watch, "re-read --bundle when its files change (for policy authors)")
 	}

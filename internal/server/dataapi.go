@@ -28,21 +28,63 @@ const (
 	pathDefaultDecision = "/"
 	// labelDataSubpath is the metrics label of every path below pathDataDecision.
 	labelDataSubpath = pathDataDecision + "/*"
+	// pathData is the root of OPA's data tree; labelDataOther labels its paths outside the
+	// decision document.
+	pathData       = "/v1/data"
+	labelDataOther = pathData + "/*"
 )
 
 // documentKeys are the members of the decision document, in document order.
 var documentKeys = []string{"allow", "code", "message", "reasons", "capabilities", "decision_id", "revision"}
 
-// dataRoute routes the OPA-compatible paths that are not in the exact-match table: POST / and
-// every path below /v1/data/authz/decision. label is the metrics label ("other" when not ok).
+// dataRoute routes the OPA-compatible paths that are not in the exact-match table: POST /,
+// every path below /v1/data/authz/decision, and every other path of the data tree, which is
+// undefined. label is the metrics label ("other" when not ok). Every one of them needs the
+// decide scope.
 func (s *Server) dataRoute(path string) (rt route, label string, ok bool) {
 	switch {
 	case path == pathDefaultDecision:
 		return route{http.MethodPost, s.handleData, ScopeDecide}, pathDefaultDecision, true
 	case strings.HasPrefix(path, pathDataDecision+"/"):
 		return route{http.MethodPost, s.handleData, ScopeDecide}, labelDataSubpath, true
+	case path == pathData || strings.HasPrefix(path, pathData+"/"):
+		return route{http.MethodPost, s.handleUndefinedData, ScopeDecide}, labelDataOther, true
 	}
 	return route{}, "other", false
+}
+
+// handleUndefinedData answers a Data API path outside the decision document (data.authz.allow,
+// the package data.authz, the root of the tree, …). The service serves one document, the
+// decision; every other document is OPA's undefined document: 200 with no "result". No
+// decision is made and none is logged, so such an answer never carries a value a client could
+// read as a grant. The body is read as on the decision's paths (bounded, admitted, gzip) and
+// must be empty or a JSON object, as OPA requires.
+func (s *Server) handleUndefinedData(w http.ResponseWriter, r *http.Request) {
+	pretty, err := dataQuery(r)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	s.withBody(w, r, s.readDataBody, func(body []byte) {
+		if err := undefinedDataBody(body); err != nil {
+			writeError(w, err)
+			return
+		}
+		writeDataJSON(w, http.StatusOK, struct{}{}, pretty)
+	})
+}
+
+// undefinedDataBody checks the body of a query for an undefined document: empty, or one JSON
+// object.
+func undefinedDataBody(body []byte) error {
+	trimmed := bytes.TrimSpace(body)
+	if len(trimmed) == 0 {
+		return nil
+	}
+	if trimmed[0] != '{' || !json.Valid(trimmed) {
+		return coded.Errorf(coded.BadRequest, `the body must be a JSON object, {"input": <request>}: fix the JSON`)
+	}
+	return nil
 }
 
 // handleData answers POST /v1/data/authz/decision[/sub/path] ({"input": request} in,

@@ -295,3 +295,78 @@ func TestDataAPIMetricsLabel(t *testing.T) {
 	assert.Contains(t, m, `authz_http_requests_total{route="/v1/data/authz/decision/*",status="200"} 1`)
 	assert.Contains(t, m, `authz_http_requests_total{route="/",status="200"} 1`)
 }
+
+// Paths of the data tree outside the decision document are OPA's undefined document: 200 with
+// no "result" (and so never a grant-shaped answer), without a decision being made or logged.
+func TestDataAPIOutsideTheDecisionIsUndefined(t *testing.T) {
+	counter := &countingDecider{Decider: testEngine(t)}
+	var log lockedBuffer
+	url := startHTTP(t, newServer(t, withDecider(counter), withDecisionLog(&log)))
+	grant := fixture(t, nil)
+	tests := []struct {
+		name, path, body string
+	}{
+		{name: "a rule beside the decision", path: "/v1/data/authz/allow", body: inputBody(grant)},
+		{name: "the package", path: "/v1/data/authz", body: inputBody(grant)},
+		{name: "the root of the data tree", path: "/v1/data", body: inputBody(grant)},
+		{name: "another package", path: "/v1/data/system/main", body: inputBody(grant)},
+		{name: "a name that starts like the decision", path: "/v1/data/authz/decisions", body: inputBody(grant)},
+		{name: "no input", path: "/v1/data/authz/allow", body: `{}`},
+		{name: "an empty body", path: "/v1/data/authz", body: ``},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			a := post(t, url+tt.path, tt.body)
+			require.Equal(t, http.StatusOK, a.status, "body: %s", a.body)
+			assert.Equal(t, "application/json", a.header.Get("Content-Type"))
+			assert.Equal(t, map[string]any{}, a.json(t), "an undefined document has no result")
+		})
+	}
+	assert.Zero(t, counter.n.Load(), "no decision is made for a path outside the decision")
+	assert.Empty(t, log.lines(t), "nothing is logged: no decision was made")
+
+	t.Run("a malformed body is still 400", func(t *testing.T) {
+		for _, body := range []string{`{"input":`, `[1]`, `"input"`} {
+			requireAPIError(t, post(t, url+"/v1/data/authz/allow", body), http.StatusBadRequest, "BAD_REQUEST")
+		}
+	})
+	t.Run("only POST", func(t *testing.T) {
+		a := do(t, http.MethodGet, url+"/v1/data/authz/allow", "", nil)
+		requireAPIError(t, a, http.StatusMethodNotAllowed, "METHOD_NOT_ALLOWED")
+	})
+	t.Run("the body limit holds", func(t *testing.T) {
+		big := `{"input":"` + strings.Repeat("x", int(testConfig().MaxBodyBytes)) + `"}`
+		requireAPIError(t, post(t, url+"/v1/data/authz", big), http.StatusRequestEntityTooLarge, "REQUEST_TOO_LARGE")
+	})
+	t.Run("a percent-encoded path is still no path", func(t *testing.T) {
+		requireAPIError(t, post(t, url+"/v1/data/authz%2Fallow", inputBody(grant)), http.StatusNotFound, "NOT_FOUND")
+	})
+	t.Run("one bounded metrics label", func(t *testing.T) {
+		m := string(get(t, url+"/metrics").body)
+		assert.Contains(t, m, `authz_http_requests_total{route="/v1/data/*",status="200"} 7`)
+	})
+}
+
+// A path outside the decision needs the decide scope like the decision itself: an undefined
+// answer is not given to a caller the decision would refuse.
+func TestDataAPIOutsideTheDecisionNeedsTheDecideScope(t *testing.T) {
+	url := startHTTP(t, newServer(t, withTokens(t)))
+	tests := []struct {
+		name       string
+		header     map[string]string
+		wantStatus int
+	}{
+		{name: "no token", wantStatus: http.StatusUnauthorized},
+		{name: "inspect token", header: bearer(inspectToken), wantStatus: http.StatusForbidden},
+		{name: "decide token", header: bearer(decideToken), wantStatus: http.StatusOK},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			for _, path := range []string{"/v1/data/authz/allow", "/v1/data/authz", "/v1/data"} {
+				a := call(t, http.DefaultClient, http.MethodPost, url+path, "", tt.header, `{"input":{}}`)
+				assert.Equal(t, tt.wantStatus, a.status, "%s: %s", path, a.body)
+				assert.NotContains(t, a.json(t), "result", path)
+			}
+		})
+	}
+}

@@ -430,7 +430,7 @@ func TestMethodNotAllowedAndNotFound(t *testing.T) {
 		{name: "DELETE plugins", method: http.MethodDelete, path: "/v1/plugins", wantStatus: 405, wantCode: "METHOD_NOT_ALLOWED", wantAllow: "GET, HEAD"},
 		{name: "unknown path", method: http.MethodPost, path: "/v1/authorise", wantStatus: 404, wantCode: "NOT_FOUND"},
 		{name: "trailing slash", method: http.MethodPost, path: "/v1/authorize/", wantStatus: 404, wantCode: "NOT_FOUND"},
-		{name: "other OPA document", method: http.MethodPost, path: "/v1/data/authz/allow", wantStatus: 404, wantCode: "NOT_FOUND"},
+		{name: "OPA API not served", method: http.MethodGet, path: "/v1/policies", wantStatus: 404, wantCode: "NOT_FOUND"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

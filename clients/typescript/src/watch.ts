@@ -221,7 +221,7 @@ function tell<T>(fn: ((v: T) => void) | undefined, v: T): void {
  * Starts a watch of the duplex grant for `request`: resolves with the first decision when it
  * allows, throws the gate's `AuthzGateError` otherwise (see `watchDuplexGrant` in index.ts).
  */
-export function watchGrant(parts: WatchParts, request: GateRequest, handlers: WatchHandlers): Promise<DuplexGrant> {
+export async function watchGrant(parts: WatchParts, request: GateRequest, handlers: WatchHandlers): Promise<DuplexGrant> {
   checkHandlers(handlers);
   const signals = [...new Set([parts.signal, handlers.signal].filter((s): s is AbortSignal => s !== undefined))];
 

@@ -312,6 +312,8 @@ describe("starting a watch", { timeout: 60_000 }, () => {
     await assert.rejects(watchDuplexGrant(req, { baseUrl, onRevoke: "close" } as unknown as WatchOptions), TypeError);
     await assert.rejects(watchDuplexGrant(req, { baseUrl, onRevoke: () => {}, onUpdate: 1 } as unknown as WatchOptions), TypeError);
     await assert.rejects(watchDuplexGrant(req, { baseUrl: "ftp://x", onRevoke: () => {} }), TypeError);
+    const client = createAuthzClient({ baseUrl });
+    await assert.rejects(client.watchDuplexGrant(req, {} as unknown as WatchOptions), TypeError, "a rejection, as every call of the client");
   });
 });
 

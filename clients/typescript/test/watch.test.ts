@@ -429,6 +429,25 @@ describe("a grant being watched", { timeout: 60_000 }, () => {
     assert.equal(sent, PINGS, `the grant ended after ${sent} of ${PINGS} pings: ${e.detail}`);
   });
 
+  test("bytes that never complete a line do not keep the grant: AUTHZ_TIMEOUT", async () => {
+    // Interval 100 ms: one byte every 20 ms, 200 bytes, no line end.
+    const BYTES = 200;
+    let sent = 0;
+    fake.watch = (w) => {
+      w.open({ "x-authz-ping-interval": "100" });
+      w.res.write(event("decision", grant));
+      const t = setInterval(() => {
+        w.res.write("x");
+        if (++sent === BYTES) clearInterval(t);
+      }, 20);
+      w.closed.then(() => clearInterval(t));
+    };
+    const rec = recorder();
+    const { w } = await granted(rec);
+    await endedOnceWith(rec, w, "AUTHZ_TIMEOUT");
+    assert.ok(sent < BYTES, `the grant outlived the drip of ${sent} bytes`);
+  });
+
   const bad: Array<{ name: string; send: string | Buffer }> = [
     { name: "an update that is not JSON", send: event("update", "{\"allow\": tru") },
     { name: "an update whose allow is the string \"true\"", send: event("update", { ...update, allow: "true" }) },

@@ -8,6 +8,7 @@
  * - {@link openDuplexChannelGate} and {@link runnerIngressGate}: resolve on a grant; otherwise
  *   throw an {@link AuthzGateError} whose `message` is exactly the contract's message
  *   (docs/contract.md, "Codes and messages").
+ * - {@link watchDuplexGrant}: the duplex grant held open; `onRevoke` is told when it ends.
  *
  * No runtime dependencies: it speaks HTTP with node:http and node:https, so a unix socket and a
  * TLS client certificate need nothing else. Connections are kept alive and reused. Published as
@@ -15,6 +16,10 @@
  */
 import * as http from "node:http";
 import * as https from "node:https";
+
+import { watchGrant, type DuplexGrant, type WatchHandlers, type WatchOptions, type WatchParts } from "./watch.js";
+
+export type { DuplexGrant, WatchHandlers, WatchOptions } from "./watch.js";
 
 /** The nine capability keys, in the contract's order (docs/contract.md, "The nine capabilities"). */
 export const CAPABILITY_KEYS = [
@@ -348,11 +353,38 @@ export async function runnerIngressGate(request: GateRequest, options: AuthzClie
   return gate("getRunnerIngressEndpoint", request, resolveOptions(options, sharedAgents));
 }
 
+/**
+ * Holds the duplex command stream grant open (`POST /v1/authorize/watch`): resolves with the
+ * first decision when it allows, and throws exactly what {@link openDuplexChannelGate} throws
+ * when it does not or when the watch cannot start (`timeoutMs` bounds the start). Afterwards
+ * `onRevoke` is called once when the grant ends: revoked by the service, the stream closed or
+ * cut, a malformed event, or no event or ping within twice the service's ping interval. Ending
+ * it yourself (`signal`, `close()`) calls no `onRevoke`. A watch is never reconnected: watch
+ * again for a new decision.
+ */
+export async function watchDuplexGrant(request: GateRequest, options: WatchOptions): Promise<DuplexGrant> {
+  return watchGrant(watchParts(resolveOptions(options, sharedAgents)), request, options);
+}
+
+/** What a watch uses of the client: a connection of its own, and the duplex gate's reading of an answer. */
+function watchParts(r: Resolved): WatchParts {
+  return {
+    send: (path, payload) => send(path, payload, "text/event-stream", r, false),
+    judge: (answer) => judge("openDuplexChannel", answer, r),
+    readDecision,
+    fail: (code, detail, extra = {}) => reported(r, new AuthzGateError(OPERATIONS.openDuplexChannel.deniedMessage, { code, detail, ...extra })),
+    timeoutMs: r.timeoutMs,
+    signal: r.signal,
+  };
+}
+
 /** A client with its options bound, for callers that make many calls. */
 export interface AuthzClient {
   effectiveSandboxCapabilities(request: GateRequest): Promise<SandboxCapabilities | null>;
   openDuplexChannelGate(request: GateRequest): Promise<Decision>;
   runnerIngressGate(request: GateRequest): Promise<Decision>;
+  /** {@link watchDuplexGrant} with the client's options. */
+  watchDuplexGrant(request: GateRequest, handlers: WatchHandlers): Promise<DuplexGrant>;
   /** Closes the client's idle connections; later calls open new ones. */
   close(): void;
 }
@@ -368,6 +400,7 @@ export function createAuthzClient(options: AuthzClientOptions = {}): AuthzClient
     effectiveSandboxCapabilities: (req) => capabilitiesOf(req, r),
     openDuplexChannelGate: (req) => gate("openDuplexChannel", req, r),
     runnerIngressGate: (req) => gate("getRunnerIngressEndpoint", req, r),
+    watchDuplexGrant: (req, handlers) => watchGrant(watchParts(r), req, handlers),
     close: () => {
       agents.http.destroy();
       agents.https.destroy();
@@ -395,17 +428,24 @@ async function capabilitiesOf(request: GateRequest, r: Resolved): Promise<Sandbo
 }
 
 async function gate(operation: Operation, request: GateRequest, r: Resolved): Promise<Decision> {
-  const op = OPERATIONS[operation];
-  const noDecision = (code: NoDecisionCode, detail: string, extra: { status?: number; authzError?: string; cause?: unknown; reasons?: string[]; decisionId?: string } = {}) =>
-    reported(r, new AuthzGateError(op.deniedMessage, { code, detail, ...extra }));
+  const noDecision = (code: NoDecisionCode, detail: string, cause: unknown) =>
+    reported(r, new AuthzGateError(OPERATIONS[operation].deniedMessage, { code, detail, cause }));
 
   let answer: Answer;
   try {
     answer = await post("/v1/authorize", { ...request, operation }, r);
   } catch (err) {
-    if (err instanceof CallError) throw noDecision(err.code, err.message, { cause: err.cause });
-    throw noDecision(AUTHZ_UNREACHABLE, `authz: ${String(err)}`, { cause: err });
+    if (err instanceof CallError) throw noDecision(err.code, err.message, err.cause);
+    throw noDecision(AUTHZ_UNREACHABLE, `authz: ${String(err)}`, err);
   }
+  return judge(operation, answer, r);
+}
+
+/** The gate's reading of an answer: the decision when it grants; otherwise throws what the gate throws. */
+function judge(operation: Operation, answer: Answer, r: Resolved): Decision {
+  const op = OPERATIONS[operation];
+  const noDecision = (code: NoDecisionCode, detail: string, extra: { status?: number; authzError?: string; cause?: unknown; reasons?: string[]; decisionId?: string } = {}) =>
+    reported(r, new AuthzGateError(op.deniedMessage, { code, detail, ...extra }));
   const authzError = answer.headers["x-authz-error"];
   const header = typeof authzError === "string" ? { authzError } : {};
   const body = parseJSON(answer.body);
@@ -509,36 +549,47 @@ function isStaleConnection(req: http.ClientRequest, cause: NodeJS.ErrnoException
   return req.reusedSocket && (cause.code === "ECONNRESET" || cause.code === "EPIPE");
 }
 
+/**
+ * Sends POST `path` with `payload` as JSON to the service; the caller reads the response.
+ * `pooled`: on a connection of the client's pool (when it keeps them alive), or on one of its own.
+ */
+function send(path: string, payload: unknown, accept: string, r: Resolved, pooled: boolean): http.ClientRequest {
+  const body = Buffer.from(JSON.stringify(payload));
+  const headers: http.OutgoingHttpHeaders = {
+    "content-type": "application/json",
+    accept,
+    "content-length": body.length,
+  };
+  if (r.token !== undefined && r.token !== "") headers["authorization"] = `Bearer ${r.token}`;
+
+  const base = r.url.pathname.endsWith("/") ? r.url.pathname.slice(0, -1) : r.url.pathname;
+  const isTLS = r.socketPath === undefined && r.url.protocol === "https:";
+  const agent = pooled && r.agents !== undefined ? (isTLS ? r.agents.https : r.agents.http) : false;
+  const options: https.RequestOptions = { method: "POST", path: base + path, headers, agent };
+  if (r.socketPath !== undefined) {
+    options.socketPath = r.socketPath;
+  } else {
+    options.host = r.url.hostname.replace(/^\[(.*)\]$/, "$1");
+    if (r.url.port !== "") options.port = Number(r.url.port);
+  }
+  if (isTLS && r.tls) {
+    const { cert, key, ca, servername } = r.tls;
+    if (cert !== undefined) options.cert = cert;
+    if (key !== undefined) options.key = key;
+    if (ca !== undefined) options.ca = ca;
+    if (servername !== undefined) options.servername = servername;
+  }
+  const req = (isTLS ? https : http).request(options);
+  req.end(body);
+  return req;
+}
+
 function post(path: string, payload: unknown, r: Resolved): Promise<Answer> {
   return new Promise<Answer>((resolve, reject) => {
     const signal = r.signal;
     if (signal?.aborted) {
       reject(new CallError(AUTHZ_ABORTED, "the call was aborted before it started", { cause: signal.reason }));
       return;
-    }
-    const body = Buffer.from(JSON.stringify(payload));
-    const headers: http.OutgoingHttpHeaders = {
-      "content-type": "application/json",
-      accept: "application/json",
-      "content-length": body.length,
-    };
-    if (r.token !== undefined && r.token !== "") headers["authorization"] = `Bearer ${r.token}`;
-
-    const base = r.url.pathname.endsWith("/") ? r.url.pathname.slice(0, -1) : r.url.pathname;
-    const isTLS = r.socketPath === undefined && r.url.protocol === "https:";
-    const common: https.RequestOptions = { method: "POST", path: base + path, headers };
-    if (r.socketPath !== undefined) {
-      common.socketPath = r.socketPath;
-    } else {
-      common.host = r.url.hostname.replace(/^\[(.*)\]$/, "$1");
-      if (r.url.port !== "") common.port = Number(r.url.port);
-    }
-    if (isTLS && r.tls) {
-      const { cert, key, ca, servername } = r.tls;
-      if (cert !== undefined) common.cert = cert;
-      if (key !== undefined) common.key = key;
-      if (ca !== undefined) common.ca = ca;
-      if (servername !== undefined) common.servername = servername;
     }
 
     let current: http.ClientRequest | undefined;
@@ -560,10 +611,16 @@ function post(path: string, payload: unknown, r: Resolved): Promise<Answer> {
     signal?.addEventListener("abort", onAbort, { once: true });
 
     // pooled: false sends on a connection of its own (the retry after a stale pooled one).
-    const send = (pooled: boolean) => {
+    const attempt = (pooled: boolean) => {
       if (settled) return;
-      const agent = pooled && r.agents !== undefined ? (isTLS ? r.agents.https : r.agents.http) : false;
-      const req = (isTLS ? https : http).request({ ...common, agent }, (res) => {
+      let req: http.ClientRequest;
+      try {
+        req = send(path, payload, "application/json", r, pooled);
+      } catch (cause) {
+        finish(new CallError(AUTHZ_UNREACHABLE, `authz: ${String(cause)}`, { cause }));
+        return;
+      }
+      req.on("response", (res) => {
         const chunks: Buffer[] = [];
         let size = 0;
         res.on("data", (c: Buffer) => {
@@ -579,14 +636,13 @@ function post(path: string, payload: unknown, r: Resolved): Promise<Answer> {
       });
       current = req;
       req.on("error", (cause: NodeJS.ErrnoException) => {
-        if (pooled && agent !== false && isStaleConnection(req, cause)) {
-          send(false);
+        if (pooled && r.agents !== undefined && isStaleConnection(req, cause)) {
+          attempt(false);
           return;
         }
         finish(new CallError(AUTHZ_UNREACHABLE, `authz could not be reached at ${r.socketPath ?? r.url.origin}: ${cause.message}`, { cause }));
       });
-      req.end(body);
     };
-    send(true);
+    attempt(true);
   });
 }

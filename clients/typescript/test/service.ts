@@ -32,7 +32,11 @@ export interface Service {
   baseUrl: string;
   /** The service log so far (stderr, JSON lines). */
   log: string[];
+  /** The service's process id. */
+  pid: number;
   stop(): Promise<void>;
+  /** Sends signal to the service and resolves once it has exited. */
+  kill(signal: NodeJS.Signals): Promise<void>;
 }
 
 /**
@@ -71,6 +75,13 @@ export async function startServe(bin: string, args: string[], lifetimeMs = 300_0
   return {
     baseUrl,
     log,
+    pid: proc.pid!,
+    async kill(signal: NodeJS.Signals) {
+      if (proc.exitCode === null && proc.signalCode === null) {
+        proc.kill(signal);
+        await exited;
+      }
+    },
     async stop() {
       if (proc.exitCode === null && proc.signalCode === null) {
         proc.kill("SIGTERM");

@@ -16,7 +16,10 @@
 import * as http from "node:http";
 import * as https from "node:https";
 
-/** The nine capability keys, in the contract's order (docs/contract.md, "The nine capabilities"). */
+/**
+ * The capability keys, in the contract's order (docs/contract.md, "The nine capabilities").
+ * Written from the server's list by `go generate ./internal/decision`; a Go test fails when they differ.
+ */
 export const CAPABILITY_KEYS = [
   "reusableLeases",
   "nativeSyncIn",

@@ -23,8 +23,9 @@ package authz.tables
 #   Per capability (docs/contract.md section 2): `methods` is the set of worker methods it requires
 #   (every one of them must be among the worker's live methods: each is a requirement group of one
 #   method); `optIn` capabilities are false unless declared `true`; `narrowedBy` is the set of flags
-#   of `input.narrowing` that remove the capability when `true` (the flags the host computes,
-#   docs/input-document.md: leasePolicyNotReusable, nativeSyncUnavailable, configResolutionFailed).
+#   of `input.narrowing` that remove the capability when `true`: the flags the host computes
+#   (docs/input-document.md). Every flag the host computes is used here, and every flag used here
+#   is one the host computes (a test of internal/decision fails otherwise).
 #
 #   Each entry has exactly these three keys, `methods` and `narrowedBy` written as sets: the policy
 #   grants a capability when the facts contain its entry (object.subset), so an entry with another

@@ -54,13 +54,13 @@ func TestCapabilityListsAgree(t *testing.T) {
 	assert.Nil(t, c.field("gpuPassthrough"))
 }
 
-// TestNarrowingFlagsAgree: the flags the host computes (snapshot.NarrowingFlags) and the flags the
-// policy's capability table reads (every narrowedBy) are the same set. A flag only in the table
-// would never narrow; a flag only in the host would narrow nothing.
+// TestNarrowingFlagsAgree: the flags the host computes (snapshot.NarrowingFlags) and the policy's
+// narrowing flags (data.authz.tables.narrowing_flags, the flags a capability's narrowedBy can
+// name) are the same set. A flag only in the policy would never narrow; a flag only in the host
+// would narrow nothing.
 func TestNarrowingFlagsAgree(t *testing.T) {
-	table := policyStrings(t, "[f | some f in {f | some c in data.authz.tables.capabilities; some f in c.narrowedBy}]")
-	assert.ElementsMatch(t, snapshot.NarrowingFlags, table,
-		"the flags of input.narrowing (internal/snapshot) and the narrowedBy flags of policies/authz/tables/tables.rego must be the same")
+	assert.ElementsMatch(t, snapshot.NarrowingFlags, policyStrings(t, "[f | some f in data.authz.tables.narrowing_flags]"),
+		"the flags of input.narrowing (internal/snapshot) and narrowing_flags of policies/authz/tables/tables.rego must be the same")
 	in := snapshot.Build(t.Context(), &snapshot.Request{}, &snapshot.FileFacts{}, snapshot.Options{})
 	narrowing, ok := in["narrowing"].(map[string]any)
 	require.True(t, ok)

@@ -218,8 +218,9 @@ func assemble(req *Request, r resolved, factsDoc map[string]any, configFailed bo
 
 // narrowing computes input.narrowing (docs/input-document.md): the one Go list of the narrowing
 // flags, each from the request or the config check. NarrowingFlags derive from its keys, and a
-// test fails when they and the flags of the policy's capability table disagree. Adding a flag
-// needs a release: a line here, and the flag in the narrowedBy of the capabilities it removes.
+// test fails when they and the policy's narrowing_flags (policies/authz/tables) disagree. Adding a
+// flag needs a release: a line here, the flag in narrowing_flags, and in the narrowedBy of the
+// capabilities it removes.
 func narrowing(req *Request, configFailed bool) map[string]any {
 	md := req.Metadata
 	return map[string]any{

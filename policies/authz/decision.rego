@@ -187,16 +187,9 @@ _snapshot(methods, declarations, unnarrowed) := {k: object.subset(object.get(dec
 }
 
 # METADATA
-# title: Narrowing flags
-# description: |
-#   The flags of input.narrowing the capability table reads: every flag of a narrowedBy. (The host
-#   computes the flags; a test fails when its list and this set differ.)
-_narrowing_flags := {f | some cap in tables.capabilities; some f in cap.narrowedBy}
-
-# METADATA
 # title: Unnarrowed flags
-# description: The narrowing flags of the capability table that are not exactly true in the input.
-_unnarrowed := _narrowing_flags - {f | some f, v in input.narrowing; v == true}
+# description: The narrowing flags (data.authz.tables.narrowing_flags) that are not exactly true in the input.
+_unnarrowed := tables.narrowing_flags - {f | some f, v in input.narrowing; v == true}
 
 # METADATA
 # title: Worker methods

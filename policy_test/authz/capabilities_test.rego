@@ -18,7 +18,7 @@ test_all_nine_computed if {
 test_common_grant_agrees_with_the_snapshot if {
 	# the decision's first branch (a plugin-backed grant) spells out the snapshot: for every
 	# narrowing flag, alone and all together, its document carries the same capabilities
-	flags := {f | some c in data.authz.tables.capabilities; some f in c.narrowedBy}
+	flags := data.authz.tables.narrowing_flags
 	count(flags) > 0
 	every narrowing in array.concat([{}, {f: true | some f in flags}], [{f: true} | some f in flags]) {
 		inp := json.patch(row12, [{"op": "replace", "path": "/narrowing", "value": object.union({f: false | some f in flags}, narrowing)}])
@@ -63,15 +63,29 @@ test_common_grant_agrees_on_every_manifest if {
 }
 
 test_common_grant_reads_the_flags_from_the_table if {
-	# a narrowing flag added to the capability table removes its capability in the common grant
-	# exactly when the input sets it true, as in the snapshot
+	# a narrowing flag added to the tables removes its capability in the common grant exactly
+	# when the input sets it true, as in the snapshot
 	table := object.union(data.authz.tables.capabilities, {"gpuPassthrough": {"methods": {"duplexChannelOpen"}, "optIn": false, "narrowedBy": {"gpuUnavailable"}}})
+	flags := data.authz.tables.narrowing_flags | {"gpuUnavailable"}
 	every flag, granted in {false: true, true: false} {
 		inp := json.patch(row12, [{"op": "add", "path": "/narrowing/gpuUnavailable", "value": flag}])
+		d := authz.decision with input as inp with data.authz.tables.capabilities as table with data.authz.tables.narrowing_flags as flags
+		snap := authz.capabilities with input as inp with data.authz.tables.capabilities as table with data.authz.tables.narrowing_flags as flags
+		d.allow == true
+		d.capabilities.gpuPassthrough == granted
+		d.capabilities == snap
+	}
+}
+
+test_capability_narrowed_by_an_unknown_flag_is_never_granted if {
+	# a narrowedBy flag that is not among the narrowing flags (the host never computes it) fails
+	# closed: the capability is never granted, on either branch
+	table := object.union(data.authz.tables.capabilities, {"gpuPassthrough": {"methods": {"duplexChannelOpen"}, "optIn": false, "narrowedBy": {"gpuUnavailable"}}})
+	every inp in [row12, json.patch(row12, [{"op": "add", "path": "/narrowing/gpuUnavailable", "value": false}])] {
 		d := authz.decision with input as inp with data.authz.tables.capabilities as table
 		snap := authz.capabilities with input as inp with data.authz.tables.capabilities as table
 		d.allow == true
-		d.capabilities.gpuPassthrough == granted
+		d.capabilities.gpuPassthrough == false
 		d.capabilities == snap
 	}
 }

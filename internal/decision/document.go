@@ -8,9 +8,12 @@ import (
 )
 
 // Capabilities is the snapshot: the capabilities the lease is entitled to now. Its fields are
-// the one Go list of the capabilities: CapabilityKeys and every lookup by name derive from their
-// JSON names, and a test fails when they and the policy's capability table disagree. Adding a
-// capability therefore needs a release: a field here (and the policy table row).
+// the one Go list of the capabilities (docs/contract.md section 2): CapabilityKeys, every lookup by
+// name, the plugin host's known capability keys and the TypeScript client's list derive from
+// their JSON names. Tests fail when they and the policy's capability table
+// (policies/authz/tables/tables.rego) or the TypeScript client disagree. Adding a capability
+// therefore needs a release: a field here, its row in the policy table, and the TypeScript list
+// regenerated (go generate ./internal/decision).
 type Capabilities struct {
 	ReusableLeases             bool `json:"reusableLeases"`
 	NativeSyncIn               bool `json:"nativeSyncIn"`
@@ -23,17 +26,15 @@ type Capabilities struct {
 	RunnerWebSocketIngress     bool `json:"runnerWebSocketIngress"`
 }
 
-// CapabilityKeys are the JSON names of the fields of Capabilities, in document order.
+// CapabilityKeys are the JSON names of the fields of Capabilities, in document order (the
+// contract's order). Read it; never change it.
 var CapabilityKeys, capabilityIndex = capabilityFields()
 
 // capabilityFields reads the names and indexes of the fields of Capabilities.
-func capabilityFields() ([9]string, map[string]int) {
-	var keys [9]string
-	index := map[string]int{}
+func capabilityFields() ([]string, map[string]int) {
 	t := reflect.TypeFor[Capabilities]()
-	if t.NumField() != len(keys) {
-		panic("decision: CapabilityKeys must have one entry per field of Capabilities")
-	}
+	keys := make([]string, t.NumField())
+	index := make(map[string]int, t.NumField())
 	for i := range t.NumField() {
 		f := t.Field(i)
 		if f.Type.Kind() != reflect.Bool {

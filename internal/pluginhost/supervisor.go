@@ -28,6 +28,7 @@ import (
 
 	"github.com/authz-dev/authz/driverplugin"
 	"github.com/authz-dev/authz/internal/coded"
+	"github.com/authz-dev/authz/internal/decision"
 	"github.com/authz-dev/authz/internal/snapshot"
 )
 
@@ -580,13 +581,15 @@ func notADriver(exit string) string {
 	return ""
 }
 
-// knownCapabilities are the nine capability keys of docs/contract.md section 2.
-var knownCapabilities = map[string]bool{
-	"reusableLeases": true, "nativeSyncIn": true, "nativeSyncOut": true,
-	"persistentProcessSessions": true, "independentControlCommands": true,
-	"incrementalSessionOutput": true, "concurrentSyncOperations": true,
-	"duplexCommandStream": true, "runnerWebSocketIngress": true,
-}
+// knownCapabilities are the capability keys of this release: decision.CapabilityKeys, the one Go
+// list of docs/contract.md section 2.
+var knownCapabilities = func() map[string]bool {
+	m := make(map[string]bool, len(decision.CapabilityKeys))
+	for _, k := range decision.CapabilityKeys {
+		m[k] = true
+	}
+	return m
+}()
 
 // validateManifest refuses a manifest the host will not publish: an empty plugin key, an entry
 // with an empty or repeated driver key, a kind other than sandbox_provider/environment_driver,

@@ -2,6 +2,8 @@ package snapshot
 
 import (
 	"context"
+	"maps"
+	"slices"
 	"time"
 
 	"github.com/authz-dev/authz/internal/tracing"
@@ -205,18 +207,31 @@ func assemble(req *Request, r resolved, factsDoc map[string]any, configFailed bo
 			"pluginId":     r.pluginID,
 			"driverKey":    r.driverKey,
 		},
-		"facts": factsDoc,
-		"narrowing": map[string]any{
-			"leasePolicyNotReusable": req.Lease["leasePolicy"] != "reuse_by_environment",
-			"nativeSyncUnavailable":  md["backend"] == "job" || md["nativeFileSyncUnsupported"] == true,
-			"configResolutionFailed": configFailed,
-		},
+		"facts":     factsDoc,
+		"narrowing": narrowing(req, configFailed),
 	}
 	if req.HasCommand {
 		in["command"] = req.Command
 	}
 	return in
 }
+
+// narrowing computes input.narrowing (docs/input-document.md): the one Go list of the narrowing
+// flags, each from the request or the config check. NarrowingFlags derive from its keys, and a
+// test fails when they and the policy's narrowing_flags (policies/authz/tables) disagree. Adding a
+// flag needs a release: a line here, the flag in narrowing_flags, and in the narrowedBy of the
+// capabilities it removes.
+func narrowing(req *Request, configFailed bool) map[string]any {
+	md := req.Metadata
+	return map[string]any{
+		"leasePolicyNotReusable": req.Lease["leasePolicy"] != "reuse_by_environment",
+		"nativeSyncUnavailable":  md["backend"] == "job" || md["nativeFileSyncUnsupported"] == true,
+		"configResolutionFailed": configFailed,
+	}
+}
+
+// NarrowingFlags are the names of the flags of input.narrowing, sorted. Read it; never change it.
+var NarrowingFlags = slices.Sorted(maps.Keys(narrowing(&Request{}, false)))
 
 // nonEmpty returns v when it is a string of length at least one, else "".
 func nonEmpty(v any) any {

@@ -6,6 +6,8 @@ package specexamples
 import (
 	_ "embed"
 	"encoding/json"
+
+	"github.com/authz-dev/authz/internal/specoracle"
 )
 
 var (
@@ -93,15 +95,10 @@ var AllMethods = []any{"environmentResumeLease", "environmentReleaseLease", "env
 	"environmentSyncIn", "environmentSyncOut", "environmentExecute", "duplexChannelOpen",
 	"environmentRunnerIngressEndpoint"}
 
-// CapabilityKeys are the nine capabilities of docs/contract.md section 2.
-var CapabilityKeys = []string{"reusableLeases", "nativeSyncIn", "nativeSyncOut", "persistentProcessSessions",
-	"independentControlCommands", "incrementalSessionOutput", "concurrentSyncOperations",
-	"duplexCommandStream", "runnerWebSocketIngress"}
-
 // Rows are docs/contract.md section 10, rows 1 to 14.
 func Rows() []Example {
 	all := map[string]bool{}
-	for _, k := range CapabilityKeys {
+	for _, k := range specoracle.CapabilityKeys {
 		all[k] = true
 	}
 	return []Example{
@@ -140,7 +137,7 @@ func Rows() []Example {
 		{Name: "12 all nine", Change: func(f Fixture) {
 			f.Worker()["supportedMethods"] = AllMethods
 			caps := map[string]any{}
-			for _, k := range CapabilityKeys {
+			for _, k := range specoracle.CapabilityKeys {
 				caps[k] = true
 			}
 			f.Entry()["sandboxCapabilities"] = caps

@@ -76,6 +76,9 @@ const (
 )
 
 // CapabilityKeys lists the nine capabilities of docs/contract.md section 2 in the contract's order.
+// It is the oracle's own list, on purpose: the oracle is a second reading of the contract and
+// shares no data with the engine, whose list is the fields of decision.Capabilities. The worked
+// examples (internal/specexamples) use this list, as contract data.
 var CapabilityKeys = []string{
 	CapReusableLeases,
 	CapNativeSyncIn,

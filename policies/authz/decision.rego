@@ -38,11 +38,13 @@ decision := {
 	"reasons": [],
 	"capabilities": caps,
 } if {
-	# The common grant, a plugin-backed sandbox lease: _confirmed, _worker_methods,
-	# _entry_declarations and _snapshot spelled out rather than called (a call costs about as
-	# much as a rule). What it leaves out (a manifest with more than its one entry, an entry
+	# The common grant, a plugin-backed sandbox lease: _confirmed, _ready_entry, _worker_methods,
+	# _entry_declarations and _snapshot spelled out rather than called (calling _ready_entry
+	# here costs a decision about 50 more allocations and a tenth more CPU time,
+	# BenchmarkEvaluate). What it leaves out (a manifest with more than its one entry, an entry
 	# without sandboxCapabilities or with the legacy supportsReusableLeases) only makes this
-	# branch fail; the next one decides exactly.
+	# branch fail; the next one decides exactly. Tests hold it to the next branch
+	# (test_common_grant_*).
 	driver := tables.drivers[input.resolved.driver]
 	driver.operations[input.operation]
 	driver.capabilities == true
@@ -65,8 +67,7 @@ decision := {
 	object.get(entry, "supportsReusableLeases", null) == null
 	facts := object.union({"optIn": false}, {
 		"methods": {m | supported := input.facts.worker.supportedMethods; is_array(supported); some m in supported},
-		# the flags the host computes (docs/input-document.md), less those that are true
-		"narrowedBy": {"leasePolicyNotReusable", "nativeSyncUnavailable", "configResolutionFailed"} - {f | some f, v in input.narrowing; v == true},
+		"narrowedBy": _unnarrowed,
 	})
 	capability_table := tables.capabilities
 	declared := {k: object.subset(object.get({true: object.union(facts, {"optIn": cap.optIn})}, [v], {}), cap) |
@@ -158,7 +159,7 @@ reasons := capability_reasons(_operation.capability) if _first_failure == "capab
 #   Every capability of the capability table, each a boolean. A capability is granted when the
 #   driver class supports capabilities, the facts confirm the lease's identity (_confirmed), and
 #   _snapshot grants it from the verified methods and the declarations.
-capabilities := _snapshot(methods, declarations) if {
+capabilities := _snapshot(methods, declarations, _unnarrowed) if {
 	tables.drivers[input.resolved.driver].capabilities == true
 	[methods, declarations] := _confirmed
 } else := {k: false | some k, _ in tables.capabilities}
@@ -167,19 +168,17 @@ capabilities := _snapshot(methods, declarations) if {
 # title: Snapshot of confirmed facts
 # description: |
 #   The capability snapshot of a lease whose identity the facts confirm, from its verified methods
-#   (a set of strings) and declarations (an object without nulls). One pass over the capability
-#   table with one object.subset per capability: a capability is granted when its entry is a
-#   subset of the facts, {"optIn": false, "methods": the verified methods, "narrowedBy": the
-#   narrowing flags of the table that are not true in the input}. So its methods must all be
-#   verified, none of its flags true, and it must be ordinary; a declaration changes the facts for
-#   its key: declared exactly true, the facts carry the capability's own optIn (so opt-in is
-#   allowed); declared anything else, the facts are {} (never granted). The decision's first
-#   branch computes the same for a plugin-backed lease.
-_snapshot(methods, declarations) := {k: object.subset(object.get(declared, k, facts), cap) |
+#   (a set of strings), declarations (an object without nulls) and unnarrowed (the narrowing
+#   flags that are not set, _unnarrowed). One pass over the capability table with one
+#   object.subset per capability: a capability is granted when its entry is a subset of the
+#   facts, {"optIn": false, "methods": the verified methods, "narrowedBy": unnarrowed}. So its
+#   methods must all be verified, none of its flags true, and it must be ordinary; a declaration
+#   changes the facts for its key: declared exactly true, the facts carry the capability's own
+#   optIn (so opt-in is allowed); declared anything else, the facts are {} (never granted). The
+#   decision's first branch computes the same for a plugin-backed lease.
+_snapshot(methods, declarations, unnarrowed) := {k: object.subset(object.get(declared, k, facts), cap) |
 	some k, cap in tables.capabilities
 } if {
-	flags := {f | some cap in tables.capabilities; some f in cap.narrowedBy}
-	unnarrowed := flags - {f | some f, v in input.narrowing; v == true}
 	facts := object.union({"optIn": false}, {"methods": methods, "narrowedBy": unnarrowed})
 	declared := {k: f |
 		some k, v in declarations
@@ -187,6 +186,11 @@ _snapshot(methods, declarations) := {k: object.subset(object.get(declared, k, fa
 		f := object.get({true: object.union(facts, {"optIn": cap.optIn})}, [v], {})
 	}
 }
+
+# METADATA
+# title: Unnarrowed flags
+# description: The narrowing flags (data.authz.tables.narrowing_flags) that are not exactly true in the input.
+_unnarrowed := tables.narrowing_flags - {f | some f, v in input.narrowing; v == true}
 
 # METADATA
 # title: Worker methods
@@ -222,11 +226,11 @@ _entry_declarations(entry, declarations) := object.union(
 _confirmed := [_worker_methods, _entry_declarations(entry, object.get(entry, "sandboxCapabilities", {}))] if {
 	tables.drivers[input.resolved.driver].identity == "sandbox_provider"
 	input.resolved.pluginBacked == true
-	entry := _ready_entry(input.resolved.providerKey)
+	entry := _ready_entry(input.facts.plugin, input.resolved.pluginId, input.resolved.providerKey)
 	entry.kind == "sandbox_provider"
 } else := [_worker_methods, _entry_declarations(entry, object.get(entry, "sandboxCapabilities", {}))] if {
 	tables.drivers[input.resolved.driver].identity == "plugin_driver"
-	entry := _ready_entry(input.resolved.driverKey)
+	entry := _ready_entry(input.facts.plugin, input.resolved.pluginId, input.resolved.driverKey)
 } else := [_builtin_methods(provider), _builtin_declarations(provider)] if {
 	tables.drivers[input.resolved.driver].identity == "sandbox_provider"
 	not input.resolved.pluginBacked == true
@@ -238,22 +242,31 @@ _confirmed := [_worker_methods, _entry_declarations(entry, object.get(entry, "sa
 # METADATA
 # title: Ready entry
 # description: |
-#   The manifest entry for key of the pinned plugin, when the lease pins the plugin id and key as
-#   non-empty strings, the facts hold exactly that plugin, it is ready, and its manifest has
-#   exactly one object entry with that driverKey, whose sandboxCapabilities is absent or an object.
-_ready_entry(key) := entry if {
-	is_string(key)
-	key != ""
-	plugin := input.facts.plugin
+#   The manifest entry for key of plugin (the facts' plugin record), pinned by id: when plugin is
+#   ready and has exactly one matching entry (_matching_entries), whose sandboxCapabilities is
+#   absent or an object.
+_ready_entry(plugin, pinned, key) := entry if {
 	plugin.status == "ready"
-	pinned := input.resolved.pluginId
-	is_string(pinned)
-	pinned != ""
+	[entry] := _matching_entries(plugin, pinned, key)
+	is_object(object.get(entry, "sandboxCapabilities", {}))
+}
+
+# METADATA
+# title: Matching entries
+# description: |
+#   The object entries of plugin's manifest environmentDrivers (when it is an array) whose
+#   driverKey equals key, of any kind, in manifest order. Undefined unless pinned and key are
+#   non-empty strings and plugin is exactly the plugin pinned (its id is pinned).
+_matching_entries(plugin, pinned, key) := [e |
+	some e in environment_drivers
+	e.driverKey == key
+	is_object(e)
+] if {
+	_non_empty(key)
+	_non_empty(pinned)
 	plugin.id == pinned
 	environment_drivers := plugin.manifest.environmentDrivers
 	is_array(environment_drivers)
-	[entry] := [e | some e in environment_drivers; e.driverKey == key; is_object(e)]
-	is_object(object.get(entry, "sandboxCapabilities", {}))
 }
 
 # METADATA
@@ -426,28 +439,11 @@ _entry_key := input.resolved.providerKey if {
 }
 
 # METADATA
-# title: Matching entries
-# description: |
-#   The object entries of the manifest's environmentDrivers (when it is an array) whose driverKey
-#   equals the looked-up key, of any kind. None unless the lease pins the plugin (and the key) as
-#   non-empty strings and the facts hold exactly that plugin.
+# title: Entries for the key
+# description: The pinned plugin's entries for the looked-up key (_matching_entries); none when undefined.
 default _entries := []
 
-_entries := [e |
-	some e in environment_drivers
-	e.driverKey == key
-	is_object(e)
-] if {
-	key := _entry_key
-	is_string(key)
-	key != ""
-	pinned := input.resolved.pluginId
-	is_string(pinned)
-	pinned != ""
-	input.facts.plugin.id == pinned
-	environment_drivers := input.facts.plugin.manifest.environmentDrivers
-	is_array(environment_drivers)
-}
+_entries := _matching_entries(input.facts.plugin, input.resolved.pluginId, _entry_key)
 
 # METADATA
 # title: The entry

@@ -18,7 +18,8 @@ test_all_nine_computed if {
 test_common_grant_agrees_with_the_snapshot if {
 	# the decision's first branch (a plugin-backed grant) spells out the snapshot: for every
 	# narrowing flag, alone and all together, its document carries the same capabilities
-	flags := {"leasePolicyNotReusable", "nativeSyncUnavailable", "configResolutionFailed"}
+	flags := data.authz.tables.narrowing_flags
+	count(flags) > 0
 	every narrowing in array.concat([{}, {f: true | some f in flags}], [{f: true} | some f in flags]) {
 		inp := json.patch(row12, [{"op": "replace", "path": "/narrowing", "value": object.union({f: false | some f in flags}, narrowing)}])
 		d := authz.decision with input as inp
@@ -28,6 +29,65 @@ test_common_grant_agrees_with_the_snapshot if {
 	d := authz.decision with input as row12
 	d.allow == true
 	d.capabilities == caps(capability_keys)
+}
+
+test_common_grant_agrees_on_every_manifest if {
+	# the decision's first branch looks up the pinned plugin's entry itself (as _ready_entry
+	# does): on every shape of plugin and manifest it grants what the snapshot grants, or
+	# leaves the decision to the next branch
+	entry := object.union(daytona_entry, {"sandboxCapabilities": all_declared})
+	other := object.union(entry, {"driverKey": "other"})
+	patches := [
+		[],
+		[{"op": "replace", "path": "/facts/plugin/manifest/environmentDrivers", "value": [other, entry]}],
+		[{"op": "replace", "path": "/facts/plugin/manifest/environmentDrivers", "value": [entry, entry]}],
+		[{"op": "replace", "path": "/facts/plugin/manifest/environmentDrivers", "value": ["daytona", entry]}],
+		[{"op": "replace", "path": "/facts/plugin/manifest/environmentDrivers", "value": {"daytona": entry}}],
+		[{"op": "replace", "path": "/facts/plugin/manifest/environmentDrivers", "value": [object.union(entry, {"kind": "environment_driver"})]}],
+		[{"op": "replace", "path": "/facts/plugin/manifest/environmentDrivers", "value": [object.union(entry, {"supportsReusableLeases": false})]}],
+		[{"op": "replace", "path": "/facts/plugin/manifest/environmentDrivers", "value": [object.remove(entry, {"sandboxCapabilities"})]}],
+		[{"op": "replace", "path": "/facts/plugin/manifest/environmentDrivers", "value": [object.union(entry, {"sandboxCapabilities": "all"})]}],
+		[{"op": "replace", "path": "/facts/plugin/id", "value": "other.plugin"}],
+		[{"op": "replace", "path": "/facts/plugin/status", "value": "starting"}],
+		[{"op": "replace", "path": "/resolved/pluginId", "value": ""}],
+		[{"op": "replace", "path": "/resolved/providerKey", "value": ""}],
+		[{"op": "replace", "path": "/resolved/providerKey", "value": "other"}],
+	]
+	every patch in patches {
+		inp := json.patch(row12, patch)
+		d := authz.decision with input as inp
+		snap := authz.capabilities with input as inp
+		d.capabilities == snap
+		d.allow == snap.duplexCommandStream
+	}
+}
+
+test_common_grant_reads_the_flags_from_the_table if {
+	# a narrowing flag added to the tables removes its capability in the common grant exactly
+	# when the input sets it true, as in the snapshot
+	table := object.union(data.authz.tables.capabilities, {"gpuPassthrough": {"methods": {"duplexChannelOpen"}, "optIn": false, "narrowedBy": {"gpuUnavailable"}}})
+	flags := data.authz.tables.narrowing_flags | {"gpuUnavailable"}
+	every flag, granted in {false: true, true: false} {
+		inp := json.patch(row12, [{"op": "add", "path": "/narrowing/gpuUnavailable", "value": flag}])
+		d := authz.decision with input as inp with data.authz.tables.capabilities as table with data.authz.tables.narrowing_flags as flags
+		snap := authz.capabilities with input as inp with data.authz.tables.capabilities as table with data.authz.tables.narrowing_flags as flags
+		d.allow == true
+		d.capabilities.gpuPassthrough == granted
+		d.capabilities == snap
+	}
+}
+
+test_capability_narrowed_by_an_unknown_flag_is_never_granted if {
+	# a narrowedBy flag that is not among the narrowing flags (the host never computes it) fails
+	# closed: the capability is never granted, on either branch
+	table := object.union(data.authz.tables.capabilities, {"gpuPassthrough": {"methods": {"duplexChannelOpen"}, "optIn": false, "narrowedBy": {"gpuUnavailable"}}})
+	every inp in [row12, json.patch(row12, [{"op": "add", "path": "/narrowing/gpuUnavailable", "value": false}])] {
+		d := authz.decision with input as inp with data.authz.tables.capabilities as table
+		snap := authz.capabilities with input as inp with data.authz.tables.capabilities as table
+		d.allow == true
+		d.capabilities.gpuPassthrough == false
+		d.capabilities == snap
+	}
 }
 
 test_each_capability_needs_its_methods if {

@@ -21,7 +21,10 @@ import { watchGrant, type DuplexGrant, type WatchHandlers, type WatchOptions, ty
 
 export type { DuplexGrant, WatchHandlers, WatchOptions } from "./watch.js";
 
-/** The nine capability keys, in the contract's order (docs/contract.md, "The nine capabilities"). */
+/**
+ * The capability keys, in the contract's order (docs/contract.md, "The nine capabilities").
+ * Written from the server's list by `go generate ./internal/decision`; a Go test fails when they differ.
+ */
 export const CAPABILITY_KEYS = [
   "reusableLeases",
   "nativeSyncIn",

@@ -23,8 +23,7 @@ package authz.tables
 #   Per capability (docs/contract.md section 2): `methods` is the set of worker methods it requires
 #   (every one of them must be among the worker's live methods: each is a requirement group of one
 #   method); `optIn` capabilities are false unless declared `true`; `narrowedBy` is the set of flags
-#   of `input.narrowing` that remove the capability when `true` (the flags the host computes,
-#   docs/input-document.md: leasePolicyNotReusable, nativeSyncUnavailable, configResolutionFailed).
+#   of `input.narrowing` that remove the capability when `true`, each one of narrowing_flags.
 #
 #   Each entry has exactly these three keys, `methods` and `narrowedBy` written as sets: the policy
 #   grants a capability when the facts contain its entry (object.subset), so an entry with another
@@ -76,6 +75,14 @@ capabilities := {
 		"narrowedBy": set(),
 	},
 }
+
+# METADATA
+# title: Narrowing flags
+# description: |
+#   The flags of `input.narrowing`, the ones the host computes (docs/input-document.md); a
+#   capability's `narrowedBy` names some of them. Adding one needs a release of authz (the host
+#   computes it): a test of internal/decision fails when this set and the host's list differ.
+narrowing_flags := {"leasePolicyNotReusable", "nativeSyncUnavailable", "configResolutionFailed"}
 
 # METADATA
 # title: Registered drivers

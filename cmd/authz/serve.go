@@ -16,7 +16,8 @@ const serveUsage = `Usage: authz serve [--config FILE] [flags]
 Runs the HTTP authorization service (docs/service.md): POST /v1/authorize,
 POST /v1/authorize/watch (the grant held open as server-sent events, revoked when it ends),
 POST /v1/capabilities, POST /v1/data/authz/decision[/path] and POST / (OPA Data API),
-POST /access/v1/evaluation(s) (AuthZEN), GET /v1/plugins, GET /v1/facts, GET /v1/status, GET /health, GET /health/ready, GET /metrics.
+POST /access/v1/evaluation(s) (AuthZEN), GET /v1/plugins, GET /v1/facts, GET /v1/status,
+GET /health, GET /health/ready, GET /metrics.
 
 With no flags it listens on 127.0.0.1:8181 with the embedded policy and starts the built-in
 example driver as plugin example.sandbox. --bundle PATH serves a policy bundle instead (as

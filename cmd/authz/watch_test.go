@@ -100,7 +100,7 @@ func openWatch(ctx context.Context, base, body string) (*watcher, error) {
 			w.mu.Unlock()
 		}
 		if !got {
-			firstc <- fmt.Errorf("the stream ended before its first event: %v", sc.Err())
+			firstc <- fmt.Errorf("the stream ended before its first event: %w", sc.Err())
 		}
 	}()
 	select {

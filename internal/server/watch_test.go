@@ -61,30 +61,41 @@ type sseEvent struct {
 
 // sseStream reads the events of a watch.
 type sseStream struct {
-	resp   *http.Response
 	events chan sseEvent
 	pings  atomic.Int32
 	done   chan struct{} // closed when the stream ended
 }
 
+// watchAnswer is the answer to a watch: its status and headers, and its stream when it is
+// one (else body is the whole answer).
+type watchAnswer struct {
+	StatusCode int
+	Header     http.Header
+	body       []byte
+}
+
 // openWatch posts body to the watch endpoint; the stream, when the answer is one, is read
 // until it ends or the test ends.
-func openWatch(t testing.TB, url, body string) (*http.Response, *sseStream) {
+func openWatch(t testing.TB, url, body string) (watchAnswer, *sseStream) {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url+"/v1/authorize/watch", strings.NewReader(body))
 	require.NoError(t, err)
 	req.Header.Set("Content-Type", "application/json")
-	resp, err := http.DefaultClient.Do(req)
+	resp, err := http.DefaultClient.Do(req) //nolint:bodyclose // closed below, or by the goroutine that reads the stream
 	require.NoError(t, err)
-	t.Cleanup(func() { resp.Body.Close() })
+	a := watchAnswer{StatusCode: resp.StatusCode, Header: resp.Header}
 	if resp.StatusCode != http.StatusOK {
-		return resp, nil
+		defer resp.Body.Close()
+		a.body, err = io.ReadAll(resp.Body)
+		require.NoError(t, err)
+		return a, nil
 	}
-	s := &sseStream{resp: resp, events: make(chan sseEvent, 16), done: make(chan struct{})}
+	s := &sseStream{events: make(chan sseEvent, 16), done: make(chan struct{})}
 	go func() {
 		defer close(s.done)
+		defer resp.Body.Close()
 		sc := bufio.NewScanner(resp.Body)
 		var kind string
 		for sc.Scan() {
@@ -107,7 +118,7 @@ func openWatch(t testing.TB, url, body string) (*http.Response, *sseStream) {
 			}
 		}
 	}()
-	return resp, s
+	return a, s
 }
 
 // next waits for the next event.
@@ -206,8 +217,7 @@ func TestWatchAnswersBadRequestsLikeAuthorize(t *testing.T) {
 			want := post(t, url+"/v1/authorize", body)
 			resp, s := openWatch(t, url, body)
 			require.Nil(t, s, "no stream for a bad request")
-			got, err := io.ReadAll(resp.Body)
-			require.NoError(t, err)
+			got := resp.body
 			require.Equal(t, want.status, resp.StatusCode)
 			require.Equal(t, "application/json", resp.Header.Get("Content-Type"))
 			var a, b map[string]any

@@ -153,7 +153,7 @@ func (p *parked) writer() {
 	defer p.wg.Done()
 	for {
 		p.mu.Lock()
-		for len(p.ready) == 0 && !(p.closing && len(p.all) == 0) {
+		for len(p.ready) == 0 && (!p.closing || len(p.all) > 0) {
 			p.wake.Wait()
 		}
 		if len(p.ready) == 0 {

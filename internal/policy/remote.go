@@ -222,10 +222,10 @@ func (r *remote) onActivate(ctx context.Context, txn storage.Transaction) {
 	r.settleLocked(false)
 	for _, n := range names {
 		if revs[n] == "" {
-			revs[n] = contentRevision(moduleSources(c), nil)
+			revs[n] = decision.ContentRevision(moduleSources(c), nil)
 		}
 	}
-	origin, rev := OriginRemote+":"+strings.Join(sortedNames(revs), ","), joinRevisions(revs)
+	origin, rev := OriginRemote+":"+strings.Join(sortedNames(revs), ","), decision.JoinRevisions(revs)
 	var digest string
 	if err == nil {
 		digest = contentDigest(origin, rev, moduleSources(c), withoutBundleState(data))
@@ -300,7 +300,7 @@ func (r *remote) settleLocked(final bool) {
 	}
 	switch {
 	case pend.p == nil || s.unchangedLocked(pend.digest):
-		s.log.Debug("bundle unchanged; not activated again", "revision", joinRevisions(pend.revs))
+		s.log.Debug("bundle unchanged; not activated again", "revision", decision.JoinRevisions(pend.revs))
 	default:
 		if err := s.activateLocked(r.ctx, pend.p, pend.origin, pend.digest); err != nil {
 			r.refuseLocked(pend.names, coded.PolicyBundleCheck, err)

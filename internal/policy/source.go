@@ -10,12 +10,10 @@ import (
 	"maps"
 	"slices"
 	"sort"
-	"strings"
 	"sync"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
-	"github.com/open-policy-agent/opa/v1/ast"
 	"github.com/open-policy-agent/opa/v1/bundle"
 	bundleplugin "github.com/open-policy-agent/opa/v1/plugins/bundle"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
@@ -23,7 +21,6 @@ import (
 	"github.com/authz-dev/authz/internal/coded"
 	"github.com/authz-dev/authz/internal/decision"
 	"github.com/authz-dev/authz/internal/logtext"
-	"github.com/authz-dev/authz/policies"
 )
 
 // Options are the parts of a Source that are not configuration.
@@ -253,19 +250,7 @@ func cacheNote(eng *decision.Engine) string {
 // loadEmbedded activates the policy built into the binary under the revision `authz version`
 // prints.
 func (s *Source) loadEmbedded(ctx context.Context) error {
-	mods, err := policies.Modules()
-	if err != nil {
-		return &coded.Error{Code: coded.PolicyBundleLoad, Err: fmt.Errorf("read the embedded policy: %w", err)}
-	}
-	parsed := make(map[string]*ast.Module, len(mods))
-	for name, src := range mods {
-		m, err := ast.ParseModuleWithOpts(name, src, ast.ParserOptions{ProcessAnnotation: true})
-		if err != nil {
-			return &coded.Error{Code: coded.PolicyBundleCheck, Err: err}
-		}
-		parsed[name] = m
-	}
-	p, err := decision.CompileModules(parsed, nil, decision.ModulesRevision(mods))
+	p, err := decision.EmbeddedPolicy()
 	if err != nil {
 		return &coded.Error{Code: coded.PolicyBundleCheck, Err: err}
 	}
@@ -284,19 +269,7 @@ func bundleRevision(b *bundle.Bundle) string {
 	for _, m := range b.Modules {
 		mods[m.Path] = string(m.Raw)
 	}
-	return contentRevision(mods, b.Data)
-}
-
-// contentRevision digests modules and data, independent of map order.
-func contentRevision(mods map[string]string, data map[string]any) string {
-	h := sha256.New()
-	names := slices.Sorted(maps.Keys(mods))
-	for _, n := range names {
-		fmt.Fprintf(h, "%d:%s%d:%s", len(n), n, len(mods[n]), mods[n])
-	}
-	b, _ := json.Marshal(data) // map keys are sorted by encoding/json
-	h.Write(b)
-	return "sha256:" + hex.EncodeToString(h.Sum(nil))[:16]
+	return decision.ContentRevision(mods, b.Data)
 }
 
 // contentDigest identifies a policy's content: where it comes from, its revision, its modules
@@ -320,22 +293,6 @@ func contentDigest(origin, revision string, mods map[string]string, data map[str
 // unchangedLocked reports whether digest is the active policy's; s.mu is held.
 func (s *Source) unchangedLocked(digest string) bool {
 	return digest != "" && digest == s.digest
-}
-
-// joinRevisions is the revision of several bundles: NAME=REVISION, sorted by name; the revision
-// alone for one bundle.
-func joinRevisions(revs map[string]string) string {
-	if len(revs) == 1 {
-		for _, r := range revs {
-			return r
-		}
-	}
-	names := slices.Sorted(maps.Keys(revs))
-	parts := make([]string, len(names))
-	for i, n := range names {
-		parts[i] = n + "=" + revs[n]
-	}
-	return strings.Join(parts, ",")
 }
 
 func sortedNames[V any](m map[string]V) []string {

@@ -2,6 +2,7 @@ package opaplugin
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -85,4 +86,55 @@ func TestGateAssembledLikeServe(t *testing.T) {
 	assert.Equal(t, []string{"using static facts", "listening", "shutting down", "HTTP server stopped", "authz: stopped: exiting"},
 		lifecycle(serveLog.String()), "authz serve:\n%s", serveLog)
 	assert.Equal(t, lifecycle(serveLog.String()), lifecycle(gateLog.String()), "the gate in OPA:\n%s", gateLog)
+}
+
+// metricValue is the value of the unlabelled metric name in a Prometheus text exposition; -1
+// when it is not there.
+func metricValue(text, name string) float64 {
+	m := regexp.MustCompile(`(?m)^` + regexp.QuoteMeta(name) + ` ([0-9.e+]+)$`).FindStringSubmatch(text)
+	if m == nil {
+		return -1
+	}
+	var v float64
+	_, _ = fmt.Sscan(m[1], &v)
+	return v
+}
+
+// TestGateCachesDecisionsByDefault: the gate inside OPA answers a repeated decision from its
+// decision cache unless decisionCache is off, and GET /metrics counts the hits and misses as
+// under `authz serve`.
+func TestGateCachesDecisionsByDefault(t *testing.T) {
+	const repeats = 20
+	reqJSON, _ := specexamples.NewFixture().JSON()
+	for _, tt := range []struct {
+		name       string
+		cache      string
+		hits, miss float64
+	}{
+		{name: "default", cache: "", hits: repeats - 1, miss: 1},
+		{name: "off", cache: `, "decisionCache": "off"`, hits: 0, miss: 0},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			m := newManager(t, nil)
+			p := startPlugin(t, m, `{"addr": "127.0.0.1:0", "facts": "`+specFactsFile(t)+`"`+tt.cache+`}`, io.Discard)
+			waitState(t, m, plugins.StateOK)
+			base := "http://" + p.Addr().String()
+			for range repeats {
+				status, _, _ := post(t, base+"/v1/authorize", reqJSON)
+				require.Equal(t, http.StatusOK, status)
+			}
+			c := &http.Client{Timeout: 10 * time.Second}
+			defer c.CloseIdleConnections()
+			resp, err := c.Get(base + "/metrics")
+			require.NoError(t, err)
+			body, err := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			require.NoError(t, err)
+			hits := metricValue(string(body), "authz_decision_cache_hits_total")
+			misses := metricValue(string(body), "authz_decision_cache_misses_total")
+			t.Logf("decision cache %s: %v hits, %v misses of %d repeated decisions", tt.name, hits, misses, repeats)
+			assert.Equal(t, tt.hits, hits, "cache hits")
+			assert.Equal(t, tt.miss, misses, "cache misses")
+		})
+	}
 }

@@ -54,6 +54,40 @@ type remote struct {
 	pending    *pendingPolicy  // compiled and checked, waiting for its order check; s.mu
 }
 
+// remoteProvider is the bundles of the opa section, downloaded and activated by OPA's plugin
+// manager (remote).
+type remoteProvider struct{ s *Source }
+
+func newRemoteProvider(s *Source) provider { return remoteProvider{s: s} }
+
+func (p remoteProvider) start(ctx context.Context) error { return p.s.startOPA(ctx, true) }
+
+func (p remoteProvider) reload(ctx context.Context) error {
+	p.s.mu.Lock()
+	r := p.s.remote
+	p.s.mu.Unlock()
+	if r == nil {
+		return nil
+	}
+	return r.trigger(ctx)
+}
+
+// status shows authz's own refusal of a bundle OPA activated, and the revision the engine
+// serves: OPA's active revision is the one in its store, where a bundle that failed authz's
+// check is too.
+func (p remoteProvider) status(st *Status) {
+	for n, b := range st.Bundles {
+		if c := p.s.checks[n]; c.code != "" {
+			b.Code, b.Message, b.Errors = c.code, c.msg, nil
+		}
+		if rev, ok := p.s.served[n]; ok {
+			b.ActiveRevision = rev
+		}
+	}
+}
+
+func (p remoteProvider) close(ctx context.Context) { p.s.stopOPA(ctx) }
+
 // pendingPolicy is a policy OPA activated in its store that waits for the order check of its
 // signed bundles.
 type pendingPolicy struct {

@@ -26,6 +26,8 @@ import (
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	semconv "go.opentelemetry.io/otel/semconv/v1.7.0"
 	"google.golang.org/grpc/credentials"
+
+	"github.com/authz-dev/authz/internal/configcheck"
 )
 
 // Defaults of distributed_tracing, those of OPA, except the service name.
@@ -114,18 +116,55 @@ func (c Config) Tracing() (*TracingConfig, error) {
 	if !ok {
 		return nil, fmt.Errorf("%s: is %s, want a mapping (type, address, service_name, ...)", tracingSection, jsonKind(raw))
 	}
-	var errs []error
-	add := func(field, format string, args ...any) {
-		errs = append(errs, fmt.Errorf("%s.%s: %s", tracingSection, field, fmt.Sprintf(format, args...)))
+	p := &tracingProblems{}
+	p.unknownKeys(top)
+	if err := p.Err(); err != nil {
+		return nil, err
 	}
-	unknownKeys := func(prefix string, m map[string]any, known []string) {
+	t, err := decodeTracing(top)
+	if err != nil {
+		return nil, err
+	}
+	switch t.Type {
+	case "", "grpc", "http":
+	default:
+		p.add("type", "%q is not a transport: use grpc or http (OTLP), or remove the key to turn tracing off", t.Type)
+	}
+	if t.Type == "" {
+		if len(top) > 0 {
+			p.add("type", "is not set, so nothing would be traced: set type: grpc or type: http, or remove distributed_tracing")
+		}
+		return t, p.Err()
+	}
+	t.setDefaults()
+	for _, check := range []func(*tracingProblems){t.checkExporter, t.checkEncryption, t.checkBatch, t.compileExcluded} {
+		check(p)
+	}
+	if err := p.Err(); err != nil {
+		return nil, err
+	}
+	return t, nil
+}
+
+// tracingProblems are the problems of the distributed_tracing section, each named by its key
+// below opa.distributed_tracing.
+type tracingProblems struct{ configcheck.Problems }
+
+func (p *tracingProblems) add(key, format string, args ...any) {
+	p.Add(tracingSection+"."+key, format, args...)
+}
+
+// unknownKeys reports the keys of the section, and of its resource and
+// batch_span_processor_options blocks, that are not OPA's, and blocks that are not mappings.
+func (p *tracingProblems) unknownKeys(top map[string]any) {
+	unknown := func(prefix string, m map[string]any, known []string) {
 		for _, k := range sortedNames(m) {
 			if !slices.Contains(known, k) {
-				add(prefix+k, "is not a key of OPA's distributed_tracing that authz supports (known: %s): remove it or check its spelling", strings.Join(known, ", "))
+				p.add(prefix+k, "is not a key of OPA's distributed_tracing that authz supports (known: %s): remove it or check its spelling", strings.Join(known, ", "))
 			}
 		}
 	}
-	unknownKeys("", top, tracingKeys)
+	unknown("", top, tracingKeys)
 	for _, block := range []struct {
 		name  string
 		known []string
@@ -133,14 +172,16 @@ func (c Config) Tracing() (*TracingConfig, error) {
 		switch v := top[block.name].(type) {
 		case nil:
 		case map[string]any:
-			unknownKeys(block.name+".", v, block.known)
+			unknown(block.name+".", v, block.known)
 		default:
-			add(block.name, "is %s, want a mapping", jsonKind(v))
+			p.add(block.name, "is %s, want a mapping", jsonKind(v))
 		}
 	}
-	if len(errs) > 0 {
-		return nil, errors.Join(errs...)
-	}
+}
+
+// decodeTracing reads the section's values into a TracingConfig; a value of the wrong type is
+// named by its key.
+func decodeTracing(top map[string]any) (*TracingConfig, error) {
 	b, err := json.Marshal(top)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", tracingSection, err)
@@ -153,25 +194,17 @@ func (c Config) Tracing() (*TracingConfig, error) {
 		}
 		return nil, fmt.Errorf("%s: %w", tracingSection, err)
 	}
-	switch t.Type {
-	case "", "grpc", "http":
-	default:
-		add("type", "%q is not a transport: use grpc or http (OTLP), or remove the key to turn tracing off", t.Type)
-	}
-	if t.Type == "" {
-		if len(top) > 0 {
-			add("type", "is not set, so nothing would be traced: set type: grpc or type: http, or remove distributed_tracing")
-		}
-		return t, errors.Join(errs...)
-	}
+	return t, nil
+}
+
+// setDefaults fills in OPA's defaults: the transport's default address, service name "authz",
+// every new trace sampled, no encryption.
+func (t *TracingConfig) setDefaults() {
 	if t.Address == "" {
 		t.Address = defaultTracingGRPCAddress
 		if t.Type == "http" {
 			t.Address = defaultTracingHTTPAddress
 		}
-	}
-	if strings.Contains(t.Address, "://") {
-		add("address", "%q: give host:port, as OPA reads it (no scheme; encryption chooses TLS)", t.Address)
 	}
 	if t.ServiceName == "" {
 		t.ServiceName = DefaultTracingServiceName
@@ -179,60 +212,78 @@ func (c Config) Tracing() (*TracingConfig, error) {
 	if t.SamplePercentage == nil {
 		all := 100.0
 		t.SamplePercentage = &all
-	} else if p := *t.SamplePercentage; p < 0 || p > 100 {
-		add("sample_percentage", "%v is not a percentage: give a number from 0 to 100", p)
 	}
 	if t.Encryption == "" {
 		t.Encryption = "off"
 	}
+}
+
+// checkExporter checks the collector's address and the sample percentage.
+func (t *TracingConfig) checkExporter(p *tracingProblems) {
+	if strings.Contains(t.Address, "://") {
+		p.add("address", "%q: give host:port, as OPA reads it (no scheme; encryption chooses TLS)", t.Address)
+	}
+	if pct := *t.SamplePercentage; pct < 0 || pct > 100 {
+		p.add("sample_percentage", "%v is not a percentage: give a number from 0 to 100", pct)
+	}
+}
+
+// checkEncryption checks encryption and the files it reads.
+func (t *TracingConfig) checkEncryption(p *tracingProblems) {
+	files := []struct{ name, value string }{{"tls_cert_file", t.TLSCertFile}, {"tls_private_key_file", t.TLSPrivateKeyFile}, {"tls_ca_cert_file", t.TLSCACertFile}}
 	switch t.Encryption {
 	case "off":
-		for _, f := range []struct{ name, value string }{{"tls_cert_file", t.TLSCertFile}, {"tls_private_key_file", t.TLSPrivateKeyFile}, {"tls_ca_cert_file", t.TLSCACertFile}} {
+		for _, f := range files {
 			if f.value != "" {
-				add(f.name, "is set but encryption is off: set encryption: tls or mtls, or remove it")
+				p.add(f.name, "is set but encryption is off: set encryption: tls or mtls, or remove it")
 			}
 		}
 	case "tls", "mtls":
 		if (t.TLSCertFile == "") != (t.TLSPrivateKeyFile == "") {
-			add("tls_cert_file", "tls_cert_file and tls_private_key_file go together: give both or neither")
+			p.add("tls_cert_file", "tls_cert_file and tls_private_key_file go together: give both or neither")
 		}
 		if t.Encryption == "mtls" && t.TLSCertFile == "" {
-			add("tls_cert_file", "encryption mtls needs the client certificate: set tls_cert_file and tls_private_key_file")
+			p.add("tls_cert_file", "encryption mtls needs the client certificate: set tls_cert_file and tls_private_key_file")
 		}
-		for _, f := range []struct{ name, value string }{{"tls_cert_file", t.TLSCertFile}, {"tls_private_key_file", t.TLSPrivateKeyFile}, {"tls_ca_cert_file", t.TLSCACertFile}} {
+		for _, f := range files {
 			if f.value == "" {
 				continue
 			}
 			if _, err := os.Stat(f.value); err != nil {
-				add(f.name, "%v: give a readable PEM file", err)
+				p.add(f.name, "%v: give a readable PEM file", err)
 			}
 		}
 	default:
-		add("encryption", "%q is not a scheme: use off, tls or mtls", t.Encryption)
+		p.add("encryption", "%q is not a scheme: use off, tls or mtls", t.Encryption)
 	}
+}
+
+// checkBatch checks the batch span processor's bounds.
+func (t *TracingConfig) checkBatch(p *tracingProblems) {
+	bo := t.BatchSpanProcessorOptions
 	for _, f := range []struct {
 		name string
 		v    *int
 	}{
-		{"batch_timeout_ms", t.BatchSpanProcessorOptions.BatchTimeoutMs}, {"export_timeout_ms", t.BatchSpanProcessorOptions.ExportTimeoutMs},
-		{"max_export_batch_size", t.BatchSpanProcessorOptions.MaxExportBatchSize}, {"max_queue_size", t.BatchSpanProcessorOptions.MaxQueueSize},
+		{"batch_timeout_ms", bo.BatchTimeoutMs}, {"export_timeout_ms", bo.ExportTimeoutMs},
+		{"max_export_batch_size", bo.MaxExportBatchSize}, {"max_queue_size", bo.MaxQueueSize},
 	} {
 		if f.v != nil && *f.v <= 0 {
-			add("batch_span_processor_options."+f.name, "%d: must be positive", *f.v)
+			p.add("batch_span_processor_options."+f.name, "%d: must be positive", *f.v)
 		}
 	}
-	for i, p := range t.ExcludePaths {
-		g, err := glob.Compile(p, '/')
+}
+
+// compileExcluded compiles exclude_paths.
+func (t *TracingConfig) compileExcluded(p *tracingProblems) {
+	for i, pat := range t.ExcludePaths {
+		g, err := glob.Compile(pat, '/')
 		if err != nil {
-			add(fmt.Sprintf("exclude_paths[%d]", i), "%q is not a glob pattern: %v", p, err)
+			p.add(fmt.Sprintf("exclude_paths[%d]", i), "%q is not a glob pattern: %v", pat, err)
 			continue
 		}
 		t.excluded = append(t.excluded, g)
 	}
-	if len(errs) > 0 {
-		return nil, errors.Join(errs...)
-	}
-	return t, nil
 }
 
 // NewTracerProvider returns the tracer provider that exports spans as t says, through OTLP, as

@@ -78,6 +78,7 @@ type Gate struct {
 	served    chan struct{}      // closed when Serve returned
 	warnTimer *time.Timer        // warnIfNotStarted
 	closed    bool
+	assembled bool // NewGate returned the gate: Close logs that it stopped
 }
 
 // ListenError is a gate that could not listen on its address (Config.Server.Addr).
@@ -167,6 +168,7 @@ func NewGate(ctx context.Context, cfg Config, opts GateOptions) (_ *Gate, err er
 		}
 	}
 	g.addr = g.ln.Addr()
+	g.assembled = true
 	return g, nil
 }
 
@@ -267,8 +269,9 @@ func (g *Gate) Reload(ctx context.Context) {
 // Close stops the gate, in this order: the HTTP server stops (in-flight requests finish, up
 // to shutdownTimeout; a listener never served is closed), then the plugins, then the decision
 // log, then the policy source (downloads, OPA's decision-log and status uploads), then the
-// tracing flushes its last spans, and the log says "stopped: exiting". Each part after the
-// HTTP server is bounded by the part time-out. Close is idempotent.
+// tracing flushes its last spans, and the log says "stopped: exiting" (when NewGate had
+// returned the gate). Each part after the HTTP server is bounded by the part time-out. Close is
+// idempotent.
 func (g *Gate) Close() {
 	g.mu.Lock()
 	if g.closed {
@@ -301,7 +304,9 @@ func (g *Gate) Close() {
 	g.stopPart("decision log", g.partTimeout, g.closeLog)
 	g.stopPart("policy", g.partTimeout, g.closePolicy)
 	g.stopPart("tracing", g.partTimeout, g.closeTracing)
-	g.log.Info("stopped: exiting")
+	if g.assembled {
+		g.log.Info("stopped: exiting")
+	}
 }
 
 // stopPart runs stop (when the gate has the part) and waits for it up to timeout; past that it

@@ -12,11 +12,13 @@ import (
 	"time"
 
 	"github.com/hashicorp/go-hclog"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 
 	"github.com/authz-dev/authz/internal/decision"
 	"github.com/authz-dev/authz/internal/pluginhost"
 	"github.com/authz-dev/authz/internal/policy"
 	"github.com/authz-dev/authz/internal/server"
+	"github.com/authz-dev/authz/internal/tracing"
 )
 
 // DefaultPartTimeout bounds the stop of each part of a gate after its HTTP server (the plugins,
@@ -55,16 +57,16 @@ type GateOptions struct {
 // OPA (internal/opaplugin) are both built by NewGate. Start starts the plugins, Serve answers
 // until Close, and Close stops every part in a fixed order.
 type Gate struct {
-	cfg     Config
-	log     hclog.Logger
-	srv     *server.Server
-	ln      net.Listener
-	addr    net.Addr
-	facts   server.FactsSource
-	host    *pluginhost.Host // nil with static facts
-	policy  *policy.Source   // nil when the face brings its decider
-	tracing tracing
-	reread  func() (Config, error)
+	cfg    Config
+	log    hclog.Logger
+	srv    *server.Server
+	ln     net.Listener
+	addr   net.Addr
+	facts  server.FactsSource
+	host   *pluginhost.Host // nil with static facts
+	policy *policy.Source   // nil when the face brings its decider
+	export *tracing.Export  // nil when tracing is off or someone else owns the provider
+	reread func() (Config, error)
 
 	// partTimeout bounds the stop of each part after the HTTP server (DefaultPartTimeout).
 	partTimeout time.Duration
@@ -123,14 +125,19 @@ func NewGate(ctx context.Context, cfg Config, opts GateOptions) (_ *Gate, err er
 	g.log = NewLogger(cfg.Log, opts.LogOutput)
 	warnReadableFile(g.log, cfg.File)
 
-	var tr server.Tracing
+	// The face's tracer provider (OPA's), or the one of cfg's distributed_tracing, which the
+	// gate flushes at Close.
+	tr := server.Tracing{}
 	if opts.Tracing != nil {
 		tr = *opts.Tracing
 	} else {
-		if g.tracing, err = startTracing(ctx, cfg.Policy, g.log); err != nil { // tracing.go
+		if g.export, err = startTracing(ctx, cfg.Policy, g.log); err != nil {
 			return nil, err
 		}
-		g.closeTracing, tr = g.tracing.stop, g.tracing.server
+		if g.export != nil {
+			tr = server.Tracing{Provider: g.export.Provider, Exclude: g.export.Exclude}
+			g.closeTracing = func() { g.export.Shutdown(ctx) }
+		}
 	}
 
 	d, status := opts.Decider, opts.Policy
@@ -141,7 +148,7 @@ func NewGate(ctx context.Context, cfg Config, opts GateOptions) (_ *Gate, err er
 			EvalTimeout:   cfg.Decision.EvalTimeout,
 			MaxConcurrent: runtime.GOMAXPROCS(0),
 			Cache:         decision.CacheOptions{Disabled: cfg.Decision.Cache == "off"},
-		}, policy.Options{Logger: g.log, TracerProvider: g.tracing.provider})
+		}, policy.Options{Logger: g.log, TracerProvider: g.tracerProvider()})
 		if err != nil {
 			return nil, err
 		}
@@ -170,6 +177,29 @@ func NewGate(ctx context.Context, cfg Config, opts GateOptions) (_ *Gate, err er
 	g.addr = g.ln.Addr()
 	g.assembled = true
 	return g, nil
+}
+
+// startTracing exports the spans of the opa section's distributed_tracing (tracing.StartExport);
+// nil when it is off.
+func startTracing(ctx context.Context, cfg policy.Config, logger hclog.Logger) (*tracing.Export, error) {
+	tc, err := cfg.Tracing()
+	if err != nil {
+		return nil, &ConfigError{Err: err}
+	}
+	exp, err := tracing.StartExport(ctx, &tc.Config, logger)
+	if err != nil {
+		return nil, &ConfigError{Err: err}
+	}
+	return exp, nil
+}
+
+// tracerProvider is the provider that also traces OPA's plugins (policy.Options); nil when the
+// gate exports no spans of its own.
+func (g *Gate) tracerProvider() *sdktrace.TracerProvider {
+	if g.export == nil {
+		return nil
+	}
+	return g.export.Provider
 }
 
 // newFacts makes the facts of every decision: the static facts file when one is configured,

@@ -24,7 +24,7 @@ func policyRevision() (string, error) {
 	if err != nil {
 		return "", fmt.Errorf("read the embedded policy: %w", err)
 	}
-	return decision.ModulesRevision(mods), nil
+	return decision.ContentRevision(mods), nil
 }
 
 func printVersion(w io.Writer) error {

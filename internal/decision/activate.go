@@ -53,6 +53,25 @@ func CompileModules(modules map[string]*ast.Module, data map[string]any, revisio
 	return checkedPolicy(c, store, revision)
 }
 
+// EmbeddedPolicy compiles the policy built into the binary (policies/) under its
+// ContentRevision, the revision `authz version` prints.
+func EmbeddedPolicy() (*Policy, error) {
+	mods, err := policiesModules()
+	if err != nil {
+		return nil, &coded.Error{Code: coded.PolicyCompile, Err: fmt.Errorf("read the embedded policy: %w", err)}
+	}
+	revision := ContentRevision(mods)
+	parsed := make(map[string]*ast.Module, len(mods))
+	for name, src := range mods {
+		m, err := ast.ParseModuleWithOpts(name, src, ast.ParserOptions{ProcessAnnotation: true})
+		if err != nil {
+			return nil, &coded.Error{Code: coded.PolicyCompile, Err: fmt.Errorf("parse %s (revision %s): %w", name, revision, err)}
+		}
+		parsed[name] = m
+	}
+	return CompileModules(parsed, nil, revision)
+}
+
 // CompiledPolicy makes a Policy from a compiler that has already compiled its modules (the
 // plugin manager's, after it activated a bundle) and a copy of the data the bundle brought. The
 // compiler must not be changed afterwards (the plugin manager makes a new one per activation).

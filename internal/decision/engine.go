@@ -6,8 +6,6 @@ package decision
 import (
 	"context"
 	"crypto/rand"
-	"crypto/sha256"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"slices"
@@ -44,8 +42,7 @@ type Options struct {
 	// decisions in flight than cores only add latency; no bound when zero.
 	MaxConcurrent int
 	// Cache bounds the decision cache, which is on unless Cache.Disabled. A decision is taken
-	// from the cache only when the policy was loaded with LoadModules (or New), calls no
-	// non-deterministic or impure builtin, and reads input only at constant paths; the key is
+	// from the cache only when its policy (Activate) calls no non-deterministic or impure builtin, and reads input only at constant paths; the key is
 	// the input projected onto those paths, so any change the policy could see is a new key.
 	Cache CacheOptions
 }
@@ -71,14 +68,14 @@ type prepared struct {
 	reads inputReads
 }
 
-// New returns an engine with the embedded policy loaded.
+// New returns an engine with the embedded policy active (EmbeddedPolicy).
 func New(ctx context.Context, opts Options) (*Engine, error) {
-	mods, err := policiesModules()
+	p, err := EmbeddedPolicy()
 	if err != nil {
-		return nil, &coded.Error{Code: coded.PolicyCompile, Err: fmt.Errorf("read embedded policy: %w", err)}
+		return nil, err
 	}
 	e := NewEmpty(opts)
-	if err := e.LoadModules(ctx, mods, ""); err != nil {
+	if err := e.Activate(ctx, p); err != nil {
 		return nil, err
 	}
 	return e, nil
@@ -95,44 +92,6 @@ func NewEmpty(opts Options) *Engine {
 		e.cache = newDecisionCache(opts.Cache)
 	}
 	return e
-}
-
-// LoadModules compiles the given Rego modules (path → source), prepares the entrypoint and makes
-// it the current policy. revision "" means a digest of the modules ("sha256:…").
-func (e *Engine) LoadModules(ctx context.Context, modules map[string]string, revision string) error {
-	if revision == "" {
-		revision = ModulesRevision(modules)
-	}
-	parsed := make(map[string]*ast.Module, len(modules))
-	for name, src := range modules {
-		m, err := ast.ParseModuleWithOpts(name, src, ast.ParserOptions{ProcessAnnotation: true})
-		if err != nil {
-			return &coded.Error{Code: coded.PolicyCompile, Err: fmt.Errorf("parse %s (revision %s): %w", name, revision, err)}
-		}
-		parsed[name] = m
-	}
-	c := ast.NewCompiler()
-	if c.Compile(parsed); c.Failed() {
-		return &coded.Error{Code: coded.PolicyCompile, Err: fmt.Errorf("compile (revision %s): %w", revision, c.Errors)}
-	}
-	return e.prepare(ctx, revision, analyzeInputReads(c.Modules), rego.Compiler(c))
-}
-
-// Prepare prepares the entrypoint with the given rego options and makes it the current policy
-// under revision. Decisions in flight finish on the policy they started with; a failed prepare
-// keeps the current policy. To serve policy from bundles, call it from a plugin-manager compiler
-// trigger with the manager's compiler and store, as opa-envoy-plugin does:
-//
-//	manager.RegisterCompilerTrigger(func(txn storage.Transaction) {
-//		_ = eng.Prepare(ctx, revision, rego.Compiler(manager.GetCompiler()), rego.Store(manager.Store))
-//	})
-//
-// Decisions of a policy prepared here are never cached: its store may change without a new
-// revision. A plugin manager's store and compiler are also written by OPA's management API;
-// a policy that only its configured bundles may define is compiled from their content
-// (CompileModules) and activated (Activate), as the gate inside `authz run` does.
-func (e *Engine) Prepare(ctx context.Context, revision string, opts ...func(*rego.Rego)) error {
-	return e.prepare(ctx, revision, inputReads{uncacheable: "the policy was prepared with caller options (its data may change)"}, opts...)
 }
 
 func (e *Engine) prepare(ctx context.Context, revision string, reads inputReads, opts ...func(*rego.Rego)) error {
@@ -175,20 +134,6 @@ func (e *Engine) Revision() string {
 		return p.revision
 	}
 	return ""
-}
-
-// ModulesRevision is a digest of a set of modules, independent of map order.
-func ModulesRevision(modules map[string]string) string {
-	names := make([]string, 0, len(modules))
-	for n := range modules {
-		names = append(names, n)
-	}
-	slices.Sort(names)
-	h := sha256.New()
-	for _, n := range names {
-		fmt.Fprintf(h, "%d:%s%d:%s", len(n), n, len(modules[n]), modules[n])
-	}
-	return "sha256:" + hex.EncodeToString(h.Sum(nil))[:16]
 }
 
 // Decide assembles the input of one decision and evaluates it. It always returns a decision

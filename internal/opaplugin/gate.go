@@ -27,7 +27,6 @@ import (
 	"github.com/authz-dev/authz/internal/policy"
 	"github.com/authz-dev/authz/internal/server"
 	"github.com/authz-dev/authz/internal/snapshot"
-	"github.com/authz-dev/authz/policies"
 )
 
 // gate is the decider of the gate's server: an engine of its own, with the policy compiled
@@ -314,21 +313,9 @@ func (g *gate) lastMsg() string { return g.active.Load().lastError }
 // embeddedPolicy compiles the policy built into the binary, as `authz serve` does without a
 // bundle.
 func embeddedPolicy(ctx context.Context, opts decision.Options) (*activePolicy, error) {
-	mods, err := policies.Modules()
+	p, err := decision.EmbeddedPolicy()
 	if err != nil {
-		return nil, &coded.Error{Code: coded.PolicyBundleLoad, Err: fmt.Errorf("read the embedded policy: %w", err)}
-	}
-	parsed := make(map[string]*ast.Module, len(mods))
-	for name, src := range mods {
-		m, err := ast.ParseModuleWithOpts(name, src, ast.ParserOptions{ProcessAnnotation: true})
-		if err != nil {
-			return nil, &coded.Error{Code: coded.PolicyBundleCheck, Err: err}
-		}
-		parsed[name] = m
-	}
-	p, err := decision.CompileModules(parsed, nil, decision.ModulesRevision(mods))
-	if err != nil {
-		return nil, err
+		return nil, &coded.Error{Code: coded.PolicyBundleCheck, Err: err}
 	}
 	eng := decision.NewEmpty(opts)
 	if err := eng.Activate(ctx, p); err != nil {
@@ -345,8 +332,8 @@ func bundlePolicy(ctx context.Context, opts decision.Options, use map[string]*bu
 	mods := map[string]*ast.Module{}
 	data := map[string]any{}
 	infos := map[string]opaserver.BundleInfo{}
-	var pairs, origins, files, remotes []string
-	var single string
+	var origins, files, remotes []string
+	revs := map[string]string{}
 	var at time.Time
 	for _, n := range names {
 		c := use[n]
@@ -359,11 +346,10 @@ func bundlePolicy(ctx context.Context, opts decision.Options, use map[string]*bu
 		}
 		rev := c.revision
 		if rev == "" {
-			rev = decision.ModulesRevision(c.sources)
+			rev = decision.ContentRevision(c.sources)
 		}
 		infos[n] = opaserver.BundleInfo{Revision: c.revision}
-		pairs = append(pairs, n+"="+rev)
-		single = rev
+		revs[n] = rev
 		if slices.Contains(remote, n) {
 			remotes = append(remotes, n)
 		} else {
@@ -373,10 +359,7 @@ func bundlePolicy(ctx context.Context, opts decision.Options, use map[string]*bu
 			at = c.activatedAt
 		}
 	}
-	revision := single
-	if len(names) > 1 {
-		revision = strings.Join(pairs, ",")
-	}
+	revision := decision.JoinRevisions(revs)
 	for _, f := range files {
 		origins = append(origins, policy.OriginFile+":"+f)
 	}

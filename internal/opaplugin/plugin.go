@@ -9,6 +9,7 @@ package opaplugin
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -41,14 +42,16 @@ const section = "plugins." + Name
 const readyPoll = 100 * time.Millisecond
 
 // HostStarter starts the driver plugin host for cfg (its plugins, builtinProviders and
-// timeouts) and returns it as the gate's facts, with the function that stops it. The binary
-// that registers the plugin provides it; without one, the gate needs a static facts file.
+// timeouts) and returns it as facts, with the function that stops it (service.StartPlugins).
+// A binary that registers the plugin with one runs driver plugins: the gate (service.Gate)
+// then creates, starts and stops its plugin host as `authz serve` does. Without one, the gate
+// needs a static facts file.
 type HostStarter func(ctx context.Context, cfg service.Config, logger hclog.Logger) (facts server.FactsSource, stop func(), err error)
 
 // Factory makes the plugin for OPA's plugin manager: register it with
 // runtime.RegisterPlugin(opaplugin.Name, opaplugin.Factory{...}).
 type Factory struct {
-	// StartHost starts the driver plugins; nil allows only static facts.
+	// StartHost, when not nil, lets the gate run driver plugins; nil allows only static facts.
 	StartHost HostStarter
 	// LogOutput receives the gate's own log (hclog, as `authz serve` writes it); os.Stderr when nil.
 	LogOutput io.Writer
@@ -119,14 +122,11 @@ type Plugin struct {
 	lastStatus plugins.Status
 }
 
-// serving is one run of the gate's HTTP server and its facts.
+// serving is one run of the gate.
 type serving struct {
-	cancel    context.CancelFunc
-	served    chan struct{} // closed when Serve returned
-	srv       *server.Server
-	stopFacts func()
-	addr      net.Addr
-	log       hclog.Logger
+	cancel context.CancelFunc // ends Serve
+	served chan struct{}      // closed when Serve returned
+	gate   *service.Gate
 }
 
 // policyLoader prepares the active policy whenever it changes, one preparation at a time.
@@ -243,8 +243,8 @@ func (p *Plugin) reloadServer() bool {
 	if p.run == nil {
 		return false
 	}
-	p.run.log.Info("reload: SIGHUP received; re-reading the tokens file and reopening the decision log")
-	_ = p.run.srv.Reload() // it logs each failure, and what it reloaded
+	p.run.gate.Logger().Info("reload: SIGHUP received; re-reading the tokens file and reopening the decision log")
+	p.run.gate.Reload(context.Background()) // it logs each failure, and what it reloaded
 	return true
 }
 
@@ -255,52 +255,35 @@ func (p *Plugin) Addr() net.Addr {
 	if p.run == nil {
 		return nil
 	}
-	return p.run.addr
+	return p.run.gate.Addr()
 }
 
-func (p *Plugin) newLogger(cfg *Config) hclog.Logger {
-	return hclog.New(&hclog.LoggerOptions{
-		Name:       "authz",
-		Level:      hclog.LevelFromString(cfg.Log.Level),
-		JSONFormat: cfg.Log.JSON,
-		Output:     p.logOut,
-	})
-}
-
-// startServing gets the facts and serves the gate on cfg.Addr. Called with p.mu held.
+// startServing assembles the gate of cfg (service.NewGate) with the gate's own decider, whose
+// policy comes from OPA's bundles, starts its driver plugins and serves it on cfg.Addr. Called
+// with p.mu held.
 func (p *Plugin) startServing(cfg *Config) error {
-	log := p.newLogger(cfg)
-	ctx, cancel := context.WithCancel(context.Background())
-	var facts server.FactsSource
-	stopFacts := func() {}
-	if cfg.staticFacts != nil {
-		facts = cfg.staticFacts
-		log.Info("using static facts; no plugin is started", "facts", cfg.Facts)
-	} else {
-		f, stop, err := p.startHost(ctx, cfg.Config, log)
-		if err != nil {
-			cancel()
-			return fmt.Errorf("%s: start the driver plugins: %w", section, err)
-		}
-		facts, stopFacts = f, stop
-	}
-	srv, err := server.New(cfg.Server, p.gate, facts, server.Options{Logger: log, Tracing: gateTracing(p.m), OPADecisionLog: p.gate, Policy: p.gate})
-	if err != nil {
-		stopFacts()
-		cancel()
+	tr := gateTracing(p.m)
+	g, err := service.NewGate(context.Background(), cfg.Config, service.GateOptions{
+		LogOutput: p.logOut, StaticFacts: cfg.staticFacts, Tracing: &tr,
+		Decider: p.gate, Policy: p.gate, OPADecisionLog: p.gate,
+	})
+	var le *service.ListenError
+	switch {
+	case errors.As(err, &le):
+		return fmt.Errorf("%s.addr: %s", section, strings.TrimPrefix(le.Error(), "addr: "))
+	case err != nil:
 		return fmt.Errorf("%s: %w", section, err)
 	}
-	ln, err := server.Listen(cfg.Server.Addr)
-	if err != nil {
-		_ = srv.Close()
-		stopFacts()
-		cancel()
-		return fmt.Errorf("%s.addr: %s", section, strings.TrimPrefix(err.Error(), "addr: "))
+	if err := g.Start(context.Background()); err != nil {
+		g.Close()
+		return fmt.Errorf("%s: start the driver plugins: %w", section, err)
 	}
-	run := &serving{cancel: cancel, served: make(chan struct{}), srv: srv, stopFacts: stopFacts, addr: ln.Addr(), log: log}
+	ctx, cancel := context.WithCancel(context.Background())
+	run := &serving{cancel: cancel, served: make(chan struct{}), gate: g}
+	log := g.Logger()
 	go func() {
 		defer close(run.served)
-		if err := srv.Serve(ctx, ln); err != nil && ctx.Err() == nil {
+		if err := g.Serve(ctx); err != nil && ctx.Err() == nil {
 			log.Error("the gate's HTTP server failed", "error", err)
 			p.setFailure("the gate's HTTP server failed: " + err.Error())
 		}
@@ -309,14 +292,14 @@ func (p *Plugin) startServing(cfg *Config) error {
 	reloadable.Store(p, struct{}{})
 	p.log.Store(&log)
 	p.stMu.Lock()
-	p.facts, p.failure, p.stopped = facts, "", false
+	p.facts, p.failure, p.stopped = g.Facts(), "", false
 	p.stMu.Unlock()
 	p.report()
 	return nil
 }
 
-// stopServing ends the HTTP server, then the facts (the plugins), then the decision log file.
-// Called with p.mu held.
+// stopServing closes the gate (service.Gate.Close): its HTTP server, then its driver plugins,
+// then its decision log file. Called with p.mu held.
 func (p *Plugin) stopServing() {
 	run := p.run
 	if run == nil {
@@ -325,10 +308,8 @@ func (p *Plugin) stopServing() {
 	p.run = nil
 	reloadable.Delete(p)
 	run.cancel()
+	run.gate.Close()
 	<-run.served
-	run.stopFacts()
-	_ = run.srv.Close()
-	run.log.Info("stopped")
 }
 
 func (p *Plugin) requestReload() {
@@ -388,7 +369,7 @@ func (p *Plugin) logger() hclog.Logger {
 	if l := p.log.Load(); l != nil {
 		return *l
 	}
-	return hclog.New(&hclog.LoggerOptions{Name: "authz", Output: p.logOut})
+	return service.NewLogger(service.LogConfig{}, p.logOut)
 }
 
 func (p *Plugin) setFailure(msg string) {

@@ -6,6 +6,7 @@
 package policy
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -57,16 +58,48 @@ const (
 	OriginRemote   = "remote"
 )
 
-// Kind is the origin kind the configuration selects.
-func (c Config) Kind() string {
-	switch {
-	case c.Bundle != "":
-		return OriginFile
-	case len(c.OPA) > 0 && c.remoteBundles():
-		return OriginRemote
-	}
-	return OriginEmbedded
+// provider is one kind of policy source: where the policy comes from and how a new one is
+// found. A Source holds the one its Config selects and hands it its life cycle.
+type provider interface {
+	// start activates the first policy, or arranges for it to be activated as it arrives.
+	start(ctx context.Context) error
+	// reload looks for a new policy now.
+	reload(ctx context.Context) error
+	// status adds what the provider knows of its bundles to st, a copy of the Source's status;
+	// the Source's mutex is held.
+	status(st *Status)
+	// close stops whatever start started; the active policy stays.
+	close(ctx context.Context)
 }
+
+// kind is a kind of policy source: its origin kind (the first word of Status.Origin), whether a
+// Config selects it, and its provider.
+type kind struct {
+	name    string
+	selects func(c Config) bool
+	new     func(s *Source) provider
+}
+
+// kinds are the kinds of policy source, in the order a Config selects them: the first whose
+// selects is true. A new kind of source is a file with its provider and one entry here.
+var kinds = []kind{
+	{name: OriginFile, selects: func(c Config) bool { return c.Bundle != "" }, new: newFileProvider},                          // file.go
+	{name: OriginRemote, selects: func(c Config) bool { return len(c.OPA) > 0 && c.remoteBundles() }, new: newRemoteProvider}, // remote.go
+	{name: OriginEmbedded, selects: func(Config) bool { return true }, new: newEmbeddedProvider},                              // embedded.go
+}
+
+// kind is the kind of source the configuration selects.
+func (c Config) kind() kind {
+	for _, k := range kinds {
+		if k.selects(c) {
+			return k
+		}
+	}
+	return kinds[len(kinds)-1]
+}
+
+// Kind is the origin kind the configuration selects.
+func (c Config) Kind() string { return c.kind().name }
 
 func (c Config) remoteBundles() bool {
 	_, a := c.OPA["bundles"]

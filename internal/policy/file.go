@@ -8,6 +8,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"sync"
 	"time"
 
 	"github.com/open-policy-agent/opa/v1/ast"
@@ -36,6 +37,41 @@ func rawModules(b *bundle.Bundle) map[string]string {
 		out[m.Path] = string(m.Raw)
 	}
 	return out
+}
+
+// fileProvider is a bundle file or directory (Config.Bundle), read at start, on reload, and
+// whenever it changes under Config.Watch. An opa section runs OPA's decision logs and status
+// beside it.
+type fileProvider struct {
+	s  *Source
+	wg sync.WaitGroup // the watch
+}
+
+func newFileProvider(s *Source) provider { return &fileProvider{s: s} }
+
+func (p *fileProvider) start(ctx context.Context) error {
+	// OPA's plugins start before the bundle is read, so that the bundle's policy is also the
+	// one OPA's decision-log plugin masks and drops with.
+	if err := p.s.startOPA(ctx, false); err != nil {
+		return err
+	}
+	if err := p.s.loadFile(ctx); err != nil {
+		p.s.stopOPA(context.WithoutCancel(ctx))
+		return err
+	}
+	if p.s.cfg.Watch {
+		p.wg.Go(func() { p.s.watch(context.WithoutCancel(ctx)) })
+	}
+	return nil
+}
+
+func (p *fileProvider) reload(ctx context.Context) error { return p.s.loadFile(ctx) }
+
+func (*fileProvider) status(*Status) {}
+
+func (p *fileProvider) close(ctx context.Context) {
+	p.s.stopOPA(ctx)
+	p.wg.Wait()
 }
 
 // loadFile reads the bundle file or directory and activates it; on any failure the active

@@ -54,6 +54,40 @@ type remote struct {
 	pending    *pendingPolicy  // compiled and checked, waiting for its order check; s.mu
 }
 
+// remoteProvider is the bundles of the opa section, downloaded and activated by OPA's plugin
+// manager (remote).
+type remoteProvider struct{ s *Source }
+
+func newRemoteProvider(s *Source) provider { return remoteProvider{s: s} }
+
+func (p remoteProvider) start(ctx context.Context) error { return p.s.startOPA(ctx, true) }
+
+func (p remoteProvider) reload(ctx context.Context) error {
+	p.s.mu.Lock()
+	r := p.s.remote
+	p.s.mu.Unlock()
+	if r == nil {
+		return nil
+	}
+	return r.trigger(ctx)
+}
+
+// status shows authz's own refusal of a bundle OPA activated, and the revision the engine
+// serves: OPA's active revision is the one in its store, where a bundle that failed authz's
+// check is too.
+func (p remoteProvider) status(st *Status) {
+	for n, b := range st.Bundles {
+		if c := p.s.checks[n]; c.code != "" {
+			b.Code, b.Message, b.Errors = c.code, c.msg, nil
+		}
+		if rev, ok := p.s.served[n]; ok {
+			b.ActiveRevision = rev
+		}
+	}
+}
+
+func (p remoteProvider) close(ctx context.Context) { p.s.stopOPA(ctx) }
+
 // pendingPolicy is a policy OPA activated in its store that waits for the order check of its
 // signed bundles.
 type pendingPolicy struct {
@@ -222,10 +256,10 @@ func (r *remote) onActivate(ctx context.Context, txn storage.Transaction) {
 	r.settleLocked(false)
 	for _, n := range names {
 		if revs[n] == "" {
-			revs[n] = contentRevision(moduleSources(c), nil)
+			revs[n] = decision.ContentRevision(moduleSources(c), nil)
 		}
 	}
-	origin, rev := OriginRemote+":"+strings.Join(sortedNames(revs), ","), joinRevisions(revs)
+	origin, rev := OriginRemote+":"+strings.Join(sortedNames(revs), ","), decision.JoinRevisions(revs)
 	var digest string
 	if err == nil {
 		digest = contentDigest(origin, rev, moduleSources(c), withoutBundleState(data))
@@ -300,7 +334,7 @@ func (r *remote) settleLocked(final bool) {
 	}
 	switch {
 	case pend.p == nil || s.unchangedLocked(pend.digest):
-		s.log.Debug("bundle unchanged; not activated again", "revision", joinRevisions(pend.revs))
+		s.log.Debug("bundle unchanged; not activated again", "revision", decision.JoinRevisions(pend.revs))
 	default:
 		if err := s.activateLocked(r.ctx, pend.p, pend.origin, pend.digest); err != nil {
 			r.refuseLocked(pend.names, coded.PolicyBundleCheck, err)

@@ -10,12 +10,10 @@ import (
 	"maps"
 	"slices"
 	"sort"
-	"strings"
 	"sync"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
-	"github.com/open-policy-agent/opa/v1/ast"
 	"github.com/open-policy-agent/opa/v1/bundle"
 	bundleplugin "github.com/open-policy-agent/opa/v1/plugins/bundle"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
@@ -23,7 +21,6 @@ import (
 	"github.com/authz-dev/authz/internal/coded"
 	"github.com/authz-dev/authz/internal/decision"
 	"github.com/authz-dev/authz/internal/logtext"
-	"github.com/authz-dev/authz/policies"
 )
 
 // Options are the parts of a Source that are not configuration.
@@ -78,9 +75,9 @@ type Source struct {
 	digest  string             // contentDigest of the active policy; "" for the embedded one
 	order   *bundleOrder       // issue times of the active signed bundles (order.go)
 
-	remote *remote
-	stop   chan struct{}
-	wg     sync.WaitGroup
+	provider provider // the kind of source cfg selects (kinds)
+	remote   *remote  // OPA's plugin manager over the opa section; nil without one
+	stop     chan struct{}
 }
 
 // refusal is why authz refused a bundle OPA activated in its store: a code and a cleaned message.
@@ -109,6 +106,7 @@ func New(cfg Config, eng *decision.Engine, opts Options) (*Source, error) {
 		checks: map[string]refusal{}, served: map[string]string{}, stop: make(chan struct{}),
 		order: &bundleOrder{iat: map[string]int64{}}}
 	s.status.Bundles = map[string]*bundleplugin.Status{}
+	s.provider = cfg.kind().new(s)
 	return s, nil
 }
 
@@ -133,41 +131,7 @@ func Start(ctx context.Context, cfg Config, engineOpts decision.Options, opts Op
 // Start returns, and an error means there is no policy (the service must not start). Remote
 // bundles are activated as they arrive (a persisted one before Start returns): the engine has no
 // policy, and Ready is false, until then.
-func (s *Source) Start(ctx context.Context) error {
-	if s.cfg.Kind() == OriginEmbedded {
-		if err := s.loadEmbedded(ctx); err != nil {
-			return err
-		}
-	}
-	if len(s.cfg.OPA) > 0 {
-		// The opa section runs OPA's plugins: the bundles (the policy's origin), decision logs,
-		// status. They start before a bundle file is read, so that the file's policy is also
-		// the one OPA's decision-log plugin masks and drops with.
-		r, err := startRemote(ctx, s, s.cfg.Kind() == OriginRemote)
-		if err != nil {
-			return &coded.Error{Code: coded.PolicyRemote, Err: err}
-		}
-		s.mu.Lock()
-		s.remote = r
-		s.mu.Unlock()
-	}
-	if s.cfg.Kind() == OriginFile {
-		if err := s.loadFile(ctx); err != nil {
-			s.mu.Lock()
-			r := s.remote
-			s.remote = nil
-			s.mu.Unlock()
-			if r != nil {
-				r.stop(context.WithoutCancel(ctx))
-			}
-			return err
-		}
-		if s.cfg.Watch {
-			s.wg.Go(func() { s.watch(context.WithoutCancel(ctx)) })
-		}
-	}
-	return nil
-}
+func (s *Source) Start(ctx context.Context) error { return s.provider.start(ctx) }
 
 // Ready reports whether a policy is active.
 func (s *Source) Ready() bool { return s.eng.Revision() != "" }
@@ -175,18 +139,7 @@ func (s *Source) Ready() bool { return s.eng.Revision() != "" }
 // Reload looks for a new policy now: a bundle file is read again, remote bundles are downloaded
 // again. A bundle that fails keeps the active policy; the error says why. `authz serve` calls it
 // on SIGHUP.
-func (s *Source) Reload(ctx context.Context) error {
-	switch s.cfg.Kind() {
-	case OriginFile:
-		return s.loadFile(ctx)
-	case OriginRemote:
-		if s.remote == nil {
-			return nil
-		}
-		return s.remote.trigger(ctx)
-	}
-	return nil
-}
+func (s *Source) Reload(ctx context.Context) error { return s.provider.reload(ctx) }
 
 // Close stops watching and downloading. The active policy stays active in the engine.
 func (s *Source) Close(ctx context.Context) {
@@ -196,10 +149,34 @@ func (s *Source) Close(ctx context.Context) {
 	default:
 		close(s.stop)
 	}
-	if s.remote != nil {
-		s.remote.stop(ctx)
+	s.provider.close(ctx)
+}
+
+// startOPA starts OPA's plugin manager over the opa section, when there is one: its decision
+// logs and status, and with bundles its bundle plugin, whose bundles are then the policy.
+func (s *Source) startOPA(ctx context.Context, bundles bool) error {
+	if len(s.cfg.OPA) == 0 {
+		return nil
 	}
-	s.wg.Wait()
+	r, err := startRemote(ctx, s, bundles)
+	if err != nil {
+		return &coded.Error{Code: coded.PolicyRemote, Err: err}
+	}
+	s.mu.Lock()
+	s.remote = r
+	s.mu.Unlock()
+	return nil
+}
+
+// stopOPA stops OPA's plugin manager, when it runs.
+func (s *Source) stopOPA(ctx context.Context) {
+	s.mu.Lock()
+	r := s.remote
+	s.remote = nil
+	s.mu.Unlock()
+	if r != nil {
+		r.stop(ctx)
+	}
 }
 
 // Status returns a copy of the policy's state.
@@ -211,16 +188,9 @@ func (s *Source) Status() Status {
 	for n, b := range s.status.Bundles {
 		cp := *b
 		cp.Metrics = nil // per-download timers, not state
-		if c := s.checks[n]; c.code != "" {
-			cp.Code, cp.Message, cp.Errors = c.code, c.msg, nil
-		}
-		if rev, ok := s.served[n]; ok {
-			// OPA's active revision is the one in its store; a bundle that failed authz's
-			// check is there but not served.
-			cp.ActiveRevision = rev
-		}
 		st.Bundles[n] = &cp
 	}
+	s.provider.status(&st)
 	return st
 }
 
@@ -250,30 +220,6 @@ func cacheNote(eng *decision.Engine) string {
 	return "on"
 }
 
-// loadEmbedded activates the policy built into the binary under the revision `authz version`
-// prints.
-func (s *Source) loadEmbedded(ctx context.Context) error {
-	mods, err := policies.Modules()
-	if err != nil {
-		return &coded.Error{Code: coded.PolicyBundleLoad, Err: fmt.Errorf("read the embedded policy: %w", err)}
-	}
-	parsed := make(map[string]*ast.Module, len(mods))
-	for name, src := range mods {
-		m, err := ast.ParseModuleWithOpts(name, src, ast.ParserOptions{ProcessAnnotation: true})
-		if err != nil {
-			return &coded.Error{Code: coded.PolicyBundleCheck, Err: err}
-		}
-		parsed[name] = m
-	}
-	p, err := decision.CompileModules(parsed, nil, decision.ModulesRevision(mods))
-	if err != nil {
-		return &coded.Error{Code: coded.PolicyBundleCheck, Err: err}
-	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.activateLocked(ctx, p, OriginEmbedded, "")
-}
-
 // bundleRevision is a bundle's manifest revision, or a digest of its modules and data when it
 // has none.
 func bundleRevision(b *bundle.Bundle) string {
@@ -284,19 +230,7 @@ func bundleRevision(b *bundle.Bundle) string {
 	for _, m := range b.Modules {
 		mods[m.Path] = string(m.Raw)
 	}
-	return contentRevision(mods, b.Data)
-}
-
-// contentRevision digests modules and data, independent of map order.
-func contentRevision(mods map[string]string, data map[string]any) string {
-	h := sha256.New()
-	names := slices.Sorted(maps.Keys(mods))
-	for _, n := range names {
-		fmt.Fprintf(h, "%d:%s%d:%s", len(n), n, len(mods[n]), mods[n])
-	}
-	b, _ := json.Marshal(data) // map keys are sorted by encoding/json
-	h.Write(b)
-	return "sha256:" + hex.EncodeToString(h.Sum(nil))[:16]
+	return decision.ContentRevision(mods, b.Data)
 }
 
 // contentDigest identifies a policy's content: where it comes from, its revision, its modules
@@ -320,22 +254,6 @@ func contentDigest(origin, revision string, mods map[string]string, data map[str
 // unchangedLocked reports whether digest is the active policy's; s.mu is held.
 func (s *Source) unchangedLocked(digest string) bool {
 	return digest != "" && digest == s.digest
-}
-
-// joinRevisions is the revision of several bundles: NAME=REVISION, sorted by name; the revision
-// alone for one bundle.
-func joinRevisions(revs map[string]string) string {
-	if len(revs) == 1 {
-		for _, r := range revs {
-			return r
-		}
-	}
-	names := slices.Sorted(maps.Keys(revs))
-	parts := make([]string, len(names))
-	for i, n := range names {
-		parts[i] = n + "=" + revs[n]
-	}
-	return strings.Join(parts, ",")
 }
 
 func sortedNames[V any](m map[string]V) []string {

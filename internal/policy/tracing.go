@@ -3,360 +3,41 @@ package policy
 import (
 	"context"
 	"crypto/tls"
-	"crypto/x509"
-	"encoding/json"
-	"errors"
-	"fmt"
-	"os"
-	"slices"
-	"strings"
-	"time"
 
-	"github.com/gobwas/glob"
 	_ "github.com/open-policy-agent/opa/v1/features/tracing" // OPA's HTTP clients trace through otelhttp
 	"github.com/open-policy-agent/opa/v1/plugins"
 	opatracing "github.com/open-policy-agent/opa/v1/tracing"
 	"go.opentelemetry.io/contrib/instrumentation/net/http/otelhttp"
-	"go.opentelemetry.io/otel/attribute"
-	"go.opentelemetry.io/otel/exporters/otlp/otlptrace"
-	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracegrpc"
-	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracehttp"
 	"go.opentelemetry.io/otel/propagation"
-	"go.opentelemetry.io/otel/sdk/resource"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
-	semconv "go.opentelemetry.io/otel/semconv/v1.7.0"
-	"google.golang.org/grpc/credentials"
+
+	"github.com/authz-dev/authz/internal/tracing"
 )
 
-// Defaults of distributed_tracing, those of OPA, except the service name.
-const (
-	DefaultTracingServiceName = "authz"
-	defaultTracingGRPCAddress = "localhost:4317"
-	defaultTracingHTTPAddress = "localhost:4318"
-)
+// DefaultTracingServiceName is the service name of the spans when distributed_tracing names none.
+const DefaultTracingServiceName = tracing.DefaultServiceName
 
-// TracingConfig is the distributed_tracing section of the opa section, with the keys and
-// meaning OPA gives them. Tracing is off when Type is "" (the section absent, or without a type).
-type TracingConfig struct {
-	// Type is the OTLP transport: "grpc" or "http" (protobuf over HTTP); "" turns tracing off.
-	Type string `json:"type"`
-	// Address is the collector's host:port (localhost:4317 for grpc, localhost:4318 for http).
-	Address string `json:"address"`
-	// ServiceName is the resource's service.name ("authz").
-	ServiceName string `json:"service_name"`
-	// SamplePercentage is the share of new traces recorded, 0 to 100 (100). A caller's
-	// traceparent decides for its own trace: sampled or not, the decision follows it.
-	SamplePercentage *float64 `json:"sample_percentage"`
-	// Encryption is "off", "tls" or "mtls" ("off").
-	Encryption string `json:"encryption"`
-	// AllowInsecureTLS skips the verification of the collector's certificate.
-	AllowInsecureTLS bool `json:"allow_insecure_tls"`
-	// TLSCertFile and TLSPrivateKeyFile are the client certificate (mtls).
-	TLSCertFile       string `json:"tls_cert_file"`
-	TLSPrivateKeyFile string `json:"tls_private_key_file"`
-	// TLSCACertFile is the CA bundle that verifies the collector (the system's when empty).
-	TLSCACertFile string `json:"tls_ca_cert_file"`
-	// ExcludePaths are glob patterns ('/' separates segments, ** spans them) of request paths
-	// whose decisions are not traced.
-	ExcludePaths []string `json:"exclude_paths"`
-	// Resource adds service.version, service.instance.id, service.namespace and
-	// deployment.environment to the resource.
-	Resource struct {
-		ServiceVersion        string `json:"service_version"`
-		ServiceInstanceID     string `json:"service_instance_id"`
-		ServiceNamespace      string `json:"service_namespace"`
-		DeploymentEnvironment string `json:"deployment_environment"`
-	} `json:"resource"`
-	// BatchSpanProcessorOptions tune the batching of exported spans (OpenTelemetry's defaults).
-	BatchSpanProcessorOptions struct {
-		Blocking           bool `json:"blocking"`
-		BatchTimeoutMs     *int `json:"batch_timeout_ms"`
-		ExportTimeoutMs    *int `json:"export_timeout_ms"`
-		MaxExportBatchSize *int `json:"max_export_batch_size"`
-		MaxQueueSize       *int `json:"max_queue_size"`
-	} `json:"batch_span_processor_options"`
+// TracingConfig is the distributed_tracing section of the opa section (tracing.Config).
+type TracingConfig struct{ tracing.Config }
 
-	excluded []*glob.Pattern
-}
-
-// The keys OPA documents for distributed_tracing and its blocks.
-var (
-	tracingKeys = []string{"type", "address", "service_name", "sample_percentage", "encryption", "allow_insecure_tls",
-		"tls_cert_file", "tls_private_key_file", "tls_ca_cert_file", "exclude_paths", "resource", "batch_span_processor_options"}
-	tracingResourceKeys = []string{"service_version", "service_instance_id", "service_namespace", "deployment_environment"}
-	tracingBatchKeys    = []string{"blocking", "batch_timeout_ms", "export_timeout_ms", "max_export_batch_size", "max_queue_size"}
-)
-
-const tracingSection = "opa.distributed_tracing"
-
-// Enabled says whether spans are exported.
-func (t *TracingConfig) Enabled() bool { return t != nil && t.Type != "" }
-
-// Excluded says whether decisions asked on path are left untraced (exclude_paths).
-func (t *TracingConfig) Excluded(path string) bool {
-	for _, g := range t.excluded {
-		if g.Match(path) {
-			return true
-		}
-	}
-	return false
-}
-
-// Tracing reads the distributed_tracing section of the opa section and checks it. Every problem
-// is reported, naming the key as the file spells it. A configuration without the section (or
-// without its type) has tracing off.
+// Tracing reads the distributed_tracing section of the opa section and checks it
+// (tracing.ParseConfig). A configuration without the section (or without its type) has tracing
+// off.
 func (c Config) Tracing() (*TracingConfig, error) {
-	raw, ok := c.OPA["distributed_tracing"]
-	if !ok || raw == nil {
-		return &TracingConfig{}, nil
-	}
-	top, ok := raw.(map[string]any)
-	if !ok {
-		return nil, fmt.Errorf("%s: is %s, want a mapping (type, address, service_name, ...)", tracingSection, jsonKind(raw))
-	}
-	var errs []error
-	add := func(field, format string, args ...any) {
-		errs = append(errs, fmt.Errorf("%s.%s: %s", tracingSection, field, fmt.Sprintf(format, args...)))
-	}
-	unknownKeys := func(prefix string, m map[string]any, known []string) {
-		for _, k := range sortedNames(m) {
-			if !slices.Contains(known, k) {
-				add(prefix+k, "is not a key of OPA's distributed_tracing that authz supports (known: %s): remove it or check its spelling", strings.Join(known, ", "))
-			}
-		}
-	}
-	unknownKeys("", top, tracingKeys)
-	for _, block := range []struct {
-		name  string
-		known []string
-	}{{"resource", tracingResourceKeys}, {"batch_span_processor_options", tracingBatchKeys}} {
-		switch v := top[block.name].(type) {
-		case nil:
-		case map[string]any:
-			unknownKeys(block.name+".", v, block.known)
-		default:
-			add(block.name, "is %s, want a mapping", jsonKind(v))
-		}
-	}
-	if len(errs) > 0 {
-		return nil, errors.Join(errs...)
-	}
-	b, err := json.Marshal(top)
-	if err != nil {
-		return nil, fmt.Errorf("%s: %w", tracingSection, err)
-	}
-	t := &TracingConfig{}
-	if err := json.Unmarshal(b, t); err != nil {
-		var te *json.UnmarshalTypeError
-		if errors.As(err, &te) {
-			return nil, fmt.Errorf("%s.%s: is a %s, want %s", tracingSection, te.Field, te.Value, jsonType(te.Type.String()))
-		}
-		return nil, fmt.Errorf("%s: %w", tracingSection, err)
-	}
-	switch t.Type {
-	case "", "grpc", "http":
-	default:
-		add("type", "%q is not a transport: use grpc or http (OTLP), or remove the key to turn tracing off", t.Type)
-	}
-	if t.Type == "" {
-		if len(top) > 0 {
-			add("type", "is not set, so nothing would be traced: set type: grpc or type: http, or remove distributed_tracing")
-		}
-		return t, errors.Join(errs...)
-	}
-	if t.Address == "" {
-		t.Address = defaultTracingGRPCAddress
-		if t.Type == "http" {
-			t.Address = defaultTracingHTTPAddress
-		}
-	}
-	if strings.Contains(t.Address, "://") {
-		add("address", "%q: give host:port, as OPA reads it (no scheme; encryption chooses TLS)", t.Address)
-	}
-	if t.ServiceName == "" {
-		t.ServiceName = DefaultTracingServiceName
-	}
-	if t.SamplePercentage == nil {
-		all := 100.0
-		t.SamplePercentage = &all
-	} else if p := *t.SamplePercentage; p < 0 || p > 100 {
-		add("sample_percentage", "%v is not a percentage: give a number from 0 to 100", p)
-	}
-	if t.Encryption == "" {
-		t.Encryption = "off"
-	}
-	switch t.Encryption {
-	case "off":
-		for _, f := range []struct{ name, value string }{{"tls_cert_file", t.TLSCertFile}, {"tls_private_key_file", t.TLSPrivateKeyFile}, {"tls_ca_cert_file", t.TLSCACertFile}} {
-			if f.value != "" {
-				add(f.name, "is set but encryption is off: set encryption: tls or mtls, or remove it")
-			}
-		}
-	case "tls", "mtls":
-		if (t.TLSCertFile == "") != (t.TLSPrivateKeyFile == "") {
-			add("tls_cert_file", "tls_cert_file and tls_private_key_file go together: give both or neither")
-		}
-		if t.Encryption == "mtls" && t.TLSCertFile == "" {
-			add("tls_cert_file", "encryption mtls needs the client certificate: set tls_cert_file and tls_private_key_file")
-		}
-		for _, f := range []struct{ name, value string }{{"tls_cert_file", t.TLSCertFile}, {"tls_private_key_file", t.TLSPrivateKeyFile}, {"tls_ca_cert_file", t.TLSCACertFile}} {
-			if f.value == "" {
-				continue
-			}
-			if _, err := os.Stat(f.value); err != nil {
-				add(f.name, "%v: give a readable PEM file", err)
-			}
-		}
-	default:
-		add("encryption", "%q is not a scheme: use off, tls or mtls", t.Encryption)
-	}
-	for _, f := range []struct {
-		name string
-		v    *int
-	}{
-		{"batch_timeout_ms", t.BatchSpanProcessorOptions.BatchTimeoutMs}, {"export_timeout_ms", t.BatchSpanProcessorOptions.ExportTimeoutMs},
-		{"max_export_batch_size", t.BatchSpanProcessorOptions.MaxExportBatchSize}, {"max_queue_size", t.BatchSpanProcessorOptions.MaxQueueSize},
-	} {
-		if f.v != nil && *f.v <= 0 {
-			add("batch_span_processor_options."+f.name, "%d: must be positive", *f.v)
-		}
-	}
-	for i, p := range t.ExcludePaths {
-		g, err := glob.Compile(p, '/')
-		if err != nil {
-			add(fmt.Sprintf("exclude_paths[%d]", i), "%q is not a glob pattern: %v", p, err)
-			continue
-		}
-		t.excluded = append(t.excluded, g)
-	}
-	if len(errs) > 0 {
-		return nil, errors.Join(errs...)
-	}
-	return t, nil
-}
-
-// NewTracerProvider returns the tracer provider that exports spans as t says, through OTLP, as
-// OPA's own does for the same section: a batch span processor, a parent-based sampler with
-// sample_percentage for new traces, and the resource's service attributes. Shut it down (which
-// flushes the spans not yet exported) when the service stops. It is nil when tracing is off.
-func NewTracerProvider(ctx context.Context, t *TracingConfig) (*sdktrace.TracerProvider, error) {
-	if !t.Enabled() {
-		return nil, nil
-	}
-	tlsConfig, err := t.tlsConfig()
-	if err != nil {
+	t, err := tracing.ParseConfig(c.OPA["distributed_tracing"])
+	if t == nil {
 		return nil, err
 	}
-	var exp *otlptrace.Exporter
-	if t.Type == "grpc" {
-		opts := []otlptracegrpc.Option{otlptracegrpc.WithEndpoint(t.Address)}
-		if tlsConfig == nil {
-			opts = append(opts, otlptracegrpc.WithInsecure())
-		} else {
-			opts = append(opts, otlptracegrpc.WithTLSCredentials(credentials.NewTLS(tlsConfig)))
-		}
-		exp, err = otlptracegrpc.New(ctx, opts...)
-	} else {
-		opts := []otlptracehttp.Option{otlptracehttp.WithEndpoint(t.Address)}
-		if tlsConfig == nil {
-			opts = append(opts, otlptracehttp.WithInsecure())
-		} else {
-			opts = append(opts, otlptracehttp.WithTLSClientConfig(tlsConfig))
-		}
-		exp, err = otlptracehttp.New(ctx, opts...)
-	}
-	if err != nil {
-		return nil, fmt.Errorf("%s: %w", tracingSection, err)
-	}
-	attrs := []attribute.KeyValue{semconv.ServiceNameKey.String(t.ServiceName)}
-	for _, a := range []struct {
-		key   attribute.Key
-		value string
-	}{
-		{semconv.ServiceVersionKey, t.Resource.ServiceVersion}, {semconv.ServiceInstanceIDKey, t.Resource.ServiceInstanceID},
-		{semconv.ServiceNamespaceKey, t.Resource.ServiceNamespace}, {semconv.DeploymentEnvironmentKey, t.Resource.DeploymentEnvironment},
-	} {
-		if a.value != "" {
-			attrs = append(attrs, a.key.String(a.value))
-		}
-	}
-	bo := t.BatchSpanProcessorOptions
-	var batch []sdktrace.BatchSpanProcessorOption
-	if bo.Blocking {
-		batch = append(batch, sdktrace.WithBlocking())
-	}
-	if bo.BatchTimeoutMs != nil {
-		batch = append(batch, sdktrace.WithBatchTimeout(time.Duration(*bo.BatchTimeoutMs)*time.Millisecond))
-	}
-	if bo.ExportTimeoutMs != nil {
-		batch = append(batch, sdktrace.WithExportTimeout(time.Duration(*bo.ExportTimeoutMs)*time.Millisecond))
-	}
-	if bo.MaxExportBatchSize != nil {
-		batch = append(batch, sdktrace.WithMaxExportBatchSize(*bo.MaxExportBatchSize))
-	}
-	if bo.MaxQueueSize != nil {
-		batch = append(batch, sdktrace.WithMaxQueueSize(*bo.MaxQueueSize))
-	}
-	return sdktrace.NewTracerProvider(
-		sdktrace.WithResource(resource.NewSchemaless(attrs...)),
-		sdktrace.WithSampler(sdktrace.ParentBased(sdktrace.TraceIDRatioBased(*t.SamplePercentage/100))),
-		sdktrace.WithSpanProcessor(sdktrace.NewBatchSpanProcessor(exp, batch...)),
-	), nil
+	return &TracingConfig{Config: *t}, err
 }
 
-// tlsConfig is the client TLS configuration of encryption tls and mtls; nil when it is off.
-func (t *TracingConfig) tlsConfig() (*tls.Config, error) {
-	if t.Encryption == "off" {
-		return nil, nil
-	}
-	c := &tls.Config{MinVersion: tls.VersionTLS12, InsecureSkipVerify: t.AllowInsecureTLS} //nolint:gosec // allow_insecure_tls is the operator's explicit choice, as in OPA
-	if t.TLSCACertFile != "" {
-		pem, err := os.ReadFile(t.TLSCACertFile)
-		if err != nil {
-			return nil, fmt.Errorf("%s.tls_ca_cert_file: %w", tracingSection, err)
-		}
-		c.RootCAs = x509.NewCertPool()
-		if !c.RootCAs.AppendCertsFromPEM(pem) {
-			return nil, fmt.Errorf("%s.tls_ca_cert_file: %s holds no PEM certificate", tracingSection, t.TLSCACertFile)
-		}
-	}
-	if t.TLSCertFile != "" {
-		cert, err := tls.LoadX509KeyPair(t.TLSCertFile, t.TLSPrivateKeyFile)
-		if err != nil {
-			return nil, fmt.Errorf("%s.tls_cert_file: %w", tracingSection, err)
-		}
-		c.Certificates = []tls.Certificate{cert}
-	}
-	return c, nil
-}
+// tlsConfig is the client TLS configuration of the collector (tracing.Config.TLSConfig).
+func (t *TracingConfig) tlsConfig() (*tls.Config, error) { return t.TLSConfig() }
 
-// jsonKind names the YAML/JSON kind of v for messages.
-func jsonKind(v any) string {
-	switch v.(type) {
-	case string:
-		return "a string"
-	case bool:
-		return "a boolean"
-	case []any:
-		return "a list"
-	case float64, int, int64, uint64, json.Number:
-		return "a number"
-	}
-	return fmt.Sprintf("%T", v)
-}
-
-func jsonType(goType string) string {
-	switch {
-	case strings.Contains(goType, "float"), strings.Contains(goType, "int"):
-		return "a number"
-	case strings.Contains(goType, "bool"):
-		return "a boolean"
-	case strings.Contains(goType, "[]"):
-		return "a list of strings"
-	case strings.Contains(goType, "struct"):
-		return "a mapping"
-	}
-	return "a string"
+// NewTracerProvider returns the tracer provider of t (tracing.NewProvider); nil when tracing is
+// off.
+func NewTracerProvider(ctx context.Context, t *TracingConfig) (*sdktrace.TracerProvider, error) {
+	return tracing.NewProvider(ctx, &t.Config)
 }
 
 // managerTracing are the plugin manager options that trace OPA's plugins with tp, as `opa run`

@@ -205,16 +205,6 @@ func (c Config) validateTimeouts(v *configcheck.Problems) {
 	}
 }
 
-// logger is the service log the configuration asks for, written to out.
-func (c LogConfig) logger(out io.Writer) hclog.Logger {
-	return hclog.New(&hclog.LoggerOptions{
-		Name:       "authz",
-		Level:      hclog.LevelFromString(c.Level),
-		JSONFormat: c.JSON,
-		Output:     out,
-	})
-}
-
 var yamlErrLine = regexp.MustCompile("^line ([0-9]+): (.*)$")
 var yamlErrValue = regexp.MustCompile("`([^`]*)`")
 

@@ -13,7 +13,6 @@ import (
 	"os"
 	"os/signal"
 	"reflect"
-	"runtime"
 	"runtime/debug"
 	"sync"
 	"syscall"
@@ -21,9 +20,7 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 
-	"github.com/authz-dev/authz/internal/decision"
 	"github.com/authz-dev/authz/internal/pluginhost"
-	"github.com/authz-dev/authz/internal/policy"
 	"github.com/authz-dev/authz/internal/server"
 )
 
@@ -51,94 +48,32 @@ func configError(format string, args ...any) error {
 	return &ConfigError{Err: fmt.Errorf(format, args...)}
 }
 
-// Run serves the authorization service of cfg until ctx is done, then shuts down in order: the
-// HTTP server stops (in-flight requests finish, up to shutdownTimeout), then the plugins, then
-// the decision log closes, and the log says "stopped: exiting". SIGHUP reloads what can be
-// reloaded while serving (server.Server.Reload). It returns nil after a shutdown asked for by
+// Run serves the authorization service of cfg until ctx is done, then shuts down in the order
+// of Gate.Close: the HTTP server stops (in-flight requests finish, up to shutdownTimeout), then
+// the plugins, then the decision log, the policy source and the tracing, and the log says
+// "stopped: exiting". SIGHUP reloads what can be reloaded while serving (server.Server.Reload,
+// the policy, and the plugins with opts.Reread). It returns nil after a shutdown asked for by
 // ctx, a *ConfigError when cfg cannot be served, and any other error when serving failed.
-func Run(ctx context.Context, cfg Config, opts Options) (err error) {
-	if opts.Listener != nil {
-		defer func() {
-			if err != nil {
-				opts.Listener.Close()
-			}
-		}()
-	}
-	cfg, err = cfg.Resolve()
-	if err != nil {
-		return &ConfigError{Err: err}
-	}
-	if err := cfg.Validate(); err != nil {
-		return configError("invalid configuration:\n%w", err)
-	}
-	out := opts.LogOutput
-	if out == nil {
-		out = os.Stderr
-	}
-	logger := cfg.Log.logger(out)
-	warnReadableFile(logger, cfg.File)
+func Run(ctx context.Context, cfg Config, opts Options) error {
 	// Caught from here on, so that a SIGHUP during the start does not end the process; it is
 	// acted on once the service serves.
 	hup := make(chan os.Signal, 1)
 	signal.Notify(hup, syscall.SIGHUP)
 	defer signal.Stop(hup)
 	tuneGC(cfg.Server)
-	tracing, tracerProvider, stopTracing, err := startTracing(ctx, cfg.Policy, logger) // tracing.go
+	g, err := NewGate(ctx, cfg, GateOptions{LogOutput: opts.LogOutput, Listener: opts.Listener, Reread: opts.Reread})
 	if err != nil {
 		return err
 	}
-	defer stopTracing() // runs after Serve returned: the last decisions' spans are exported
-
-	// The policy comes from the source cfg.Policy names: the embedded policy, a bundle file
-	// or directory, or remote bundles through OPA's plugin manager.
-	engine, policySrc, err := policy.Start(ctx, cfg.Policy, decision.Options{
-		EvalTimeout:   cfg.Decision.EvalTimeout,
-		MaxConcurrent: runtime.GOMAXPROCS(0),
-		Cache:         decision.CacheOptions{Disabled: cfg.Decision.Cache == "off"},
-	}, policy.Options{Logger: logger, TracerProvider: tracerProvider})
-	if err != nil {
+	if err := g.Start(ctx); err != nil {
+		g.Close()
 		return err
 	}
-	defer policySrc.Close(context.WithoutCancel(ctx)) // runs after Serve returned
-	facts, host, err := newFacts(cfg, logger)
-	if err != nil {
-		return err
-	}
-	srv, err := server.New(cfg.Server, engine, facts, server.Options{Logger: logger, Policy: policySrc, Tracing: tracing})
-	if err != nil {
-		return &ConfigError{Err: err}
-	}
-	// Deferred calls run last first: the HTTP server stops (Serve returns), then the plugins,
-	// then the decision log closes, and only then does the log say the service has stopped.
-	defer logger.Info("stopped: exiting")
-	defer srv.Close()
-
-	ln := opts.Listener
-	if ln == nil {
-		if ln, err = server.Listen(cfg.Server.Addr); err != nil {
-			return err
-		}
-	}
-	if host != nil {
-		if err := host.Start(ctx); err != nil {
-			_ = host.Close()
-			ln.Close()
-			return fmt.Errorf("start plugins: %w", err)
-		}
-		// Runs after Serve returned: in-flight requests have finished by then.
-		defer stopPlugins(host, logger)
-		defer warnIfNotStarted(ctx, host, cfg.Host.StartTimeout, logger).Stop()
-	}
-	reloads := []reload{
-		{"server (decision log, tokens)", func() { _ = srv.Reload() }},
-		// A bundle that fails is logged and the active policy stays.
-		{"policy", func() { _ = policySrc.Reload(ctx) }},
-	}
-	if host != nil && opts.Reread != nil {
-		reloads = append(reloads, reload{"plugins", func() { reconfigurePlugins(ctx, host, cfg, opts.Reread, logger) }})
-	}
-	defer reloadOn(hup, logger, reloads...)()
-	return srv.Serve(ctx, ln)
+	stopReloads := reloadOn(hup, g.Logger(), g.reloads(ctx)...)
+	err = g.Serve(ctx)
+	stopReloads()
+	g.Close()
+	return err
 }
 
 // DefaultGCPercent is the garbage collector's heap growth target of the service (GOGC), in
@@ -163,32 +98,14 @@ func tuneGC(cfg server.Config) {
 	}
 }
 
-// newFacts returns the facts of every decision: the static facts file when one is configured,
-// else the plugin host (created, not started; host is then not nil).
-func newFacts(cfg Config, logger hclog.Logger) (facts server.FactsSource, host *pluginhost.Host, err error) {
-	if cfg.Facts != "" {
-		sf, err := server.LoadStaticFacts(cfg.Facts)
-		if err != nil {
-			return nil, nil, configError("facts: %s: %v", cfg.Facts, err)
-		}
-		logger.Info("using static facts; no plugin is started", "facts", cfg.Facts)
-		return sf, nil, nil
-	}
+// StartPlugins creates the plugin host of cfg (resolved and validated) and starts its plugins,
+// for a gate composed elsewhere; stop ends them.
+func StartPlugins(ctx context.Context, cfg Config, logger hclog.Logger) (facts server.FactsSource, stop func(), err error) {
 	hc := cfg.Host
 	hc.Logger = logger.Named("plugins")
-	if host, err = pluginhost.New(hc); err != nil {
-		return nil, nil, &ConfigError{Err: err}
-	}
-	return host, host, nil
-}
-
-// StartPlugins creates the plugin host of cfg (resolved and validated) and starts its plugins,
-// for a gate composed elsewhere (`authz run`'s OPA plugin); stop ends them.
-func StartPlugins(ctx context.Context, cfg Config, logger hclog.Logger) (facts server.FactsSource, stop func(), err error) {
-	cfg.Facts = ""
-	_, host, err := newFacts(cfg, logger)
+	host, err := pluginhost.New(hc)
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, &ConfigError{Err: err}
 	}
 	if err := host.Start(ctx); err != nil {
 		_ = host.Close()

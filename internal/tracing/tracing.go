@@ -1,7 +1,9 @@
 // Package tracing holds what the decision path needs of OpenTelemetry: the names of its spans
 // and attributes, and Start, which opens a child span only under a recording parent. Without a
 // tracer provider (tracing not configured) nothing is recorded, allocated or exported: the
-// decision path costs what it cost before tracing existed.
+// decision path costs what it cost before tracing existed. It also reads the distributed_tracing
+// section of the configuration (ParseConfig), builds its OTLP tracer provider (NewProvider) and
+// the export a service owns and flushes at shutdown (StartExport).
 //
 // The tree of one decision:
 //

@@ -1,0 +1,40 @@
+package decision
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/open-policy-agent/opa/v1/ast"
+	"github.com/open-policy-agent/opa/v1/rego"
+
+	"github.com/authz-dev/authz/internal/coded"
+)
+
+// LoadModules compiles Rego modules (path → source), prepares the entrypoint and makes it the
+// engine's policy, for tests: like Activate of CompileModules, but without its checks (a policy
+// without the entrypoint loads). revision "" means ContentRevision of the modules.
+func (e *Engine) LoadModules(ctx context.Context, modules map[string]string, revision string) error {
+	if revision == "" {
+		revision = ContentRevision(modules)
+	}
+	parsed := make(map[string]*ast.Module, len(modules))
+	for name, src := range modules {
+		m, err := ast.ParseModuleWithOpts(name, src, ast.ParserOptions{ProcessAnnotation: true})
+		if err != nil {
+			return &coded.Error{Code: coded.PolicyCompile, Err: fmt.Errorf("parse %s (revision %s): %w", name, revision, err)}
+		}
+		parsed[name] = m
+	}
+	c := ast.NewCompiler()
+	if c.Compile(parsed); c.Failed() {
+		return &coded.Error{Code: coded.PolicyCompile, Err: fmt.Errorf("compile (revision %s): %w", revision, c.Errors)}
+	}
+	return e.prepare(ctx, revision, analyzeInputReads(c.Modules), rego.Compiler(c))
+}
+
+// Prepare prepares the entrypoint with caller rego options and makes it the engine's policy
+// under revision, for tests. Its decisions are never cached: its store may change without a
+// new revision.
+func (e *Engine) Prepare(ctx context.Context, revision string, opts ...func(*rego.Rego)) error {
+	return e.prepare(ctx, revision, inputReads{uncacheable: "the policy was prepared with caller options (its data may change)"}, opts...)
+}

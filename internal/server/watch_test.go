@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/open-policy-agent/opa/v1/ast"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -264,7 +265,15 @@ func newEngine(t testing.TB) *decision.Engine {
 // activate compiles modules and makes them e's policy.
 func activate(t testing.TB, e *decision.Engine, modules map[string]string, revision string) {
 	t.Helper()
-	require.NoError(t, e.LoadModules(context.Background(), modules, revision))
+	parsed := map[string]*ast.Module{}
+	for name, src := range modules {
+		m, err := ast.ParseModuleWithOpts(name, src, ast.ParserOptions{ProcessAnnotation: true})
+		require.NoError(t, err)
+		parsed[name] = m
+	}
+	p, err := decision.CompileModules(parsed, nil, revision)
+	require.NoError(t, err)
+	require.NoError(t, e.Activate(context.Background(), p))
 }
 
 // denyAll is a policy that allows nothing, with the contract's document shape.

@@ -339,6 +339,8 @@ func (s *Server) decideFor(r *http.Request, path string, req *snapshot.Request, 
 		s.metrics.logFailures.Inc()
 		if s.cfg.DecisionLog.Required {
 			s.log.Error("decision log unavailable; answering 503 instead of the decision", "decision_id", doc.DecisionID, "error", logErr)
+			// Nothing is granted until the log is writable again, watched grants included.
+			s.watches.RevokeAll(decision.ReasonLogUnavailable, coded.DecisionLogUnavailable)
 			// Counted as what the client was answered: a deny, never the decision it replaced.
 			s.metrics.observeDecision(req.Operation, false, coded.DecisionLogUnavailable, evalCode, latency)
 			endDecisionSpan(span, doc, evalCode, false)

@@ -183,6 +183,11 @@ func (c *limitedConn) Close() error {
 	return err
 }
 
+// detach gives the connection's slot back while the connection stays open: a watch's stream
+// taken over from net/http is counted by limits.maxWatches, not limits.maxConnections, so that
+// watches never take the connections other requests need.
+func (c *limitedConn) detach() { c.once.Do(c.release) }
+
 // connectionCap is the connection cap for this process: the configured maximum, lowered so
 // that reserve descriptors stay free under the process's descriptor limit (RLIMIT_NOFILE)
 // besides those already open. It is an error when not even one connection fits.

@@ -128,7 +128,8 @@ func New(cfg Config, d Decider, facts FactsSource, opts Options) (*Server, error
 	s.admit = newAdmission(cfg.Limits)
 	s.parked = newParked(s)
 	s.watches = watch.New(admittedDecider{s}, facts, watch.Options{RecheckInterval: cfg.Watch.RecheckInterval,
-		MaxWatches: cfg.Limits.MaxWatches, MaxBytes: cfg.Limits.MaxWatchBytes, Logger: s.log.Named("watch")})
+		MaxWatches: cfg.Limits.MaxWatches, MaxBytes: cfg.Limits.MaxWatchBytes, Deadline: cfg.Limits.QueueWait,
+		Logger: s.log.Named("watch")})
 	// Every change a decision could read re-decides the watches it concerns.
 	if f, ok := facts.(interface {
 		OnFactsChange(func(pluginID string)) (cancel func())
@@ -204,6 +205,16 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 		s.log.Warn("connection cap lowered to keep file descriptors for plugins (raise ulimit -n to allow more)",
 			"max_connections", maxConns, "configured", s.cfg.Limits.MaxConnections, "fd_reserve", s.cfg.Limits.FDReserve)
 	}
+	// A parked watch keeps a descriptor beside the connections (watchstream.go).
+	maxWatches, err := connectionCap(s.cfg.Limits.MaxWatches, s.cfg.Limits.FDReserve+maxConns)
+	if err != nil {
+		maxWatches = 0
+	}
+	if maxWatches < s.cfg.Limits.MaxWatches {
+		s.log.Warn("watch cap lowered to keep file descriptors for connections and plugins (raise ulimit -n to allow more)",
+			"max_watches", maxWatches, "configured", s.cfg.Limits.MaxWatches, "max_connections", maxConns, "fd_reserve", s.cfg.Limits.FDReserve)
+	}
+	s.watches.SetMaxWatches(maxWatches)
 	limited := newConnLimit(ln, maxConns, s.log)
 	ln = limited
 	hs := &http.Server{

@@ -44,6 +44,8 @@ func (s *Server) handleWatch(w http.ResponseWriter, r *http.Request) {
 	}
 	defer res.Release() // a no-op once the watch took the place over
 	watchID := uuid.NewString()
+	// Named on every answer, errors included: the decision log records the first decision under it.
+	w.Header().Set(headerWatchID, watchID)
 	var (
 		decided bool
 		first   decision.Document
@@ -201,6 +203,9 @@ func (s *Server) recordWatchEvent(r *http.Request, ev watch.Event, watchID strin
 		s.metrics.logFailures.Inc()
 		if s.cfg.DecisionLog.Required {
 			s.log.Error("decision log unavailable; the watch is revoked", "decision_id", doc.DecisionID, "watch_id", watchID, "error", logErr)
+			if ev.Kind != watch.KindRevoke {
+				s.watches.RevokeAll(decision.ReasonLogUnavailable, coded.DecisionLogUnavailable)
+			}
 			return doc, false
 		}
 		s.log.Error("decision log line lost", "decision_id", doc.DecisionID, "watch_id", watchID, "error", logErr)
@@ -216,7 +221,14 @@ func (s *Server) answerNoWatch(w http.ResponseWriter, r *http.Request, err error
 		w.Header().Set("Retry-After", "1")
 		w.Header().Set(headerError, coded.WatchLimit)
 		writeDecisionError(w, coded.Errorf(coded.WatchLimit,
-			"%d watches are open, the most limits.maxWatches allows; close one, retry after the time in Retry-After, or raise the limit", s.cfg.Limits.MaxWatches))
+			"%d watches are open, the most this service allows (limits.maxWatches, lowered to what ulimit -n leaves beside the connections); close one, retry after the time in Retry-After, or raise the limit",
+			s.watches.MaxWatches()))
+	case errors.Is(err, watch.ErrBytes):
+		w.Header().Set("Retry-After", "1")
+		w.Header().Set(headerError, coded.WatchLimit)
+		writeDecisionError(w, coded.Errorf(coded.WatchLimit,
+			"the open watches hold %d bytes of request bodies, the most limits.maxWatchBytes allows; close a watch, retry after the time in Retry-After, send a smaller request, or raise the limit",
+			s.cfg.Limits.MaxWatchBytes))
 	case errors.Is(err, watch.ErrClosed):
 		if r.ProtoMajor == 1 {
 			w.Header().Set("Connection", "close")

@@ -79,7 +79,9 @@ type watchAnswer struct {
 // until it ends or the test ends.
 func openWatch(t testing.TB, url, body string) (watchAnswer, *sseStream) {
 	t.Helper()
-	ctx, cancel := context.WithCancel(context.Background())
+	// Every watch of these tests ends well within this; a service that never answers fails the
+	// test instead of hanging it.
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	t.Cleanup(cancel)
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url+"/v1/authorize/watch", strings.NewReader(body))
 	require.NoError(t, err)
@@ -450,4 +452,69 @@ func TestWatchOverHTTP2(t *testing.T) {
 		}
 	}
 	require.Equal(t, []string{"decision", "revoke"}, kinds)
+}
+
+// failingLog is a decision log whose writes fail once broken is set.
+type failingLog struct{ broken atomic.Bool }
+
+func (l *failingLog) Write(p []byte) (int, error) {
+	if l.broken.Load() {
+		return 0, io.ErrShortWrite
+	}
+	return len(p), nil
+}
+
+// TestWatchRevokedWhenTheRequiredLogFails: with decisionLog.required, a decision whose record
+// cannot be written revokes every open watch (decision_log_unavailable): nothing is granted
+// until the log is writable again, watched grants included.
+func TestWatchRevokedWhenTheRequiredLogFails(t *testing.T) {
+	dlog := &failingLog{}
+	url := startHTTP(t, newServer(t, withFacts(newChangingFacts(t)), withDecisionLog(dlog), withConfig(func(c *server.Config) {
+		c.DecisionLog.Path = "-"
+		c.DecisionLog.Required = true
+	})))
+	_, s := openWatch(t, url, fixture(t, nil))
+	require.Equal(t, "decision", s.next(t).kind)
+	dlog.broken.Store(true)
+	require.Equal(t, http.StatusServiceUnavailable, post(t, url+"/v1/authorize", fixture(t, nil)).status)
+	rev := s.next(t)
+	require.Equal(t, "revoke", rev.kind)
+	require.Equal(t, false, rev.doc["allow"])
+	require.Equal(t, []any{"decision_log_unavailable"}, rev.doc["reasons"])
+	s.requireEnded(t)
+}
+
+// TestWatchesDoNotTakeTheConnections: parked watches give their connection slot back, so
+// more watches than limits.maxConnections leave the service reachable; authz_watches_open
+// counts them and returns to zero when they end.
+func TestWatchesDoNotTakeTheConnections(t *testing.T) {
+	facts := newChangingFacts(t)
+	cfg := testConfig()
+	cfg.Limits.MaxConnections = 4
+	srv, err := server.New(cfg, testEngine(t), facts, server.Options{})
+	require.NoError(t, err)
+	url, _ := serve(t, srv)
+	var streams []*sseStream
+	for range 8 {
+		resp, s := openWatch(t, url, fixture(t, nil))
+		require.Equal(t, http.StatusOK, resp.StatusCode)
+		require.Equal(t, "decision", s.next(t).kind)
+		streams = append(streams, s)
+	}
+	metrics := func() string {
+		c := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{DisableKeepAlives: true}}
+		resp, err := c.Get(url + "/metrics")
+		require.NoError(t, err, "the service answers beside 8 watches and a cap of 4 connections")
+		defer resp.Body.Close()
+		b, err := io.ReadAll(resp.Body)
+		require.NoError(t, err)
+		return string(b)
+	}
+	require.Contains(t, metrics(), "authz_watches_open 8\n")
+	facts.kill()
+	for _, s := range streams {
+		require.Equal(t, "revoke", s.next(t).kind)
+		s.requireEnded(t)
+	}
+	require.Eventually(t, func() bool { return strings.Contains(metrics(), "authz_watches_open 0\n") }, 10*time.Second, 10*time.Millisecond)
 }

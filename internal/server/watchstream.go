@@ -83,6 +83,9 @@ func (p *parked) park(w http.ResponseWriter, r *http.Request, watchID string, fi
 	if err != nil {
 		return false
 	}
+	if lc, ok := conn.(*limitedConn); ok {
+		lc.detach()
+	}
 	var head bytes.Buffer
 	head.WriteString("HTTP/1.1 200 OK\r\n")
 	h := w.Header().Clone()

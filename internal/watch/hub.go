@@ -45,6 +45,8 @@ const (
 var (
 	// ErrLimit: MaxWatches watches are open.
 	ErrLimit = errors.New("too many open watches")
+	// ErrBytes: the request bodies the watches hold would pass MaxBytes.
+	ErrBytes = errors.New("the watches hold as many request bytes as allowed")
 	// ErrClosed: the hub is closed (the service stops).
 	ErrClosed = errors.New("the service is stopping: no new watch")
 )
@@ -69,6 +71,10 @@ type Options struct {
 	Workers int
 	// DecideTimeout bounds one re-decision (the decider's own bound applies too).
 	DecideTimeout time.Duration
+	// Deadline is how long after a change its re-decisions may take: a watch whose
+	// re-decision has not finished by then is revoked (reason evaluation_failed, code
+	// EVAL_TIMEOUT), since its grant may already be gone. One second when zero.
+	Deadline time.Duration
 	// Logger receives the hub's warnings; none when nil.
 	Logger hclog.Logger
 }
@@ -107,6 +113,7 @@ type Hub struct {
 
 	seq   atomic.Uint64 // counts changes; a decision made before a change may be stale
 	open  atomic.Int64  // open watches (reserved included)
+	max   atomic.Int64  // the most open watches (Options.MaxWatches, or SetMaxWatches)
 	bytes int64         // the bodies held by the groups (guarded by mu)
 
 	mu       sync.Mutex
@@ -116,6 +123,7 @@ type Hub struct {
 	dirtyG   map[*group]bool // groups to re-decide whatever changed
 	closed   bool
 	running  bool
+	passes   uint64 // counts passes (guarded by mu)
 
 	kick    chan struct{}
 	stop    chan struct{}
@@ -124,6 +132,7 @@ type Hub struct {
 
 // group is the watches of one request.
 type group struct {
+	pass      uint64 // the last pass that finished deciding it (guarded by Hub.mu)
 	key       [sha256.Size]byte
 	body      []byte // the request as it was sent, decoded again for each re-decision
 	operation string
@@ -148,13 +157,25 @@ func New(d Decider, facts snapshot.Facts, opts Options) *Hub {
 	if opts.DecideTimeout <= 0 {
 		opts.DecideTimeout = defaultDecideTimeout
 	}
+	if opts.Deadline <= 0 {
+		opts.Deadline = time.Second
+	}
 	if opts.Logger == nil {
 		opts.Logger = hclog.NewNullLogger()
 	}
-	return &Hub{d: d, facts: facts, opts: opts, groups: map[[sha256.Size]byte]*group{},
+	h := &Hub{d: d, facts: facts, opts: opts, groups: map[[sha256.Size]byte]*group{},
 		dirtyIDs: map[string]bool{}, dirtyG: map[*group]bool{},
 		kick: make(chan struct{}, 1), stop: make(chan struct{}), stopped: make(chan struct{})}
+	h.max.Store(int64(opts.MaxWatches))
+	return h
 }
+
+// SetMaxWatches lowers (or raises) the most open watches; 0 refuses every new one. The
+// watches open stay.
+func (h *Hub) SetMaxWatches(n int) { h.max.Store(int64(max(n, 0))) }
+
+// MaxWatches is the most open watches.
+func (h *Hub) MaxWatches() int { return int(h.max.Load()) }
 
 // FactsChanged marks the watches that read the facts of pluginID ("" for any) for a
 // re-decision. It never blocks: a facts source's change listener.
@@ -191,7 +212,7 @@ func (h *Hub) Reserve() (*Reservation, error) {
 	if closed {
 		return nil, ErrClosed
 	}
-	if h.open.Add(1) > int64(h.opts.MaxWatches) {
+	if h.open.Add(1) > h.max.Load() {
 		h.open.Add(-1)
 		return nil, ErrLimit
 	}
@@ -240,7 +261,7 @@ func (h *Hub) Add(res *Reservation, req *snapshot.Request, body []byte, first de
 	g, ok := h.groups[key]
 	if !ok {
 		if h.bytes+int64(len(body)) > h.opts.MaxBytes {
-			return nil, ErrLimit
+			return nil, ErrBytes
 		}
 		h.bytes += int64(len(body))
 		g = &group{key: key, body: bytes.Clone(body), operation: req.Operation, pluginID: pinnedPlugin(req), watches: map[*Watch]struct{}{}}
@@ -263,6 +284,30 @@ func (h *Hub) Add(res *Reservation, req *snapshot.Request, body []byte, first de
 		go h.run()
 	}
 	return w, nil
+}
+
+// RevokeAll revokes every open watch with the fail-closed deny of its operation carrying
+// reason (evalCode names the failure in its record): the service can no longer stand behind any
+// grant it watches (a required decision log that fails). New watches may open.
+func (h *Hub) RevokeAll(reason, evalCode string) {
+	h.mu.Lock()
+	n := 0
+	for _, g := range h.groups {
+		doc := decision.FailedDocument(g.operation)
+		doc.Reasons = []string{reason}
+		doc.Revision = g.anyLast().Revision
+		ev := Event{Kind: KindRevoke, Doc: doc, Operation: g.operation, EvalCode: evalCode}
+		for w := range g.watches {
+			w.revoke(ev)
+			n++
+		}
+		clear(g.watches)
+		h.drop(g)
+	}
+	h.mu.Unlock()
+	if n > 0 {
+		h.opts.Logger.Warn("every open watch is revoked", "watches", n, "reason", reason)
+	}
 }
 
 // Close revokes every open watch with the stopping document (reason service_stopping) and
@@ -339,10 +384,14 @@ func (h *Hub) pass() {
 	h.dirtyAll = false
 	clear(h.dirtyIDs)
 	clear(h.dirtyG)
+	h.passes++
+	pass := h.passes
 	h.mu.Unlock()
 	if len(todo) == 0 {
 		return
 	}
+	late := time.AfterFunc(h.opts.Deadline, func() { h.revokeLate(todo, pass) })
+	defer late.Stop()
 	work := make(chan *group)
 	var wg sync.WaitGroup
 	for range min(h.opts.Workers, len(todo)) {
@@ -413,9 +462,36 @@ func (h *Hub) redecide(g *group) {
 		h.drop(g)
 		return
 	}
+	g.pass = h.passes
 	ev.Kind = KindUpdate
 	for w := range g.watches {
 		w.update(ev)
+	}
+}
+
+// revokeLate revokes the watches of the groups of pass whose re-decision has not finished by
+// the deadline: their grant may be gone, and the service cannot tell in time.
+func (h *Hub) revokeLate(todo []*group, pass uint64) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	n := 0
+	for _, g := range todo {
+		if h.groups[g.key] != g || g.pass >= pass {
+			continue // decided, or gone
+		}
+		doc := decision.FailedDocument(g.operation)
+		doc.Revision = g.anyLast().Revision
+		ev := Event{Kind: KindRevoke, Doc: doc, Operation: g.operation, EvalCode: coded.EvalTimeout, Latency: h.opts.Deadline}
+		for w := range g.watches {
+			w.revoke(ev)
+			n++
+		}
+		clear(g.watches)
+		h.drop(g)
+	}
+	if n > 0 {
+		h.opts.Logger.Warn("watched decisions were not re-decided in time after a change; their watches are revoked",
+			"watches", n, "deadline", h.opts.Deadline)
 	}
 }
 

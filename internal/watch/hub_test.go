@@ -309,7 +309,7 @@ func TestByteBudget(t *testing.T) {
 	res, err := h.Reserve()
 	require.NoError(t, err)
 	_, err = h.Add(res, r2, body(t, r2), decision.Document{Allow: true}, h.Seq())
-	require.ErrorIs(t, err, ErrLimit)
+	require.ErrorIs(t, err, ErrBytes)
 	res.Release()
 	require.Equal(t, 2, h.Open(), "the two watches of r1")
 	w1.Close()
@@ -341,5 +341,43 @@ func TestReleaseAfterAddKeepsThePlace(t *testing.T) {
 	res.Release()
 	_, err = h.Add(res, req, body(t, req), decision.Document{Allow: true}, h.Seq())
 	require.Error(t, err)
+	require.Equal(t, 0, h.Open())
+}
+
+// slowDecider decides as fakeDecider after waiting for release (or its context).
+type slowDecider struct {
+	*fakeDecider
+	slow    atomic.Bool
+	release chan struct{}
+}
+
+func (d *slowDecider) Decide(ctx context.Context, req *snapshot.Request, f snapshot.Facts) (decision.Document, snapshot.Input, error) {
+	if d.slow.Load() {
+		select {
+		case <-d.release:
+		case <-ctx.Done():
+		}
+	}
+	return d.fakeDecider.Decide(ctx, req, f)
+}
+
+// TestReDecisionPastTheDeadlineRevokes: a change whose re-decision does not finish within
+// the deadline revokes its watches (the grant may be gone and the service cannot tell in
+// time); the late decision changes nothing after that, even when it would grant.
+func TestReDecisionPastTheDeadlineRevokes(t *testing.T) {
+	d := &slowDecider{fakeDecider: newFakeDecider(), release: make(chan struct{})}
+	h := New(d, nil, Options{Deadline: 50 * time.Millisecond})
+	defer h.Close()
+	w := open(t, h, d, request("p1", 1))
+	d.slow.Store(true)
+	h.FactsChanged("p1")
+	ev := next(t, w)
+	require.Equal(t, KindRevoke, ev.Kind)
+	require.False(t, ev.Doc.Allow)
+	require.Equal(t, coded.EvalTimeout, ev.EvalCode)
+	require.Equal(t, []string{"evaluation_failed"}, ev.Doc.Reasons)
+	close(d.release) // the late decision grants: nothing more is sent
+	_, err := w.Next(context.Background())
+	require.ErrorIs(t, err, ErrEnded)
 	require.Equal(t, 0, h.Open())
 }

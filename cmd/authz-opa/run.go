@@ -46,8 +46,9 @@ func runOPA(args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 		if err := refuseUnverifiedWatch(cmd); err != nil {
 			return err
 		}
-		format, _ := cmd.Flags().GetString("log-format")
-		logJSON = format != "text"
+		if f := cmd.Flags().Lookup("log-format"); f != nil { // json (the default), json-pretty or text
+			logJSON = f.Value.String() != "text"
+		}
 		log := hclog.New(&hclog.LoggerOptions{Name: "authz", Output: stderr, JSONFormat: logJSON})
 		warnWithoutGate(cmd, log)
 		stopHangup = reloadOnHangup(log)
@@ -134,6 +135,13 @@ func (f gateFactory) Validate(m *plugins.Manager, raw []byte) (any, error) {
 	c := cfg.(*opaplugin.Config)
 	c.FollowLogFormat(f.logJSON)
 	return c, nil
+}
+
+func (f gateFactory) New(m *plugins.Manager, config any) plugins.Plugin {
+	return maskingGate{
+		Plugin: f.Factory.New(m, config).(*opaplugin.Plugin),
+		masks:  &logMasking{m: m, log: hclog.New(&hclog.LoggerOptions{Name: "authz", Output: f.LogOutput, JSONFormat: f.logJSON})},
+	}
 }
 
 // startPluginHost starts the driver plugins of the plugins.authz section, as `authz serve`

@@ -27,11 +27,12 @@ var (
 
 // logMasking keeps OPA's decision log masking /input/environment/config while the user
 // configures no masks of their own: no decision_logs.mask_decision, no rule and no data at
-// data.system.log.mask. The default is data at system/log/mask (which OPA reads when no rule
+// data.system.log.mask, and OPA's write APIs closed. The default is data at system/log/mask (which OPA reads when no rule
 // defines it), written at start and again after each policy change that removed it (a bundle
 // whose roots cover system/log erases it; one that defines the rule replaces it).
 type logMasking struct {
 	m   *plugins.Manager
+	off bool // plugins.authz.opaWriteAPI: masks are the user's, through OPA's API
 	log hclog.Logger
 }
 
@@ -52,7 +53,7 @@ func maskConfigured(m *plugins.Manager) bool {
 
 // start writes the default and watches policy changes, unless masks are configured.
 func (l *logMasking) start(ctx context.Context) {
-	if maskConfigured(l.m) {
+	if l.off || maskConfigured(l.m) {
 		return
 	}
 	l.apply(ctx)

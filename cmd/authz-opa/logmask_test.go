@@ -21,8 +21,10 @@ func TestLogMaskDefault(t *testing.T) {
 		config string
 		data   map[string]any
 		rule   string
+		off    bool
 		want   any // the data at system/log/mask; nil: none
 	}{
+		{name: "OPA's write APIs open", config: logs, off: true},
 		{name: "decision logs, no masks", config: logs, want: defaultLogMask},
 		{name: "no decision logs", config: `{}`},
 		{name: "mask_decision configured", config: `{"decision_logs": {"console": true, "mask_decision": "/my/mask"}}`},
@@ -45,7 +47,7 @@ func TestLogMaskDefault(t *testing.T) {
 				}))
 				require.NotEmpty(t, m.GetCompiler().GetRulesWithPrefix(logMaskRef))
 			}
-			(&logMasking{m: m, log: hclog.NewNullLogger()}).start(t.Context())
+			(&logMasking{m: m, off: tt.off, log: hclog.NewNullLogger()}).start(t.Context())
 			got, err := storage.ReadOne(t.Context(), store, logMaskPath)
 			if tt.want == nil {
 				assert.True(t, storage.IsNotFound(err), "nothing written: %v, %v", got, err)

@@ -138,9 +138,13 @@ func (f gateFactory) Validate(m *plugins.Manager, raw []byte) (any, error) {
 }
 
 func (f gateFactory) New(m *plugins.Manager, config any) plugins.Plugin {
+	// With OPA's write APIs open, masks may come through OPA's Policy API, which refuses a
+	// mask rule where the default's data is: no default then.
+	writeAPI := config.(*opaplugin.Config).OPAWriteAPI
 	return maskingGate{
 		Plugin: f.Factory.New(m, config).(*opaplugin.Plugin),
-		masks:  &logMasking{m: m, log: hclog.New(&hclog.LoggerOptions{Name: "authz", Output: f.LogOutput, JSONFormat: f.logJSON})},
+		masks: &logMasking{m: m, off: writeAPI,
+			log: hclog.New(&hclog.LoggerOptions{Name: "authz", Output: f.LogOutput, JSONFormat: f.logJSON})},
 	}
 }
 

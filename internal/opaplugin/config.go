@@ -67,8 +67,8 @@ those of the authz serve configuration file, addr defaulting to ` + defaultAddr 
   authz run --server -c examples/opa.yaml --bundle policies
 
 The gate's log follows --log-format unless the section sets log.json. OPA's decision log
-masks /input/environment/config unless a mask policy (data.system.log.mask) or
-decision_logs.mask_decision is configured. More: docs/service.md, "Running inside OPA".
+masks /input/environment/config unless a mask policy (data.system.log.mask),
+decision_logs.mask_decision or opaWriteAPI is configured. More: docs/service.md, "Running inside OPA".
 `
 
 // Configured reports whether an OPA boot configuration has a plugins.authz section: in the

@@ -20,6 +20,10 @@ func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	err := run(ctx, os.Args[1:], os.Stdin, os.Stdout, os.Stderr)
 	stop()
+	var ex *execRequest
+	if errors.As(err, &ex) {
+		err = fmt.Errorf("run: %w", syscall.Exec(ex.path, ex.argv, os.Environ()))
+	}
 	if err != nil {
 		var ee *exitError
 		if errors.As(err, &ee) {

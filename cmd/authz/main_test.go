@@ -55,3 +55,23 @@ func authzBinary(t testing.TB) string {
 	require.NoError(t, binErr, "go build: %s", binPath)
 	return binPath
 }
+
+var (
+	opaOnce sync.Once
+	opaOut  string
+	opaErr  error
+)
+
+// runBinary is authzBinary with authz-opa (cmd/authz-opa) built beside it, where `authz run`
+// finds it: the tests of `authz run` run it as a user does.
+func runBinary(t testing.TB) string {
+	t.Helper()
+	bin := authzBinary(t)
+	opaOnce.Do(func() {
+		var out []byte
+		out, opaErr = exec.Command("go", "build", "-o", filepath.Join(binDir, opaBinary), "../authz-opa").CombinedOutput()
+		opaOut = string(out)
+	})
+	require.NoError(t, opaErr, "go build ../authz-opa: %s", opaOut)
+	return bin
+}

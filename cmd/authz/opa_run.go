@@ -2,106 +2,72 @@ package main
 
 import (
 	"context"
-	"errors"
+	"fmt"
 	"io"
 	"os"
-	"os/signal"
-	"syscall"
-
-	"github.com/hashicorp/go-hclog"
-	opacmd "github.com/open-policy-agent/opa/cmd"
-	"github.com/open-policy-agent/opa/v1/runtime"
-	"github.com/spf13/cobra"
+	"os/exec"
+	"path/filepath"
 
 	"github.com/authz-dev/authz/internal/opaplugin"
-	"github.com/authz-dev/authz/internal/server"
-	"github.com/authz-dev/authz/internal/service"
 )
 
-// runOPA is `authz run`: OPA's own run command, every flag, configuration key and API of
-// `opa run` included, with the gate registered as the OPA plugin plugins.authz
-// (internal/opaplugin). OPA handles SIGINT and SIGTERM itself: it stops its server, then its
-// plugins (the gate's server, then the driver plugins). SIGHUP never ends the process: it
-// reloads the gate's tokens file and decision log (reloadOnHangup).
-func runOPA(_ context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) error {
-	defer reloadOnHangup(stderr)()
-	// The gate compiles its policy from the bundles OPA activates, copied on their way in.
-	opaplugin.RegisterActivator()
-	runtime.RegisterPlugin(opaplugin.Name, opaplugin.Factory{StartHost: startPluginHost, LogOutput: stderr})
-	root := opacmd.Command(&cobra.Command{
-		Use:           "authz",
-		Short:         "authz: OPA with the authz gate built in",
-		SilenceUsage:  true,
-		SilenceErrors: true,
-	}, "OPA")
-	refuseUnverifiedWatch(root)
-	root.SetIn(stdin)
-	root.SetOut(stdout)
-	root.SetErr(stderr)
-	// OPA's version check asks GitHub about OPA releases, which say nothing about this build:
-	// off unless asked for (--skip-version-check=false).
-	root.SetArgs(append([]string{"run", "--skip-version-check"}, args...))
-	if err := root.Execute(); err != nil {
-		return &exitError{code: 1, msg: "run: " + err.Error()}
-	}
-	return nil
+// opaBinary is the executable that serves `authz run`: OPA's run command with the gate built
+// in (cmd/authz-opa). It is built apart from authz so that authz, and `go run ./cmd/authz
+// serve` on a fresh machine, do not compile OPA's command line.
+const opaBinary = "authz-opa"
+
+// missingOPA says how to get authz-opa, for `authz run` when it is not found.
+const missingOPA = `authz run is served by the authz-opa executable (OPA's run command with the gate built
+in), which is built apart from authz; none was found beside this executable or on PATH.
+From a clone of the repository, either run it directly:
+
+  go run ./cmd/authz-opa run --server -c examples/opa.yaml
+
+or build both executables side by side, and authz run finds it:
+
+  go build -o bin/ ./cmd/authz ./cmd/authz-opa    # then: bin/authz run ...
+  go install ./cmd/authz ./cmd/authz-opa          # or on your PATH
+`
+
+// execRequest asks main to replace the process by path with argv (syscall.Exec): `authz run`
+// becomes authz-opa, with the same process id, signals and standard streams.
+type execRequest struct {
+	path string
+	argv []string
 }
 
-// refuseUnverifiedWatch makes OPA's run command refuse --watch together with
-// --verification-key: OPA's file watcher loads a changed bundle file without verifying its
-// signature, so under --watch a file that is not signed, or signed earlier (a rollback), would
-// become the gate's policy. `authz serve --bundle FILE --watch --verification-key` verifies and
-// orders every reload.
-func refuseUnverifiedWatch(root *cobra.Command) {
-	for _, c := range root.Commands() {
-		if c.Name() != "run" {
-			continue
-		}
-		pre := c.PreRunE
-		c.PreRunE = func(cmd *cobra.Command, args []string) error {
-			watch, _ := cmd.Flags().GetBool("watch")
-			key, _ := cmd.Flags().GetString("verification-key")
-			if watch && key != "" {
-				return errors.New("--watch with --verification-key is refused: OPA's file watcher re-reads bundle files without verifying their signatures; " +
-					"drop --watch (restart to load a new signed bundle), serve signed bundles from a bundle server, or use `authz serve --bundle FILE --watch --verification-key KEY`, which verifies every reload")
-			}
-			if pre != nil {
-				return pre(cmd, args)
-			}
-			return nil
-		}
+func (e *execRequest) Error() string { return "exec " + e.path }
+
+// runOPA is `authz run`: it runs `authz-opa run ARGS` in this process's place, from beside
+// this executable, or else from PATH. Without one, it says how to get it (exit 1); asked for
+// help, it prints the gate's part of the help and the same advice (exit 0).
+func runOPA(_ context.Context, args []string, _ io.Reader, stdout, stderr io.Writer) error {
+	if path := findOPABinary(); path != "" {
+		return &execRequest{path: path, argv: append([]string{"authz", "run"}, args...)}
 	}
+	if wantsHelp(args) {
+		_, err := fmt.Fprint(stdout, opaplugin.Usage+"\nOPA's run command and its flags: authz-opa run -h.\n\n"+missingOPA)
+		return err
+	}
+	fmt.Fprint(stderr, missingOPA)
+	return &exitError{code: 1, msg: "run: " + opaBinary + " not found"}
 }
 
-// startPluginHost starts the driver plugins of the plugins.authz section, as `authz serve`
-// starts those of its configuration file.
-func startPluginHost(ctx context.Context, cfg service.Config, logger hclog.Logger) (server.FactsSource, func(), error) {
-	return service.StartPlugins(ctx, cfg, logger)
-}
-
-// reloadOnHangup catches SIGHUP for as long as `authz run` runs, so that it never ends the
-// process (a logrotate postrotate `kill -HUP` included): each one reloads what the gate can
-// reload (opaplugin.Reload), and says so when no gate serves yet. It returns the function that
-// stops catching it.
-func reloadOnHangup(stderr io.Writer) func() {
-	hup := make(chan os.Signal, 1)
-	signal.Notify(hup, syscall.SIGHUP)
-	done := make(chan struct{})
-	go func() {
-		for {
-			select {
-			case <-done:
-				return
-			case <-hup:
-				if opaplugin.Reload() == 0 {
-					hclog.New(&hclog.LoggerOptions{Name: "authz", Output: stderr}).
-						Info("reload: SIGHUP received; the gate does not serve yet, nothing to reload")
-				}
+// findOPABinary returns the path of authz-opa beside this executable, or else on PATH; "" when
+// there is none.
+func findOPABinary() string {
+	if self, err := os.Executable(); err == nil {
+		if self, err = filepath.EvalSymlinks(self); err == nil {
+			beside := filepath.Join(filepath.Dir(self), opaBinary)
+			if fi, err := os.Stat(beside); err == nil && fi.Mode().IsRegular() && fi.Mode().Perm()&0o111 != 0 {
+				return beside
 			}
 		}
-	}()
-	return func() {
-		signal.Stop(hup)
-		close(done)
 	}
+	if path, err := exec.LookPath(opaBinary); err == nil {
+		if abs, err := filepath.Abs(path); err == nil {
+			return abs
+		}
+	}
+	return ""
 }

@@ -2,9 +2,11 @@ package main
 
 import (
 	"context"
+	"io"
 	"maps"
 	"net"
 	"net/http"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
@@ -16,6 +18,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/authz-dev/authz/internal/decision"
+	"github.com/authz-dev/authz/internal/opaplugin"
 	"github.com/authz-dev/authz/internal/policy/policytest"
 	"github.com/authz-dev/authz/internal/specexamples"
 	"github.com/authz-dev/authz/internal/testutil"
@@ -122,7 +125,7 @@ func TestRunInsideOPADecidesLikeServe(t *testing.T) {
 // startRun starts `authz run args...`; it is killed when the test ends, if still running.
 func startRun(t testing.TB, args ...string) *testutil.Process {
 	t.Helper()
-	return testutil.StartProcess(t, "", authzBinary(t), append([]string{"run"}, args...)...)
+	return testutil.StartProcess(t, "", runBinary(t), append([]string{"run"}, args...)...)
 }
 
 // TestRunInsideOPAWithExampleDriver: with an empty plugins.authz section, `authz run` starts
@@ -158,7 +161,7 @@ func TestRunInsideOPAWithExampleDriver(t *testing.T) {
 // TestRunRefusesBadPluginConfig: a plugins.authz section OPA's runtime cannot start fails
 // `authz run` (exit status 1) before it serves, naming the field.
 func TestRunRefusesBadPluginConfig(t *testing.T) {
-	bin := authzBinary(t)
+	bin := runBinary(t)
 	dir := t.TempDir()
 	facts := testutil.WriteFile(t, dir, "facts.json", specFacts)
 	busy, err := net.Listen("tcp", "127.0.0.1:0")
@@ -192,12 +195,59 @@ func TestRunRefusesBadPluginConfig(t *testing.T) {
 	}
 }
 
-// TestRunHelpIsOPAs: `authz run -h` is OPA's help of its run command.
+// TestRunHelpIsOPAs: `authz run -h` (authz-opa's run) starts with the gate: what it is, the
+// plugins.authz section and where the docs are; then comes OPA's help of its run command.
 func TestRunHelpIsOPAs(t *testing.T) {
-	code, out, _ := runCLI(t, "", "run", "-h")
-	require.Equal(t, 0, code)
-	assert.Contains(t, out, "Start an instance of OPA")
-	for _, flag := range []string{"--bundle", "--config-file", "--server", "--verification-key", "--watch"} {
-		assert.True(t, strings.Contains(out, flag), "flag %s in:\n%s", flag, out)
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, runBinary(t), "run", "-h")
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	b, err := cmd.Output()
+	require.NoError(t, err, "stderr: %s", stderr.String())
+	out := string(b)
+	assert.True(t, strings.HasPrefix(out, opaplugin.Usage), "the gate's help first:\n%s", out)
+	for _, s := range []string{"plugins.authz", "plugins:\n    authz:\n      addr: 127.0.0.1:8182", "docs/service.md", "examples/opa.yaml"} {
+		assert.Contains(t, opaplugin.Usage, s)
 	}
+	gate, opa := strings.Index(out, "plugins.authz"), strings.Index(out, "Start an instance of OPA")
+	require.Positive(t, opa, out)
+	assert.Less(t, gate, opa, "the gate before OPA")
+	for _, flag := range []string{"--bundle", "--config-file", "--server", "--verification-key", "--watch", "--log-format"} {
+		assert.True(t, strings.Contains(out[opa:], flag), "flag %s in:\n%s", flag, out)
+	}
+	assert.Empty(t, stderr.String())
+}
+
+// TestRunWithoutAuthzOPA: without authz-opa beside authz or on PATH, `authz run` says how to
+// run or build it (exit 1), and `authz run -h` prints the gate's help with the same advice
+// (exit 0).
+func TestRunWithoutAuthzOPA(t *testing.T) {
+	t.Setenv("PATH", t.TempDir())
+	code, out, errOut := runCLI(t, "", "run", "--server")
+	assert.Equal(t, 1, code)
+	assert.Empty(t, out)
+	assert.Contains(t, errOut, "go run ./cmd/authz-opa run --server -c examples/opa.yaml")
+	assert.Contains(t, errOut, "go build -o bin/ ./cmd/authz ./cmd/authz-opa")
+	assert.Contains(t, errOut, "authz: run: authz-opa not found")
+
+	code, out, errOut = runCLI(t, "", "run", "-h")
+	assert.Equal(t, 0, code, errOut)
+	assert.True(t, strings.HasPrefix(out, opaplugin.Usage), out)
+	assert.Contains(t, out, "go run ./cmd/authz-opa run")
+	assert.Empty(t, errOut)
+}
+
+// TestRunFindsAuthzOPA: `authz run ARGS` asks main to become `authz-opa run ARGS`, found beside
+// authz or else on PATH.
+func TestRunFindsAuthzOPA(t *testing.T) {
+	dir := t.TempDir()
+	bin := testutil.WriteFile(t, dir, opaBinary, "#!/bin/sh\n")
+	require.NoError(t, os.Chmod(bin, 0o755))
+	t.Setenv("PATH", dir)
+	err := run(t.Context(), []string{"run", "--server", "-c", "x.yaml"}, nil, io.Discard, io.Discard)
+	var ex *execRequest
+	require.ErrorAs(t, err, &ex)
+	assert.Equal(t, bin, ex.path)
+	assert.Equal(t, []string{"authz", "run", "--server", "-c", "x.yaml"}, ex.argv)
 }

@@ -31,7 +31,7 @@ func pemKeyYAML(name, pub string) string {
 // serve, before anything is served.
 func TestRunRefusesUnboundBundleKeys(t *testing.T) {
 	a, b := policytest.Keys(t)
-	bin := authzBinary(t)
+	bin := runBinary(t)
 	dir := t.TempDir()
 	facts := testutil.WriteFile(t, dir, "facts.json", specFacts)
 	head := "plugins:\n  authz:\n    addr: 127.0.0.1:0\n    facts: " + facts + "\n" +
@@ -111,7 +111,7 @@ func TestRunReloadsOnSIGHUP(t *testing.T) {
 // adopt an unsigned or older bundle on the next save: it is refused at start, serving nothing.
 func TestRunRefusesWatchWithVerificationKey(t *testing.T) {
 	a, _ := policytest.Keys(t)
-	bin := authzBinary(t)
+	bin := runBinary(t)
 	dir := t.TempDir()
 	pub := testutil.WriteFile(t, dir, "key.pub", a.Public)
 	bundleDir := filepath.Join(dir, "bundle")

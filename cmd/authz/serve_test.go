@@ -91,7 +91,8 @@ func startServe(t testing.TB, args ...string) (stderr *testutil.SyncBuffer, stop
 	return stderr, stop
 }
 
-var listeningAddr = regexp.MustCompile(`listening: addr=(\S+)`)
+// listeningAddr matches the `listening addr=...` log line, as text or as a JSON line.
+var listeningAddr = regexp.MustCompile(`(?:listening: addr=|"@message":"listening",.*"addr":")([^"\s]+)`)
 
 // waitListening waits for the `listening addr=...` log line and returns the address.
 func waitListening(t testing.TB, stderr *testutil.SyncBuffer) string {

@@ -43,6 +43,64 @@ type Config struct {
 
 	// staticFacts is the facts file, loaded by Validate, when Facts is set.
 	staticFacts *server.StaticFacts
+	// logFormatSet is whether the section sets log.json (FollowLogFormat leaves it then).
+	logFormatSet bool
+}
+
+// Usage is the gate's part of the help of `authz run`, printed before OPA's.
+const Usage = `authz run is OPA's run command with the authz gate built in. The OPA plugin plugins.authz
+serves the gate's endpoints (POST /v1/authorize, /v1/capabilities, /v1/data/authz/decision,
+AuthZEN, GET /v1/plugins, /health, /metrics, ...) on an address of its own, beside OPA's API
+(--addr). It decides with the policy of the bundles OPA activates (--bundle, or the bundles
+section), and with the embedded policy when there is none.
+
+The gate serves only when OPA's configuration has a plugins.authz section; its fields are
+those of the authz serve configuration file, addr defaulting to ` + defaultAddr + `:
+
+  plugins:
+    authz:
+      addr: ` + defaultAddr + `      # the gate's endpoints
+      # plugins: [...]             # the driver plugins (default: the built-in example driver)
+      # facts: facts.json          # or a static facts file instead of plugins
+      # opaWriteAPI: true          # open OPA's policy and data write APIs (off by default)
+
+  authz run --server -c examples/opa.yaml --bundle policies
+
+The gate's log follows --log-format unless the section sets log.json. OPA's decision log
+masks /input/environment/config unless a mask policy (data.system.log.mask),
+decision_logs.mask_decision or opaWriteAPI is configured. More: docs/service.md, "Running inside OPA".
+`
+
+// Configured reports whether an OPA boot configuration has a plugins.authz section: in the
+// configuration file src, or in one of the --set and --set-file overrides (key=value), and
+// whether it configures discovery (which may add the section later).
+func Configured(src []byte, overrides []string) (configured, discovery bool) {
+	var doc struct {
+		Plugins   map[string]any `yaml:"plugins"`
+		Discovery any            `yaml:"discovery"`
+	}
+	_ = yaml.Unmarshal(src, &doc) // OPA reports a configuration it cannot read
+	_, configured = doc.Plugins[Name]
+	discovery = doc.Discovery != nil
+	for _, o := range overrides {
+		key, _, _ := strings.Cut(o, "=")
+		key = strings.TrimSpace(key)
+		if key == section || strings.HasPrefix(key, section+".") {
+			configured = true
+		}
+		if key == "discovery" || strings.HasPrefix(key, "discovery.") {
+			discovery = true
+		}
+	}
+	return configured, discovery
+}
+
+// FollowLogFormat writes the gate's log as JSON lines when json is true (OPA's --log-format is
+// json), as text otherwise, unless the section sets log.json itself.
+func (c *Config) FollowLogFormat(json bool) {
+	if !c.logFormatSet {
+		c.Log.JSON = json
+	}
 }
 
 // writeAPIField is the field of plugins.authz that opens OPA's write APIs.
@@ -127,6 +185,9 @@ func parseConfig(raw []byte, startHost HostStarter) (*Config, error) {
 		return nil, renameConfigErr(err)
 	}
 	cfg := &Config{Config: sc, OPAWriteAPI: writeAPI}
+	if log, ok := present["log"].(map[string]any); ok {
+		_, cfg.logFormatSet = log["json"]
+	}
 	switch {
 	case sc.Facts != "":
 		if cfg.staticFacts, err = server.LoadStaticFacts(sc.Facts); err != nil {

@@ -172,9 +172,10 @@ func watchCount(t testing.TB) int {
 	return 1000
 }
 
-// watchConfig is a configuration file whose limits admit n watches.
+// watchConfig is a configuration file whose limits admit n watches (a parked watch does not
+// count against limits.maxConnections, which stays at its default).
 func watchConfig(t testing.TB, n int) string {
-	return testutil.WriteFile(t, t.TempDir(), "config.yaml", fmt.Sprintf("limits:\n  maxConnections: %d\n  fdReserve: 64\n", n+64))
+	return testutil.WriteFile(t, t.TempDir(), "config.yaml", fmt.Sprintf("limits:\n  maxWatches: %d\n", max(n, 10000)))
 }
 
 // TestWatchRevokedWhenTheWorkerIsKilled: under n open watches of the example driver's grant,

@@ -28,9 +28,13 @@ import (
 	"github.com/authz-dev/authz/internal/testdrivers/liveness"
 )
 
-// hostileChaosDuration is how long TestChaosWithHostileDrivers makes decisions while it kills
-// workers.
-const hostileChaosDuration = 10 * time.Second
+// hostileChaosKills is how many workers TestChaosWithHostileDrivers kills (two per plugin on
+// average, one every 250 ms) before it ends, once every behaviour it checks was seen; it ends
+// at hostileChaosBound in any case, and the checks say what did not happen.
+const (
+	hostileChaosKills = 16
+	hostileChaosBound = 2 * time.Minute
+)
 
 // workerSeen is one generation of a plugin's worker as the test saw it.
 type workerSeen struct {
@@ -334,8 +338,38 @@ func TestChaosWithHostileDrivers(t *testing.T) {
 		}
 	})
 
-	chaos := time.NewTimer(hostileChaosDuration)
-	<-chaos.C
+	enough := func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		total, honest := 0, false
+		for _, n := range kills {
+			total += n
+		}
+		decidedOn := map[string]bool{}
+		for _, d := range decisions {
+			decidedOn[d.plugin] = true
+			honest = honest || (d.plugin == "honest" && d.allow)
+		}
+		checkedOn := map[string]bool{}
+		for _, a := range answers {
+			checkedOn[a.plugin] = true
+		}
+		restarted := map[string]bool{}
+		for _, p := range h.Plugins() {
+			restarted[p.ID] = p.Restarts > 0
+		}
+		return total >= hostileChaosKills && honest && len(decidedOn) == len(plugins) &&
+			checkedOn["slowcheck"] && checkedOn["hugeerror"] && asked > 0 &&
+			restarted["selfstop"] && restarted["headless"] && len(escapees) > 0
+	}
+	chaosStart := time.Now()
+	for !enough() && time.Since(chaosStart) < hostileChaosBound {
+		select {
+		case <-t.Context().Done():
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+	chaosTook := time.Since(chaosStart)
 	close(stop)
 	wg.Wait()
 
@@ -392,7 +426,7 @@ func TestChaosWithHostileDrivers(t *testing.T) {
 	for _, p := range h.Plugins() {
 		restarts[p.ID] = p.Restarts
 	}
-	t.Logf("hostile chaos for %s: %d decisions, %d grants (%d false), %d grants of the honest plugin", hostileChaosDuration, len(decisions), grants, falseGrants, granted["honest"])
+	t.Logf("hostile chaos for %s: %d decisions, %d grants (%d false), %d grants of the honest plugin", chaosTook.Round(time.Millisecond), len(decisions), grants, falseGrants, granted["honest"])
 	for _, id := range plugins {
 		t.Logf("  %-10s decisions %4d, grants %4d, kills %3d, restarts %3d", id, decided[id], granted[id], kills[id], restarts[id])
 	}

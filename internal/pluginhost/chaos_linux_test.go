@@ -21,8 +21,13 @@ import (
 	"github.com/authz-dev/authz/internal/testutil"
 )
 
-// chaosDuration is how long TestChaos makes decisions while it kills drivers.
-const chaosDuration = 20 * time.Second
+// chaosKills is how many workers TestChaos kills (four of each plugin, one every 300 ms) before
+// it ends, once the honest drivers granted between kills; it ends at chaosBound in any case,
+// and the checks say what did not happen.
+const (
+	chaosKills = 12
+	chaosBound = 2 * time.Minute
+)
 
 // chaosDecision is one decision TestChaos made.
 type chaosDecision struct {
@@ -174,7 +179,24 @@ func TestChaos(t *testing.T) {
 			}
 		})
 	}
-	time.Sleep(chaosDuration)
+	enough := func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		grantsAfterKills := 0
+		for _, d := range decisions {
+			if d.allow && len(kills) > 0 && d.start.After(kills[0].at) {
+				grantsAfterKills++
+			}
+		}
+		return len(kills) >= chaosKills && grantsAfterKills > 0
+	}
+	chaosStart := time.Now()
+	for !enough() && time.Since(chaosStart) < chaosBound {
+		select {
+		case <-t.Context().Done():
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
 	close(stop)
 	wg.Wait()
 	stopFlipping()

@@ -39,11 +39,11 @@ func init() {
 	}
 }
 
-// hostilePlugin configures the test binary as the hostile driver in mode, reporting a key of
+// hostilePlugin configures the test driver as the hostile driver in mode, reporting a key of
 // its own, writing what it did to out.
 func hostilePlugin(tb testing.TB, id, mode, out string, flags ...string) PluginConfig {
 	tb.Helper()
-	path, sum := selfBinary(tb)
+	path, sum := driverBinary(tb)
 	args := append([]string{hostile.Marker, mode, "-key", "test.hostile." + id, "-out", out}, flags...)
 	return PluginConfig{ID: id, Path: path, SHA256: sum, Args: args}
 }
@@ -152,7 +152,8 @@ func TestDriverOfANonRootHostCannotReachIntoIt(t *testing.T) {
 	gid, _ := strconv.Atoi(nobody.Gid)
 
 	// A copy of the test binary that nobody may execute (the build directory is private).
-	path, _ := selfBinary(t)
+	path, err := os.Executable()
+	require.NoError(t, err)
 	dir := sharedDir(t)
 	binDir := filepath.Join(dir, "bin")
 	require.NoError(t, os.Mkdir(binDir, 0o755))

@@ -273,7 +273,7 @@ func TestEmptyFactsFileIsWellFormed(t *testing.T) {
 
 func TestPinMismatchRefused(t *testing.T) {
 	p := driverPlugin(t, "pinned")
-	_, realSum := selfBinary(t)
+	_, realSum := driverBinary(t)
 	p.SHA256 = strings.Repeat("0", 64)
 	h, rec := startHost(t, testConfig(t, p))
 
@@ -300,6 +300,7 @@ func TestPinMismatchRefused(t *testing.T) {
 }
 
 func TestInsecureSkipPinCheckWarns(t *testing.T) {
+	runParallel(t)
 	p := driverPlugin(t, "unpinned")
 	p.SHA256 = ""
 	logs := &testutil.SyncBuffer{}
@@ -313,6 +314,7 @@ func TestInsecureSkipPinCheckWarns(t *testing.T) {
 }
 
 func TestCrashIsNoticedAtOnceAndRestarted(t *testing.T) {
+	runParallel(t)
 	h, rec := startHost(t, testConfig(t, driverPlugin(t, "crashy")))
 	waitStarted(t, h, rec)
 	first := state(t, h, "crashy").Worker
@@ -353,6 +355,7 @@ func TestCrashIsNoticedAtOnceAndRestarted(t *testing.T) {
 }
 
 func TestCrashAfterRPCs(t *testing.T) {
+	runParallel(t)
 	// The driver exits with status 3 on its third RPC: the first config check.
 	h, rec := startHost(t, testConfig(t, driverPlugin(t, "flaky", "-crash-after", "2")))
 	waitStarted(t, h, rec)
@@ -407,6 +410,7 @@ func TestCloseDuringStartIsQuick(t *testing.T) {
 }
 
 func TestInvalidManifestIsRefused(t *testing.T) {
+	runParallel(t)
 	tests := []struct {
 		name    string
 		flags   []string
@@ -442,6 +446,7 @@ func TestInvalidManifestIsRefused(t *testing.T) {
 }
 
 func TestMissingMethodIsReported(t *testing.T) {
+	runParallel(t)
 	h, rec := startHost(t, testConfig(t, driverPlugin(t, "nodup", "-omit-method", "duplexChannelOpen")))
 	waitStarted(t, h, rec)
 	w, ok := h.Worker("nodup")
@@ -451,6 +456,7 @@ func TestMissingMethodIsReported(t *testing.T) {
 }
 
 func TestStdoutNoiseBeforeHandshake(t *testing.T) {
+	runParallel(t)
 	cfg := testConfig(t, driverPlugin(t, "noisy", "-stdout-noise"))
 	cfg.MinBackoff, cfg.MaxBackoff = time.Second, time.Second
 	h, _ := startHost(t, cfg)
@@ -461,6 +467,7 @@ func TestStdoutNoiseBeforeHandshake(t *testing.T) {
 }
 
 func TestConfigValid(t *testing.T) {
+	runParallel(t)
 	cfg := testConfig(t,
 		// Crashes on its first config check: any call that reaches it shows.
 		driverPlugin(t, "strict", "-crash-after", "3"),
@@ -550,6 +557,7 @@ func TestConfigValid(t *testing.T) {
 }
 
 func TestConfigValidCachePerGeneration(t *testing.T) {
+	runParallel(t)
 	// Three RPCs per process: Describe, SupportedMethods and one config check; the next crashes.
 	h, rec := startHost(t, testConfig(t, driverPlugin(t, "gen", "-crash-after", "3")))
 	waitStarted(t, h, rec)
@@ -613,6 +621,7 @@ func TestBackoff(t *testing.T) {
 }
 
 func TestFailingPluginIsRetried(t *testing.T) {
+	runParallel(t)
 	p := driverPlugin(t, "bad")
 	p.SHA256 = strings.Repeat("1", 64)
 	cfg := testConfig(t, p)

@@ -23,11 +23,11 @@ import (
 	"github.com/authz-dev/authz/internal/testutil"
 )
 
-// impostorBinary writes a copy of the test binary with a few bytes appended: it runs the same
+// impostorBinary writes a copy of the test driver with a few bytes appended: it runs the same
 // drivers, but it is not the pinned binary (another digest, another file).
 func impostorBinary(tb testing.TB, dir string) string {
 	tb.Helper()
-	self, _ := selfBinary(tb)
+	self, _ := driverBinary(tb)
 	src, err := os.Open(self)
 	require.NoError(tb, err)
 	defer func() { _ = src.Close() }()
@@ -42,12 +42,12 @@ func impostorBinary(tb testing.TB, dir string) string {
 	return path
 }
 
-// flippingBinary makes dir/name a symlink to the pinned test binary and returns its path, its
+// flippingBinary makes dir/name a symlink to the pinned test driver and returns its path, its
 // pin, and flip, which points the path at the pinned binary (even i) or at an impostor (odd i)
 // in one atomic rename: a hard link of a prepared symlink renamed over the path.
 func flippingBinary(tb testing.TB, dir, name string) (link, sum string, flip func(i int)) {
 	tb.Helper()
-	self, sum := selfBinary(tb)
+	self, sum := driverBinary(tb)
 	impostor := impostorBinary(tb, dir)
 	link = filepath.Join(dir, name)
 	require.NoError(tb, os.Symlink(self, link))
@@ -66,6 +66,7 @@ func flippingBinary(tb testing.TB, dir, name string) (link, sum string, flip fun
 // and an impostor as fast as possible while the worker restarts over and over. Whatever the
 // timing, what runs is what was hashed: no impostor is ever ready under the pin.
 func TestPinBindsTheBytesThatRun(t *testing.T) {
+	runParallel(t)
 	link, sum, flip := flippingBinary(t, t.TempDir(), "driver")
 
 	cfg := testConfig(t, PluginConfig{ID: "swapped", Path: link, SHA256: sum, Args: []string{identity.Marker, "serve"}})
@@ -103,8 +104,9 @@ func TestPinBindsTheBytesThatRun(t *testing.T) {
 // TestWritableBinaryIsRefused: a binary in a directory that others may write is refused by
 // default, with what to do next; allowWritableBinary starts it with a warning.
 func TestWritableBinaryIsRefused(t *testing.T) {
+	runParallel(t)
 	dir := t.TempDir()
-	self, sum := selfBinary(t)
+	self, sum := driverBinary(t)
 	path := filepath.Join(dir, "driver")
 	require.NoError(t, os.Link(self, path))
 	require.NoError(t, os.Chmod(dir, 0o777))
@@ -126,6 +128,7 @@ func TestWritableBinaryIsRefused(t *testing.T) {
 // program is never ready: one that execve's an unpinned binary (same pid), one that points the
 // host at the unix socket of an unpinned child, and one that points it at a TCP relay.
 func TestHostTalksOnlyToTheVerifiedProcess(t *testing.T) {
+	runParallel(t)
 	impostor := impostorBinary(t, t.TempDir())
 	tests := []struct {
 		name    string
@@ -165,6 +168,7 @@ func TestHostTalksOnlyToTheVerifiedProcess(t *testing.T) {
 // TestDeadDriverWithChildHoldingPipes: a SIGKILLed driver whose child holds its stdout and
 // stderr is gone at once, restarted, and Close is bounded; the child does not survive.
 func TestDeadDriverWithChildHoldingPipes(t *testing.T) {
+	runParallel(t)
 	pidFile := filepath.Join(t.TempDir(), "child")
 	h, rec := startHost(t, testConfig(t, identityPlugin(t, "holder", "-child-holds-pipes", pidFile)))
 	waitStarted(t, h, rec)
@@ -196,6 +200,7 @@ func TestDeadDriverWithChildHoldingPipes(t *testing.T) {
 // decision after the death is visible in the process table, carries no worker and denies with
 // worker_not_running; the kernel is asked, not the supervisor.
 func TestDeadWorkerDeniedAtOnce(t *testing.T) {
+	runParallel(t)
 	h, rec := startHost(t, testConfig(t, identityPlugin(t, "victim")))
 	eng, err := decision.New(t.Context(), decision.Options{ConfigCheckTimeout: 5 * time.Second})
 	require.NoError(t, err)
@@ -241,6 +246,7 @@ func (f frozenFacts) Plugin(string) (snapshot.PluginFacts, bool) { return f.pf, 
 // the driver is SIGKILLed (they are reparented to the host, a subreaper) and when the host
 // closes.
 func TestDescendantsEndWithTheirDriver(t *testing.T) {
+	runParallel(t)
 	pidFile := filepath.Join(t.TempDir(), "pids")
 	h, rec := startHost(t, testConfig(t, identityPlugin(t, "spawner", "-setsid-children", "5", "-pidfile", pidFile)))
 	waitStarted(t, h, rec)
@@ -291,6 +297,7 @@ func TestInheritedDescriptorsDoNotReachDrivers(t *testing.T) {
 
 // TestNoSocketLeftBehind: neither failed starts nor killed workers leave their unix sockets.
 func TestNoSocketLeftBehind(t *testing.T) {
+	runParallel(t)
 	sockets := t.TempDir()
 	cfg := testConfig(t, driverPlugin(t, "bad", "-kind", "bogus"), driverPlugin(t, "killed"))
 	cfg.SocketDir = sockets

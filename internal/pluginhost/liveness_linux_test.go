@@ -24,11 +24,11 @@ import (
 // graceful request, the SIGKILL and the reaping, with room for a busy machine.
 const stopBound = 20 * time.Second
 
-// livenessPlugin configures the test binary as the driver of internal/testdrivers/liveness,
+// livenessPlugin configures the test driver as the driver of internal/testdrivers/liveness,
 // which stops answering (mode) shortly after the host found it ready.
 func livenessPlugin(tb testing.TB, id, mode string) PluginConfig {
 	tb.Helper()
-	path, sum := selfBinary(tb)
+	path, sum := driverBinary(tb)
 	return PluginConfig{ID: id, Path: path, SHA256: sum, Args: []string{liveness.Marker, "-mode", mode}}
 }
 
@@ -209,7 +209,7 @@ func TestMainThreadExitIsRestarted(t *testing.T) {
 // show in Plugins); with ReadinessAllPlugins it is ready only while every enabled plugin has a
 // live worker.
 func TestReadinessAfterStart(t *testing.T) {
-	path, sum := selfBinary(t)
+	path, sum := driverBinary(t)
 	crashing := PluginConfig{ID: "crashing", Path: path, SHA256: sum, Args: []string{asFailingDriver}}
 	tests := []struct {
 		name      string
@@ -274,7 +274,7 @@ func TestPinDrift(t *testing.T) {
 // than the in-memory copy's, each prefix once, and no go-plugin warning about a graceful exit
 // that was never asked for.
 func TestDriverFailureMessages(t *testing.T) {
-	path, sum := selfBinary(t)
+	path, sum := driverBinary(t)
 	garbage := filepath.Join(t.TempDir(), "not-an-executable")
 	require.NoError(t, os.WriteFile(garbage, []byte("\x00\x01 neither ELF nor script\n"), 0o755))
 	garbageSum, err := FileSHA256(garbage)

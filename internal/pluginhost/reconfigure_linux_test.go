@@ -21,11 +21,11 @@ import (
 	"github.com/authz-dev/authz/internal/testutil"
 )
 
-// driverCopy writes a copy of the test binary with other bytes (a trailer appended) to
+// driverCopy writes a copy of the test driver with other bytes (a trailer appended) to
 // dir/name: it runs the same drivers under another pin. It returns its path and pin.
 func driverCopy(tb testing.TB, dir, name string) (path, sum string) {
 	tb.Helper()
-	self, _ := selfBinary(tb)
+	self, _ := driverBinary(tb)
 	return testutil.CopyWithTrailer(tb, self, dir, name, "\x00another build of the driver")
 }
 
@@ -72,6 +72,7 @@ func readyWorker(tb testing.TB, h *Host, rec *pidRecorder, id string, after uint
 // decisions; a plugin configured as before keeps its worker, pid and generation. The new list's
 // order is the listings' order.
 func TestReconfigureAddsRemovesAndKeeps(t *testing.T) {
+	runParallel(t)
 	pidFile := filepath.Join(t.TempDir(), "child")
 	keep := keyedDriver(t, "keep", "acme.keep")
 	gone := identityPlugin(t, "gone", "-child-holds-pipes", pidFile)
@@ -122,11 +123,12 @@ func TestReconfigureAddsRemovesAndKeeps(t *testing.T) {
 // arguments; its old worker has ended when Reconfigure returns, and the other plugin is not
 // touched. A pin that does not match the file refuses the start (PIN_MISMATCH).
 func TestReconfigureRepinsToNewBinary(t *testing.T) {
+	runParallel(t)
 	h, rec := startHost(t, testConfig(t, keyedDriver(t, "p", "acme.old"), keyedDriver(t, "other", "acme.other")))
 	waitStarted(t, h, rec)
 	before := state(t, h, "p")
 	other := state(t, h, "other")
-	_, selfSum := selfBinary(t)
+	_, selfSum := driverBinary(t)
 	exeSum, err := FileSHA256("/proc/" + strconv.Itoa(before.Worker.PID) + "/exe")
 	require.NoError(t, err)
 	require.Equal(t, selfSum, exeSum)
@@ -165,6 +167,7 @@ func TestReconfigureRepinsToNewBinary(t *testing.T) {
 // enabling it again starts the next generation (not generation 1 again: a config check asked
 // about an old generation is never answered by a new worker).
 func TestReconfigureDisablesAndEnables(t *testing.T) {
+	runParallel(t)
 	p := keyedDriver(t, "p", "acme.p")
 	h, rec := startHost(t, testConfig(t, p))
 	waitStarted(t, h, rec)
@@ -196,6 +199,7 @@ func TestReconfigureDisablesAndEnables(t *testing.T) {
 // an error naming the field; no plugin is started, stopped or restarted. The same list again
 // changes nothing either.
 func TestReconfigureInvalidListChangesNothing(t *testing.T) {
+	runParallel(t)
 	a := keyedDriver(t, "a", "acme.a")
 	b := keyedDriver(t, "b", "acme.b")
 	h, rec := startHost(t, testConfig(t, a, b))
@@ -245,6 +249,7 @@ func TestReconfigureInvalidListChangesNothing(t *testing.T) {
 // (KEY_CONFLICT) and loses its worker, and no listing shows the key twice; once the other is
 // removed, the added plugin keeps its worker.
 func TestReconfigureKeepsKeysUnique(t *testing.T) {
+	runParallel(t)
 	holder := keyedDriver(t, "holder", "acme.shared")
 	h, rec := startHost(t, testConfig(t, holder))
 	waitStarted(t, h, rec)
@@ -306,6 +311,7 @@ type reconfigDecision struct {
 // configuration: a worker's generation always ran under the key its record shows. Only the
 // honest configuration grants; between the two, decisions deny as not ready or not running.
 func TestReconfigureNeverMixesGenerations(t *testing.T) {
+	runParallel(t)
 	honest := keyedDriver(t, "p", "acme.honest")
 	path, sum := driverCopy(t, t.TempDir(), "lying-driver")
 	lying := PluginConfig{ID: "p", Path: path, SHA256: sum, Args: []string{asDriver, "-plugin-key", "acme.lying", "-omit-method", "duplexChannelOpen"}}
@@ -412,6 +418,7 @@ func TestReconfigureNeverMixesGenerations(t *testing.T) {
 // applies the lists one after the other, and Close in the middle of them ends everything: each
 // call returns nil or ErrClosed, no process or goroutine is left behind (startHost checks).
 func TestReconfigureConcurrentCallsAndClose(t *testing.T) {
+	runParallel(t)
 	a := keyedDriver(t, "a", "acme.a")
 	b := keyedDriver(t, "b", "acme.b")
 	bRejecting := keyedDriver(t, "b", "acme.b", "-reject-config")
@@ -502,6 +509,7 @@ func TestReplaceBuiltinProviders(t *testing.T) {
 // for the plugins configured now once a Reconfigure replaced it: it returns when those are
 // ready, not before.
 func TestWaitStartedFollowsReconfigure(t *testing.T) {
+	runParallel(t)
 	h, rec := startHost(t, testConfig(t, driverPlugin(t, "hangs", "-hang-at-start")))
 	waited := make(chan error, 1)
 	go func() {
@@ -524,6 +532,7 @@ func TestWaitStartedFollowsReconfigure(t *testing.T) {
 // has stopped, Reconfigure returns the changes with ErrStillStopping and the context's error;
 // the new list is in effect and the worker stops all the same.
 func TestReconfigureReturnsWhileStillStopping(t *testing.T) {
+	runParallel(t)
 	h, rec := startHost(t, testConfig(t, keyedDriver(t, "a", "acme.a")))
 	waitStarted(t, h, rec)
 	pid := state(t, h, "a").Worker.PID

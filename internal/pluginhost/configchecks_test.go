@@ -115,8 +115,9 @@ func TestConfigCheckCoalesced(t *testing.T) {
 
 // TestConfigCheckAnswerBounded: a driver that answers a config check with megabytes of text
 // costs the host little memory, and what is kept of its text is short.
+//
+// Sequential: it counts what the whole process allocates.
 func TestConfigCheckAnswerBounded(t *testing.T) {
-	runParallel(t)
 	const big = 4 << 20
 	for _, flag := range []string{"-error-bytes", "-reason-bytes"} {
 		t.Run(flag, func(t *testing.T) {

@@ -141,6 +141,7 @@ func TestHostTalksOnlyToTheVerifiedProcess(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
+			runParallel(t) // each case starts a host of its own
 			cfg := testConfig(t, identityPlugin(t, "hostile", tt.flags...))
 			cfg.MinBackoff, cfg.MaxBackoff = 50*time.Millisecond, 100*time.Millisecond
 			cfg.StartTimeout = 10 * time.Second

@@ -14,7 +14,7 @@ import (
 	"github.com/authz-dev/authz/internal/decision"
 )
 
-// TestDecisionLogBufferBoundedWhileCollectorDown logs 500 decisions, each with a 22 KB field
+// TestDecisionLogBufferBoundedWhileCollectorDown logs 600 decisions, each with a 22 KB field
 // that does not compress (about 6 MiB once compressed), while the collector is unreachable:
 // OPA's decision-log buffer stays within its bound, so the live heap grows by about the bound,
 // not by the size of the decisions. The bound is set to 1 MiB here, so that a few hundred
@@ -41,7 +41,7 @@ func TestDecisionLogBufferBoundedWhileCollectorDown(t *testing.T) {
 	pool := make([]byte, 3<<20)
 	_, _ = rand.Read(pool)
 	text := base64.StdEncoding.EncodeToString(pool) // does not compress below 3/4
-	const decisions, field = 500, 22 << 10
+	const decisions, field = 600, 22 << 10
 
 	runtime.GC()
 	var before, after runtime.MemStats

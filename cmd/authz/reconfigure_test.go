@@ -28,6 +28,7 @@ func pluginConfig(id, path, pin, key string) string {
 // plugin removed stops, and a plugin left as it was keeps its worker. A file that does not
 // validate, and a pin that does not match, change nothing for the others.
 func TestServeRepinsPluginsOnSIGHUP(t *testing.T) {
+	t.Parallel() // the service runs in a process of its own
 	bin := authzBinary(t)
 	dir := t.TempDir()
 	first, firstSum := testutil.CopyWithTrailer(t, bin, dir, "driver-1", "\nanother build: driver-1\n")

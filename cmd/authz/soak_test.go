@@ -44,6 +44,7 @@ func (r *slowReader) Read(p []byte) (int, error) {
 // decision is refused for want of the log, and the peak resident memory stays within the
 // documented bound.
 func TestServeSoak(t *testing.T) {
+	t.Parallel() // the service runs in a process of its own
 	p, logPath := startServeWithLog(t)
 	base := "http://" + p.addr
 

@@ -46,6 +46,8 @@ type chaosDecision struct {
 // state at that instant: its generation was not yet seen dead when the decision started, and
 // no grant comes from the flip-flop driver or an impostor. It ends with no process, goroutine
 // or descriptor left behind.
+//
+// Sequential: it checks the child processes, descriptors and goroutines of the whole process.
 func TestChaos(t *testing.T) {
 	dir := t.TempDir()
 	link, sum, flip := flippingBinary(t, dir, "swapped")

@@ -169,6 +169,7 @@ func TestValidateManifest(t *testing.T) {
 	}
 }
 
+// Sequential: it checks the child processes of the whole test process.
 func TestHandshakeAndReady(t *testing.T) {
 	cfg := testConfig(t, driverPlugin(t, "test.plugin"), PluginConfig{ID: "off", Path: "/nonexistent/driver", SHA256: strings.Repeat("0", 64), Enabled: testutil.Ptr(false)})
 	cfg.BuiltinProviders = map[string]map[string]any{"fake": {"execute": true, "supportsReusableLeases": false}}
@@ -271,6 +272,7 @@ func TestEmptyFactsFileIsWellFormed(t *testing.T) {
 	require.NoError(t, h.WaitStarted(t.Context()), "no enabled plugin: started at once")
 }
 
+// Sequential: it checks the child processes of the whole test process.
 func TestPinMismatchRefused(t *testing.T) {
 	p := driverPlugin(t, "pinned")
 	_, realSum := driverBinary(t)
@@ -379,6 +381,7 @@ func TestCrashAfterRPCs(t *testing.T) {
 	assert.Equal(t, StatusReady, st.Status)
 }
 
+// Sequential: it checks the child processes of the whole test process.
 func TestHangAtStartTimesOut(t *testing.T) {
 	cfg := testConfig(t, driverPlugin(t, "hangs", "-hang-at-start"))
 	cfg.StartTimeout = 500 * time.Millisecond
@@ -392,6 +395,7 @@ func TestHangAtStartTimesOut(t *testing.T) {
 	waitFor(t, 5*time.Second, "the hung process to be killed", func() bool { return len(childProcesses(t)) == 0 })
 }
 
+// Sequential: it checks the child processes of the whole test process.
 func TestCloseDuringStartIsQuick(t *testing.T) {
 	cfg := testConfig(t, driverPlugin(t, "hangs", "-hang-at-start"))
 	cfg.StartTimeout = time.Minute

@@ -146,6 +146,8 @@ func TestLastErrorIsCapped(t *testing.T) {
 //
 // AUTHZ_TEST_HUGE_METHODS sets how many methods the huge plugin reports (default 100,000; the
 // figures in the docs were taken with 1,000,000, which takes long to generate under -race).
+//
+// Sequential: it measures the resident memory of the whole process.
 func TestHugePluginDoesNotStarveAnother(t *testing.T) {
 	hugeMethods := "100000"
 	if n := os.Getenv("AUTHZ_TEST_HUGE_METHODS"); n != "" {

@@ -5,10 +5,12 @@ package pluginhost
 import (
 	"context"
 	"errors"
+	"fmt"
 	"path/filepath"
 	"slices"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -277,6 +279,8 @@ func TestReconfigureKeepsKeysUnique(t *testing.T) {
 }
 
 // TestReconfigureBeforeStart: a host reconfigured before Start starts the new list.
+//
+// Sequential: it checks the child processes and goroutines of the whole process.
 func TestReconfigureBeforeStart(t *testing.T) {
 	h, err := New(testConfig(t, keyedDriver(t, "a", "acme.a")))
 	require.NoError(t, err)
@@ -367,10 +371,24 @@ func TestReconfigureNeverMixesGenerations(t *testing.T) {
 			}
 		})
 	}
+	// decided waits (bounded) until a few decisions ran on the current configuration's worker.
+	decided := func(gen uint64) {
+		waitFor(t, 30*time.Second, fmt.Sprintf("decisions on generation %d", gen), func() bool {
+			mu.Lock()
+			defer mu.Unlock()
+			n := 0
+			for _, d := range decisions {
+				if d.generation == gen {
+					n++
+				}
+			}
+			return n >= 10
+		})
+	}
 	const switches = 6
 	var stopping, starting []time.Duration
 	for i := range switches {
-		time.Sleep(150 * time.Millisecond) // decisions on the current configuration
+		decided(last.Worker.Generation)
 		next := lying
 		if i%2 == 1 {
 			next = honest
@@ -382,7 +400,7 @@ func TestReconfigureNeverMixesGenerations(t *testing.T) {
 		starting = append(starting, time.Since(start))
 		last = note()
 	}
-	time.Sleep(150 * time.Millisecond)
+	decided(last.Worker.Generation)
 	halt()
 
 	var grants, lyingDenies, gapDenies int
@@ -427,10 +445,12 @@ func TestReconfigureConcurrentCallsAndClose(t *testing.T) {
 
 	run := func(rounds int, closeAfter bool) {
 		var wg sync.WaitGroup
+		var returned atomic.Int64 // calls that returned
 		for g := range 3 {
 			wg.Go(func() {
 				for i := range rounds {
 					_, err := h.Reconfigure(t.Context(), lists[(g+i)%len(lists)])
+					returned.Add(1)
 					if closeAfter && errors.Is(err, ErrClosed) {
 						return
 					}
@@ -441,7 +461,8 @@ func TestReconfigureConcurrentCallsAndClose(t *testing.T) {
 			})
 		}
 		if closeAfter {
-			time.Sleep(300 * time.Millisecond)
+			// Close once a few calls returned, while the others are still coming.
+			waitFor(t, 60*time.Second, "a few Reconfigure calls", func() bool { return returned.Load() >= 3 })
 			require.NoError(t, h.Close())
 		}
 		wg.Wait()
@@ -550,6 +571,8 @@ func TestReconfigureReturnsWhileStillStopping(t *testing.T) {
 
 // TestReconfigureDuringStartIsQuick: a plugin removed while its worker is still being set up
 // (pin checked, process about to start or starting) stops at once, not at the start timeout.
+//
+// Sequential: it checks the child processes of the whole test process.
 func TestReconfigureDuringStartIsQuick(t *testing.T) {
 	cfg := testConfig(t, driverPlugin(t, "hangs", "-hang-at-start"))
 	cfg.StartTimeout = time.Minute

@@ -106,7 +106,7 @@ var hostAttempts = []string{hostile.AttemptListFDs, hostile.AttemptPidfdGetfd, h
 // descriptors (its listener), open its memory, write into its stderr or read its memory; and
 // the calls only the seccomp filter refuses are refused.
 //
-// Sequential: its drivers run with dynamic uids, which are chosen per plugin id for the whole process.
+// Sequential: its drivers get dynamic uids, chosen per plugin id for the whole process.
 func TestDriverCannotReachIntoTheHost(t *testing.T) {
 	loopbackListener(t)
 	dir := sharedDir(t)
@@ -420,7 +420,7 @@ func TestReaperLeavesOtherChildren(t *testing.T) {
 // loopback listener while a driver tries to copy that listener and answer grants on it; every
 // answer is the host's.
 //
-// Sequential: its drivers run with dynamic uids, which are chosen per plugin id for the whole process.
+// Sequential: its drivers get dynamic uids, chosen per plugin id for the whole process.
 func TestNoForgedGrantsFromAStolenListener(t *testing.T) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)

@@ -66,7 +66,7 @@ func fnvDynamicID(pluginID string) uint32 {
 // as the uid that plugin id would map to; the host's driver of that id runs as another uid, one
 // no process ran with when it was chosen.
 //
-// Sequential: its drivers run with dynamic uids, which are chosen per plugin id for the whole process.
+// Sequential: its drivers get dynamic uids, chosen per plugin id for the whole process.
 func TestDriverUIDIsNotAnotherProcesses(t *testing.T) {
 	if os.Getuid() != 0 {
 		t.Skip("dynamic driver uids are those of a root host")

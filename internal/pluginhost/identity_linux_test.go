@@ -347,7 +347,7 @@ func readPids(tb testing.TB, path string) []int {
 // TestLeastPrivilege: a driver runs with no_new_privs and the configured resource limits, and
 // (when the host may switch users) another as the configured user; both still serve.
 //
-// Sequential: its drivers run with dynamic uids, which are chosen per plugin id for the whole process.
+// Sequential: its drivers get dynamic uids, chosen per plugin id for the whole process.
 func TestLeastPrivilege(t *testing.T) {
 	limited := identityPlugin(t, "limited")
 	limited.User = "" // the default

@@ -94,7 +94,7 @@ func boundedOrKill(tb testing.TB, what string, pid int, f func()) time.Duration 
 // TestCloseIsBoundedWithAStoppedWorker: a worker that stopped (SIGSTOP) answers nothing, not
 // even go-plugin's graceful shutdown; Close asks, waits a bounded time, kills and returns.
 //
-// Sequential: its drivers run with dynamic uids, which are chosen per plugin id for the whole process.
+// Sequential: its drivers get dynamic uids, chosen per plugin id for the whole process.
 func TestCloseIsBoundedWithAStoppedWorker(t *testing.T) {
 	cfg := testConfig(t, livenessPlugin(t, "stopped", liveness.ModeSelfStop))
 	cfg.Health.Interval = time.Hour // the stop is under test, not the health check
@@ -108,7 +108,7 @@ func TestCloseIsBoundedWithAStoppedWorker(t *testing.T) {
 // TestReconfigureRemovingAStoppedWorkerIsBounded: removing a plugin whose worker stopped ends
 // the worker without its cooperation, and Reconfigure returns.
 //
-// Sequential: its drivers run with dynamic uids, which are chosen per plugin id for the whole process.
+// Sequential: its drivers get dynamic uids, chosen per plugin id for the whole process.
 func TestReconfigureRemovingAStoppedWorkerIsBounded(t *testing.T) {
 	keep := keyedDriver(t, "keep", "acme.keep")
 	cfg := testConfig(t, livenessPlugin(t, "stopped", liveness.ModeSelfStop), keep)
@@ -130,7 +130,7 @@ func TestReconfigureRemovingAStoppedWorkerIsBounded(t *testing.T) {
 // check, dropped from the facts at once (a decision on it denies with worker_not_running, without
 // waiting for a config check that will never be answered) and restarted as a new generation.
 //
-// Sequential: its drivers run with dynamic uids, which are chosen per plugin id for the whole process.
+// Sequential: its drivers get dynamic uids, chosen per plugin id for the whole process.
 func TestStoppedWorkerIsDroppedAndRestarted(t *testing.T) {
 	cfg := testConfig(t, livenessPlugin(t, "stopped", liveness.ModeSelfStop))
 	cfg.Health = HealthConfig{Interval: DefaultHealthInterval, Timeout: DefaultHealthTimeout}
@@ -175,7 +175,7 @@ func TestStoppedWorkerIsDroppedAndRestarted(t *testing.T) {
 // a zombie thread-group leader the kernel never reports as exited. The host drops it, kills
 // what is left of it and restarts the plugin.
 //
-// Sequential: its drivers run with dynamic uids, which are chosen per plugin id for the whole process.
+// Sequential: its drivers get dynamic uids, chosen per plugin id for the whole process.
 func TestMainThreadExitIsRestarted(t *testing.T) {
 	cfg := testConfig(t, livenessPlugin(t, "headless", liveness.ModeMainExit))
 	cfg.Health = HealthConfig{Interval: DefaultHealthInterval, Timeout: DefaultHealthTimeout}
@@ -217,7 +217,7 @@ func TestMainThreadExitIsRestarted(t *testing.T) {
 // show in Plugins); with ReadinessAllPlugins it is ready only while every enabled plugin has a
 // live worker.
 //
-// Sequential: its drivers run with dynamic uids, which are chosen per plugin id for the whole process.
+// Sequential: its drivers get dynamic uids, chosen per plugin id for the whole process.
 func TestReadinessAfterStart(t *testing.T) {
 	path, sum := driverBinary(t)
 	crashing := PluginConfig{ID: "crashing", Path: path, SHA256: sum, Args: []string{asFailingDriver}}
@@ -252,7 +252,7 @@ func TestReadinessAfterStart(t *testing.T) {
 // unchanged, the plugin's state says pinDrift, and the periodic check finds it without a
 // reconfiguration. Putting the pinned bytes back clears it.
 //
-// Sequential: its drivers run with dynamic uids, which are chosen per plugin id for the whole process.
+// Sequential: its drivers get dynamic uids, chosen per plugin id for the whole process.
 func TestPinDrift(t *testing.T) {
 	dir := t.TempDir()
 	path, sum := driverCopy(t, dir, "driver")
@@ -286,7 +286,7 @@ func TestPinDrift(t *testing.T) {
 // than the in-memory copy's, each prefix once, and no go-plugin warning about a graceful exit
 // that was never asked for.
 //
-// Sequential: its drivers run with dynamic uids, which are chosen per plugin id for the whole process.
+// Sequential: its drivers get dynamic uids, chosen per plugin id for the whole process.
 func TestDriverFailureMessages(t *testing.T) {
 	path, sum := driverBinary(t)
 	garbage := filepath.Join(t.TempDir(), "not-an-executable")

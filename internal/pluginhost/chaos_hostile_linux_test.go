@@ -63,7 +63,8 @@ func keyedLiveness(tb testing.TB, id, mode string) PluginConfig {
 // gone; never from the driver whose checks all fail); no forged answer reaches the client; after
 // Close, within its bound, no process, zombie, worker cgroup or sealed copy is left.
 //
-// Sequential: it checks the child processes, zombies, sealed copies and goroutines of the whole process.
+// Sequential: it checks the child processes, zombies, sealed copies and goroutines of the
+// whole process.
 func TestChaosWithHostileDrivers(t *testing.T) {
 	// A loopback listener of the host, always answering a deny, for the steal driver to copy.
 	ln, err := net.Listen("tcp", "127.0.0.1:0")

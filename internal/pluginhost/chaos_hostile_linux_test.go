@@ -28,11 +28,13 @@ import (
 	"github.com/authz-dev/authz/internal/testdrivers/liveness"
 )
 
-// hostileChaosKills is how many workers TestChaosWithHostileDrivers kills (two per plugin on
-// average, one every 250 ms) before it ends, once every behaviour it checks was seen; it ends
-// at hostileChaosBound in any case, and the checks say what did not happen.
+// TestChaosWithHostileDrivers ends once every behaviour it checks was seen and it killed
+// hostileChaosKills workers (two per plugin on average, one every 250 ms) or ran for
+// hostileChaosTime, whichever comes first; at hostileChaosBound it ends in any case, and the
+// checks say what did not happen.
 const (
 	hostileChaosKills = 16
+	hostileChaosTime  = 10 * time.Second
 	hostileChaosBound = 2 * time.Minute
 )
 
@@ -341,6 +343,7 @@ func TestChaosWithHostileDrivers(t *testing.T) {
 		}
 	})
 
+	chaosStart := time.Now()
 	enough := func() bool {
 		mu.Lock()
 		defer mu.Unlock()
@@ -361,11 +364,10 @@ func TestChaosWithHostileDrivers(t *testing.T) {
 		for _, p := range h.Plugins() {
 			restarted[p.ID] = p.Restarts > 0
 		}
-		return total >= hostileChaosKills && honest && len(decidedOn) == len(plugins) &&
-			checkedOn["slowcheck"] && checkedOn["hugeerror"] && asked > 0 &&
+		return (total >= hostileChaosKills || time.Since(chaosStart) >= hostileChaosTime) &&
+			honest && len(decidedOn) == len(plugins) && checkedOn["slowcheck"] && checkedOn["hugeerror"] && asked > 0 &&
 			restarted["selfstop"] && restarted["headless"] && len(escapees) > 0
 	}
-	chaosStart := time.Now()
 	for !enough() && time.Since(chaosStart) < hostileChaosBound {
 		select {
 		case <-t.Context().Done():

@@ -21,11 +21,12 @@ import (
 	"github.com/authz-dev/authz/internal/testutil"
 )
 
-// chaosKills is how many workers TestChaos kills (four of each plugin, one every 300 ms) before
-// it ends, once the honest drivers granted between kills; it ends at chaosBound in any case,
-// and the checks say what did not happen.
+// TestChaos ends once the honest drivers granted after a kill and it killed chaosKills workers
+// (four of each plugin, one every 300 ms) or ran for chaosTime, whichever comes first; at
+// chaosBound it ends in any case, and the checks say what did not happen.
 const (
 	chaosKills = 12
+	chaosTime  = 20 * time.Second
 	chaosBound = 2 * time.Minute
 )
 
@@ -181,6 +182,7 @@ func TestChaos(t *testing.T) {
 			}
 		})
 	}
+	chaosStart := time.Now()
 	enough := func() bool {
 		mu.Lock()
 		defer mu.Unlock()
@@ -190,9 +192,8 @@ func TestChaos(t *testing.T) {
 				grantsAfterKills++
 			}
 		}
-		return len(kills) >= chaosKills && grantsAfterKills > 0
+		return (len(kills) >= chaosKills || time.Since(chaosStart) >= chaosTime) && grantsAfterKills > 0
 	}
-	chaosStart := time.Now()
 	for !enough() && time.Since(chaosStart) < chaosBound {
 		select {
 		case <-t.Context().Done():

@@ -232,7 +232,6 @@ func checkAgainstOracle(t testing.TB, eng *decision.Engine, reqJSON, factsJSON [
 // TestAgreesWithOracle is the property: for random requests and facts, the engine and the
 // independent oracle agree on everything, and in particular the engine never grants more.
 func TestAgreesWithOracle(t *testing.T) {
-	t.Parallel() // its engines and generator are its own
 	n := 1500
 	if testing.Short() {
 		n = 300
@@ -287,7 +286,6 @@ func FuzzDecide(f *testing.F) {
 // engine with the decision cache answers exactly what an engine without it answers, although
 // its cache already holds the decisions of the neighbouring inputs.
 func TestCachedAgreesWithUncached(t *testing.T) {
-	t.Parallel() // its engines and generator are its own
 	n := 25
 	if testing.Short() {
 		n = 8

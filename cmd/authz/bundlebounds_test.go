@@ -54,6 +54,7 @@ func TestDecideRefusesBundleWithLyingHeader(t *testing.T) {
 // by the watch and by SIGHUP: each is refused, the service stays up and keeps deciding with
 // the revision it had.
 func TestServeRefusesBundleWithLyingHeader(t *testing.T) {
+	t.Parallel() // the service runs in a process of its own
 	a, _ := policytest.Keys(t)
 	dir := t.TempDir()
 	facts := testutil.WriteFile(t, dir, "facts.json", specFacts)

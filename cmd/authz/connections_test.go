@@ -58,6 +58,7 @@ func sleepCtx(ctx context.Context, d time.Duration) {
 // soon as they are closed: legitimate requests are still answered, the driver's worker is
 // restarted after it is killed, and accept errors do not flood the log.
 func TestServeUnderHeldConnections(t *testing.T) {
+	t.Parallel() // the service runs in a process of its own
 	p := startServeProcess(t, "ulimit -n 128;", "--addr", "127.0.0.1:0")
 	base := "http://" + p.addr
 	c := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{DisableKeepAlives: true}}

@@ -70,6 +70,7 @@ func loadCPU() (stop func()) {
 // answers the rest 503 with Retry-After, and its peak resident memory stays within the bound
 // docs/service.md states for the default configuration.
 func TestServeMemoryBoundedUnderConcurrentBigBodies(t *testing.T) {
+	t.Parallel() // the service runs in a process of its own
 	facts := testutil.WriteFile(t, t.TempDir(), "facts.json", specFacts)
 	p := startServeProcess(t, "", "--facts", facts, "--addr", "127.0.0.1:0")
 	base := "http://" + p.addr
@@ -131,6 +132,7 @@ func burst(t *testing.T, base string, body []byte, round int) {
 // (service.DefaultGCPercent) and its soft memory limit (the live memory its limits allow, below the bound) unless
 // GOGC or GOMEMLIMIT say otherwise, as the runtime reports them on /metrics.
 func TestServeAppliesGCSettings(t *testing.T) {
+	t.Parallel() // the service runs in a process of its own
 	facts := testutil.WriteFile(t, t.TempDir(), "facts.json", specFacts)
 	for _, tc := range []struct {
 		name         string

@@ -40,6 +40,7 @@ func remoteServeConfig(t *testing.T, dir, url, pub string) string {
 // bundle server: neither is ready before a bundle is active; both move to each new signed
 // revision; both refuse a tampered bundle and keep deciding on the revision they had.
 func TestReplicasFollowOneBundleServer(t *testing.T) {
+	t.Parallel() // the service runs in a process of its own
 	a, _ := policytest.Keys(t)
 	good := policytest.Signing{Key: a.Private, KeyID: "default"}
 	srv := policytest.NewBundleServer(t)
@@ -96,6 +97,7 @@ func TestReplicasFollowOneBundleServer(t *testing.T) {
 // TestServeReloadsBundleFileOnSIGHUP replaces the bundle file and sends SIGHUP: the new
 // revision decides; a broken file then leaves the revision as it was.
 func TestServeReloadsBundleFileOnSIGHUP(t *testing.T) {
+	t.Parallel() // the service runs in a process of its own
 	dir := t.TempDir()
 	facts := testutil.WriteFile(t, dir, "facts.json", specFacts)
 	path := filepath.Join(dir, "bundle.tar.gz")

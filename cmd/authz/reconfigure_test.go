@@ -28,6 +28,7 @@ func pluginConfig(id, path, pin, key string) string {
 // plugin removed stops, and a plugin left as it was keeps its worker. A file that does not
 // validate, and a pin that does not match, change nothing for the others.
 func TestServeRepinsPluginsOnSIGHUP(t *testing.T) {
+	t.Parallel() // the service runs in a process of its own
 	bin := authzBinary(t)
 	dir := t.TempDir()
 	first, firstSum := testutil.CopyWithTrailer(t, bin, dir, "driver-1", "\nanother build: driver-1\n")
@@ -45,16 +46,17 @@ func TestServeRepinsPluginsOnSIGHUP(t *testing.T) {
 	base := "http://" + p.addr
 	c := &http.Client{Timeout: 15 * time.Second}
 	defer c.CloseIdleConnections()
-	ready := func(ids ...string) func() bool {
-		return func() bool {
-			st := pluginStates(t, c, base)
-			for _, id := range ids {
-				if st[id].Status != pluginhost.StatusReady || st[id].Worker == nil {
-					return false
-				}
+	// readyIn reports whether every plugin of ids is ready with a worker in st.
+	readyIn := func(st map[string]pluginhost.PluginState, ids ...string) bool {
+		for _, id := range ids {
+			if st[id].Status != pluginhost.StatusReady || st[id].Worker == nil {
+				return false
 			}
-			return true
 		}
+		return true
+	}
+	ready := func(ids ...string) func() bool {
+		return func() bool { return readyIn(pluginStates(t, c, base), ids...) }
 	}
 	require.Eventually(t, ready("steady", "moving", "leaving"), 60*time.Second, 50*time.Millisecond, "stderr:\n%s", p.Stderr)
 	before := pluginStates(t, c, base)
@@ -63,10 +65,10 @@ func TestServeRepinsPluginsOnSIGHUP(t *testing.T) {
 	write(steady, pluginConfig("moving", second, secondSum, "acme.moving"), pluginConfig("joining", bin, binSum, "acme.joining"))
 	p.Signal(t, syscall.SIGHUP)
 	require.Eventually(t, func() bool {
+		// One reading of the states: a worker seen in one reading may be gone in the next.
 		st := pluginStates(t, c, base)
 		_, left := st["leaving"]
-		m := st["moving"]
-		return !left && ready("steady", "moving", "joining")() && m.Worker.Generation > before["moving"].Worker.Generation
+		return !left && readyIn(st, "steady", "moving", "joining") && st["moving"].Worker.Generation > before["moving"].Worker.Generation
 	}, 60*time.Second, 50*time.Millisecond, "stderr:\n%s", p.Stderr)
 	after := pluginStates(t, c, base)
 	assert.Equal(t, before["steady"].Worker.PID, after["steady"].Worker.PID, "an unchanged plugin keeps its worker")

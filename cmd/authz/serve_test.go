@@ -173,6 +173,7 @@ func TestServeUnixSocket(t *testing.T) {
 // examples/grant.json is granted and examples/deny.json denied, and SIGTERM stops the service
 // and its plugin.
 func TestServeEndToEndWithExampleDriver(t *testing.T) {
+	t.Parallel() // the service runs in a process of its own
 	require.Contains(t, commands, "example-driver", "the default service needs the example driver")
 	proc := startServeProcess(t, "", "--addr", "127.0.0.1:0", "--decision-log", "-")
 	base := "http://" + proc.addr

@@ -20,6 +20,7 @@ import (
 // required decision log goes: the next decision cannot be recorded, so it is answered 503, and
 // the process lives on (a write to a closed pipe is an error, not a SIGPIPE death).
 func TestServeSurvivesClosedStderr(t *testing.T) {
+	t.Parallel() // the service runs in a process of its own
 	facts := testutil.WriteFile(t, t.TempDir(), "facts.json", specFacts)
 	p := startServeProcess(t, "", "--facts", facts, "--addr", "127.0.0.1:0",
 		"--decision-log", "-", "--decision-log-required")
@@ -58,6 +59,7 @@ func startServeWithLog(t testing.TB) (p *serveProcess, logPath string) {
 // (rename, then SIGHUP): the service lives on, and every decision is in exactly one of the
 // two files, the ones after the signal in the new file.
 func TestServeReopensDecisionLogOnSIGHUP(t *testing.T) {
+	t.Parallel() // the service runs in a process of its own
 	p, logPath := startServeWithLog(t)
 	c := &http.Client{Timeout: 10 * time.Second}
 	base := "http://" + p.addr

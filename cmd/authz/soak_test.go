@@ -44,6 +44,7 @@ func (r *slowReader) Read(p []byte) (int, error) {
 // decision is refused for want of the log, and the peak resident memory stays within the
 // documented bound.
 func TestServeSoak(t *testing.T) {
+	t.Parallel() // the service runs in a process of its own
 	p, logPath := startServeWithLog(t)
 	base := "http://" + p.addr
 
@@ -131,9 +132,10 @@ func TestServeSoak(t *testing.T) {
 			}
 		})
 	}
-	// Steady clients, keep-alive.
+	// Steady clients, keep-alive; each ends after the target decision was sent.
+	var steady sync.WaitGroup
 	for range 12 {
-		wg.Go(func() {
+		steady.Go(func() {
 			c := &http.Client{Timeout: 20 * time.Second}
 			for ctx.Err() == nil {
 				i := int(sent.Add(1))
@@ -170,10 +172,7 @@ func TestServeSoak(t *testing.T) {
 		}
 	}()
 
-	for sent.Load() <= target && ctx.Err() == nil {
-		time.Sleep(50 * time.Millisecond)
-	}
-	time.Sleep(200 * time.Millisecond) // the last steady requests finish
+	steady.Wait() // the target was sent and answered, or the run time is over
 	cancel()
 	wg.Wait()
 	<-rotated

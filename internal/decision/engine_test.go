@@ -3,6 +3,7 @@ package decision
 import (
 	"context"
 	"maps"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -193,6 +194,7 @@ func TestPolicySwapUnderLoad(t *testing.T) {
 	denyAll := map[string]string{"deny.rego": `package authz
 decision := {"allow": false, "code": "DENY_ALL", "message": "", "reasons": [], "capabilities": ` + allFalse + `}`}
 	mods := maps.Clone(denyAll)
+	var onDenyAll, onEmbedded atomic.Int64 // decisions made by each revision
 	stop := testutil.Repeat(t, 4, func(int) bool {
 		doc, err := e.Evaluate(context.Background(), grantInput())
 		if !assert.NoError(t, err) {
@@ -201,19 +203,26 @@ decision := {"allow": false, "code": "DENY_ALL", "message": "", "reasons": [], "
 		if doc.Revision == "deny-all" {
 			assert.False(t, doc.Allow)
 			assert.Equal(t, "DENY_ALL", doc.Code)
+			onDenyAll.Add(1)
 		} else {
 			assert.True(t, doc.Allow)
+			onEmbedded.Add(1)
 		}
 		return true
 	})
 	embedded := e.Revision()
 	for i := range 6 {
+		counter := &onEmbedded
 		if i%2 == 0 {
 			require.NoError(t, e.LoadModules(t.Context(), mods, "deny-all"))
+			counter = &onDenyAll
 		} else {
 			require.NoError(t, e.Prepare(t.Context(), embedded, embeddedModules(t)...))
 		}
-		time.Sleep(5 * time.Millisecond)
+		// Decisions run on the new revision before the next swap.
+		from := counter.Load()
+		require.Eventually(t, func() bool { return counter.Load() >= from+10 }, 30*time.Second, time.Millisecond,
+			"no decisions on the revision of swap %d", i)
 	}
 	stop()
 }

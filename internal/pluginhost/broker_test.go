@@ -35,6 +35,8 @@ func rssKiB(tb testing.TB) int {
 // TestBrokerFloodIsRefused: a driver that loops broker.Accept costs the host no goroutine per
 // message, and the host ends it, saying why in lastError. An honest plugin beside it stays
 // ready.
+//
+// Sequential: it measures the goroutines and resident memory of the whole process.
 func TestBrokerFloodIsRefused(t *testing.T) {
 	cfg := testConfig(t, driverPlugin(t, "honest"), boundsPlugin(t, "flood", "-broker-flood"))
 	cfg.MinBackoff, cfg.MaxBackoff = 500*time.Millisecond, time.Second

@@ -28,9 +28,15 @@ import (
 	"github.com/authz-dev/authz/internal/testdrivers/liveness"
 )
 
-// hostileChaosDuration is how long TestChaosWithHostileDrivers makes decisions while it kills
-// workers.
-const hostileChaosDuration = 10 * time.Second
+// TestChaosWithHostileDrivers ends once every behaviour it checks was seen and it killed
+// hostileChaosKills workers (two per plugin on average, one every 250 ms) or ran for
+// hostileChaosTime, whichever comes first; at hostileChaosBound it ends in any case, and the
+// checks say what did not happen.
+const (
+	hostileChaosKills = 16
+	hostileChaosTime  = 10 * time.Second
+	hostileChaosBound = 2 * time.Minute
+)
 
 // workerSeen is one generation of a plugin's worker as the test saw it.
 type workerSeen struct {
@@ -58,6 +64,9 @@ func keyedLiveness(tb testing.TB, id, mode string) PluginConfig {
 // test saw of its worker's generation when the decision started (not seen stopped, a zombie or
 // gone; never from the driver whose checks all fail); no forged answer reaches the client; after
 // Close, within its bound, no process, zombie, worker cgroup or sealed copy is left.
+//
+// Sequential: it checks the child processes, zombies, sealed copies and goroutines of the
+// whole process.
 func TestChaosWithHostileDrivers(t *testing.T) {
 	// A loopback listener of the host, always answering a deny, for the steal driver to copy.
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
@@ -334,8 +343,38 @@ func TestChaosWithHostileDrivers(t *testing.T) {
 		}
 	})
 
-	chaos := time.NewTimer(hostileChaosDuration)
-	<-chaos.C
+	chaosStart := time.Now()
+	enough := func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		total, honest := 0, false
+		for _, n := range kills {
+			total += n
+		}
+		decidedOn := map[string]bool{}
+		for _, d := range decisions {
+			decidedOn[d.plugin] = true
+			honest = honest || (d.plugin == "honest" && d.allow)
+		}
+		checkedOn := map[string]bool{}
+		for _, a := range answers {
+			checkedOn[a.plugin] = true
+		}
+		restarted := map[string]bool{}
+		for _, p := range h.Plugins() {
+			restarted[p.ID] = p.Restarts > 0
+		}
+		return (total >= hostileChaosKills || time.Since(chaosStart) >= hostileChaosTime) &&
+			honest && len(decidedOn) == len(plugins) && checkedOn["slowcheck"] && checkedOn["hugeerror"] && asked > 0 &&
+			restarted["selfstop"] && restarted["headless"] && len(escapees) > 0
+	}
+	for !enough() && time.Since(chaosStart) < hostileChaosBound {
+		select {
+		case <-t.Context().Done():
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+	chaosTook := time.Since(chaosStart)
 	close(stop)
 	wg.Wait()
 
@@ -392,7 +431,7 @@ func TestChaosWithHostileDrivers(t *testing.T) {
 	for _, p := range h.Plugins() {
 		restarts[p.ID] = p.Restarts
 	}
-	t.Logf("hostile chaos for %s: %d decisions, %d grants (%d false), %d grants of the honest plugin", hostileChaosDuration, len(decisions), grants, falseGrants, granted["honest"])
+	t.Logf("hostile chaos for %s: %d decisions, %d grants (%d false), %d grants of the honest plugin", chaosTook.Round(time.Millisecond), len(decisions), grants, falseGrants, granted["honest"])
 	for _, id := range plugins {
 		t.Logf("  %-10s decisions %4d, grants %4d, kills %3d, restarts %3d", id, decided[id], granted[id], kills[id], restarts[id])
 	}

@@ -21,8 +21,14 @@ import (
 	"github.com/authz-dev/authz/internal/testutil"
 )
 
-// chaosDuration is how long TestChaos makes decisions while it kills drivers.
-const chaosDuration = 20 * time.Second
+// TestChaos ends once the honest drivers granted after a kill and it killed chaosKills workers
+// (four of each plugin, one every 300 ms) or ran for chaosTime, whichever comes first; at
+// chaosBound it ends in any case, and the checks say what did not happen.
+const (
+	chaosKills = 12
+	chaosTime  = 20 * time.Second
+	chaosBound = 2 * time.Minute
+)
 
 // chaosDecision is one decision TestChaos made.
 type chaosDecision struct {
@@ -41,6 +47,8 @@ type chaosDecision struct {
 // state at that instant: its generation was not yet seen dead when the decision started, and
 // no grant comes from the flip-flop driver or an impostor. It ends with no process, goroutine
 // or descriptor left behind.
+//
+// Sequential: it checks the child processes, descriptors and goroutines of the whole process.
 func TestChaos(t *testing.T) {
 	dir := t.TempDir()
 	link, sum, flip := flippingBinary(t, dir, "swapped")
@@ -174,7 +182,24 @@ func TestChaos(t *testing.T) {
 			}
 		})
 	}
-	time.Sleep(chaosDuration)
+	chaosStart := time.Now()
+	enough := func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		grantsAfterKills := 0
+		for _, d := range decisions {
+			if d.allow && len(kills) > 0 && d.start.After(kills[0].at) {
+				grantsAfterKills++
+			}
+		}
+		return (len(kills) >= chaosKills || time.Since(chaosStart) >= chaosTime) && grantsAfterKills > 0
+	}
+	for !enough() && time.Since(chaosStart) < chaosBound {
+		select {
+		case <-t.Context().Done():
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
 	close(stop)
 	wg.Wait()
 	stopFlipping()

@@ -49,6 +49,7 @@ func TestResolve(t *testing.T) {
 // TestHostReady: the host is ready once every enabled plugin has been ready once; disabled
 // plugins do not count, and a host without enabled plugins is ready at once.
 func TestHostReady(t *testing.T) {
+	runParallel(t)
 	t.Run("no enabled plugin", func(t *testing.T) {
 		off := false
 		p := driverPlugin(t, "off")

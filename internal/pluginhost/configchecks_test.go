@@ -29,10 +29,10 @@ func init() {
 	}
 }
 
-// checksPlugin configures the test binary as the checks driver with control directory dir.
+// checksPlugin configures the test driver as the checks driver with control directory dir.
 func checksPlugin(tb testing.TB, id, dir string, flags ...string) PluginConfig {
 	tb.Helper()
-	path, sum := selfBinary(tb)
+	path, sum := driverBinary(tb)
 	args := append([]string{checks.Marker, "-plugin-key", "checks." + id, "-dir", dir}, flags...)
 	return PluginConfig{ID: id, Path: path, SHA256: sum, Args: args, User: fixtureUser()} // it writes to dir, the test's
 }
@@ -65,6 +65,7 @@ func unhold(t *testing.T, dir string) {
 // TestConfigCheckFailureCachedBriefly: a check that fails is not asked again for every decision
 // within configCheck.failureTTL, and is asked again after it.
 func TestConfigCheckFailureCachedBriefly(t *testing.T) {
+	runParallel(t)
 	h, w, dir := startChecksHost(t, func(c *Config) { c.ConfigCheck.FailureTTL = 500 * time.Millisecond }, "-fail")
 	cfg := map[string]any{"region": "eu"}
 	const asks = 20
@@ -85,6 +86,7 @@ func TestConfigCheckFailureCachedBriefly(t *testing.T) {
 // TestConfigCheckCoalesced: concurrent identical checks make one RPC, and every caller gets its
 // answer.
 func TestConfigCheckCoalesced(t *testing.T) {
+	runParallel(t)
 	h, w, dir := startChecksHost(t, nil)
 	hold(t, dir)
 	const callers = 8
@@ -113,6 +115,8 @@ func TestConfigCheckCoalesced(t *testing.T) {
 
 // TestConfigCheckAnswerBounded: a driver that answers a config check with megabytes of text
 // costs the host little memory, and what is kept of its text is short.
+//
+// Sequential: it counts what the whole process allocates.
 func TestConfigCheckAnswerBounded(t *testing.T) {
 	const big = 4 << 20
 	for _, flag := range []string{"-error-bytes", "-reason-bytes"} {
@@ -136,6 +140,7 @@ func TestConfigCheckAnswerBounded(t *testing.T) {
 // checks fail fast without asking the driver; after the cool-down one probe is let through, and
 // an answer closes the breaker.
 func TestConfigCheckBreaker(t *testing.T) {
+	runParallel(t)
 	h, w, dir := startChecksHost(t, func(c *Config) {
 		c.ConfigCheckTimeout = 100 * time.Millisecond
 		c.ConfigCheck.BreakerTimeouts = 3
@@ -175,6 +180,7 @@ func TestConfigCheckBreaker(t *testing.T) {
 // TestConfigCheckShed: past configCheck.maxConcurrent checks of a plugin in progress, the next
 // waits at most configCheck.maxWait and is then "not valid" without asking the driver.
 func TestConfigCheckShed(t *testing.T) {
+	runParallel(t)
 	h, w, dir := startChecksHost(t, func(c *Config) {
 		c.ConfigCheck.MaxConcurrent = 2
 		c.ConfigCheck.MaxWait = 50 * time.Millisecond
@@ -203,6 +209,7 @@ func TestConfigCheckShed(t *testing.T) {
 // TestConfigCheckFailuresLogged: failed checks are logged at WARN, at most one line per plugin
 // per interval with the count of those left out, the driver's text escaped.
 func TestConfigCheckFailuresLogged(t *testing.T) {
+	runParallel(t)
 	var logged testutil.SyncBuffer
 	dir := t.TempDir()
 	cfg := testConfig(t, checksPlugin(t, "chk", dir, "-error-text", "no\x1b[31m\nforged line"))

@@ -17,6 +17,9 @@ import (
 // leaves short-lived orphans, one that leaves an escapee at every start) are killed and
 // restarted over and over; every escapee ends with its worker, and after Close no process,
 // zombie, worker cgroup or sealed copy is left.
+//
+// Sequential: it checks the child processes, zombies, sealed copies and goroutines of the
+// whole process.
 func TestHostileDriversLeaveNothing(t *testing.T) {
 	dir := sharedDir(t)
 	escapeOut := filepath.Join(dir, "escapee")

@@ -39,11 +39,11 @@ func init() {
 	}
 }
 
-// hostilePlugin configures the test binary as the hostile driver in mode, reporting a key of
+// hostilePlugin configures the test driver as the hostile driver in mode, reporting a key of
 // its own, writing what it did to out.
 func hostilePlugin(tb testing.TB, id, mode, out string, flags ...string) PluginConfig {
 	tb.Helper()
-	path, sum := selfBinary(tb)
+	path, sum := driverBinary(tb)
 	args := append([]string{hostile.Marker, mode, "-key", "test.hostile." + id, "-out", out}, flags...)
 	return PluginConfig{ID: id, Path: path, SHA256: sum, Args: args}
 }
@@ -105,6 +105,8 @@ var hostAttempts = []string{hostile.AttemptListFDs, hostile.AttemptPidfdGetfd, h
 // TestDriverCannotReachIntoTheHost: a driver of a host with no `user:` cannot copy the host's
 // descriptors (its listener), open its memory, write into its stderr or read its memory; and
 // the calls only the seccomp filter refuses are refused.
+//
+// Sequential: its drivers get dynamic uids, chosen per plugin id for the whole process.
 func TestDriverCannotReachIntoTheHost(t *testing.T) {
 	loopbackListener(t)
 	dir := sharedDir(t)
@@ -152,7 +154,8 @@ func TestDriverOfANonRootHostCannotReachIntoIt(t *testing.T) {
 	gid, _ := strconv.Atoi(nobody.Gid)
 
 	// A copy of the test binary that nobody may execute (the build directory is private).
-	path, _ := selfBinary(t)
+	path, err := os.Executable()
+	require.NoError(t, err)
 	dir := sharedDir(t)
 	binDir := filepath.Join(dir, "bin")
 	require.NoError(t, os.Mkdir(binDir, 0o755))
@@ -245,6 +248,8 @@ func orphanPids(tb testing.TB, raw []byte) []int {
 
 // TestEscapedOrphanZombiesAreReaped: 40 orphans of any shape (double fork, setsid, no
 // environment, so no marker) that end on their own are reaped, not left as zombies.
+//
+// Sequential: it counts the zombie children of the whole process.
 func TestEscapedOrphanZombiesAreReaped(t *testing.T) {
 	dir := sharedDir(t)
 	out := filepath.Join(dir, "orphans")
@@ -269,6 +274,8 @@ func TestEscapedOrphanZombiesAreReaped(t *testing.T) {
 
 // TestEscapeesEndWithTheWorker: an escapee (double fork, setsid, no environment, re-executed
 // /proc/self/exe) ends when its worker is stopped, and when the host closes; nothing is left.
+//
+// Sequential: it checks the child processes of the whole test process.
 func TestEscapeesEndWithTheWorker(t *testing.T) {
 	t.Run("worker stop", func(t *testing.T) {
 		dir := sharedDir(t)
@@ -336,6 +343,8 @@ func memfdsOfHost(tb testing.TB) []string {
 
 // TestOneSealedCopyPerDigest: N workers of one binary run one in-memory copy of it, which the
 // host holds once.
+//
+// Sequential: it counts the sealed copies the whole process holds.
 func TestOneSealedCopyPerDigest(t *testing.T) {
 	const n = 4
 	var plugins []PluginConfig
@@ -359,6 +368,8 @@ func TestOneSealedCopyPerDigest(t *testing.T) {
 
 // TestCgroupLimits: memoryMax and pidsMax are the worker cgroup's memory.max and pids.max
 // where the host can apply them, and a configuration error naming the field where it cannot.
+//
+// Sequential: it reads the process-wide containment set-up.
 func TestCgroupLimits(t *testing.T) {
 	p := driverPlugin(t, "limited")
 	p.ResourceLimits.MemoryMax = 256 << 20
@@ -389,6 +400,8 @@ func TestCgroupLimits(t *testing.T) {
 
 // TestReaperLeavesOtherChildren: the host reaps the zombies it inherited from drivers, never a
 // child someone else in the process started and waits for: its exit status stays theirs.
+//
+// Sequential: it checks the child processes of the whole test process.
 func TestReaperLeavesOtherChildren(t *testing.T) {
 	h, rec := startHost(t, testConfig(t, driverPlugin(t, "d")))
 	waitStarted(t, h, rec)
@@ -406,6 +419,8 @@ func TestReaperLeavesOtherChildren(t *testing.T) {
 // TestNoForgedGrantsFromAStolenListener: the host serves decisions (here: always a deny) on a
 // loopback listener while a driver tries to copy that listener and answer grants on it; every
 // answer is the host's.
+//
+// Sequential: its drivers get dynamic uids, chosen per plugin id for the whole process.
 func TestNoForgedGrantsFromAStolenListener(t *testing.T) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
@@ -441,6 +456,8 @@ func TestNoForgedGrantsFromAStolenListener(t *testing.T) {
 
 // TestStaleCgroupsAreEnded: the worker cgroups of a host that is gone (killed before it could
 // remove them) are ended and removed when a host sets up, with what runs in them.
+//
+// Sequential: it reads the process-wide containment set-up.
 func TestStaleCgroupsAreEnded(t *testing.T) {
 	root := containment.setUp().cgroups
 	if root == nil {
@@ -472,6 +489,8 @@ func TestStaleCgroupsAreEnded(t *testing.T) {
 }
 
 // TestMissingContainmentIsWarnedOnce: what drivers run without is one WARN line at start.
+//
+// Sequential: it reads the process-wide containment set-up.
 func TestMissingContainmentIsWarnedOnce(t *testing.T) {
 	var buf strings.Builder
 	log := hclog.New(&hclog.LoggerOptions{Output: &buf, Level: hclog.Info})
@@ -490,6 +509,8 @@ func TestMissingContainmentIsWarnedOnce(t *testing.T) {
 // TestStaleCgroupIsWarned: the processes a SIGKILLed host left behind (escaped from their
 // driver's process tree) are ended at the next host start, which says so in one WARN naming
 // the stale cgroup and how many processes it ended.
+//
+// Sequential: it reads the process-wide containment set-up.
 func TestStaleCgroupIsWarned(t *testing.T) {
 	root := containment.setUp().cgroups
 	if root == nil {

@@ -31,6 +31,7 @@ func leaseOn(t testing.TB, pluginID, provider, config string) *snapshot.Request 
 // denied; a lease never borrows another plugin's declaration; a refused config narrows; a
 // SIGKILLed worker turns decisions into denies until its restart, then into grants again.
 func TestDecisionsFromLiveDrivers(t *testing.T) {
+	runParallel(t)
 	h, rec := startHost(t, testConfig(t,
 		driverPlugin(t, "honest"),
 		driverPlugin(t, "lying", "-plugin-key", "acme.lying", "-driver-key", "lying", "-omit-method", "duplexChannelOpen"),

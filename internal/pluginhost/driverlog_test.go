@@ -51,6 +51,8 @@ func cpuTime(tb testing.TB) time.Duration {
 
 // TestStderrFloodIsBounded: a driver writing to stderr as fast as it can costs the host a
 // bounded number of log bytes per second; the dropped lines are counted in the log.
+//
+// Sequential: the CPU figure it prints is the whole process's.
 func TestStderrFloodIsBounded(t *testing.T) {
 	out := &countingWriter{keep: 1 << 20}
 	cfg := testConfig(t, boundsPlugin(t, "flood", "-stderr-flood"))
@@ -85,6 +87,7 @@ func TestStderrFloodIsBounded(t *testing.T) {
 // TestDriverLogCannotForgeHostLines: control characters in a driver's log lines (carriage
 // return, newline, ANSI escapes, bidirectional overrides) reach the host log escaped.
 func TestDriverLogCannotForgeHostLines(t *testing.T) {
+	runParallel(t)
 	var logged testutil.SyncBuffer
 	cfg := testConfig(t, boundsPlugin(t, "ctl", "-control-chars"))
 	cfg.Logger = testLogger(t, &logged)

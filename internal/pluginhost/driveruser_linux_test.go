@@ -65,6 +65,8 @@ func fnvDynamicID(pluginID string) uint32 {
 // TestDriverUIDIsNotAnotherProcesses: a process outside the host (another host's driver) runs
 // as the uid that plugin id would map to; the host's driver of that id runs as another uid, one
 // no process ran with when it was chosen.
+//
+// Sequential: its drivers get dynamic uids, chosen per plugin id for the whole process.
 func TestDriverUIDIsNotAnotherProcesses(t *testing.T) {
 	if os.Getuid() != 0 {
 		t.Skip("dynamic driver uids are those of a root host")
@@ -97,6 +99,8 @@ func TestDriverUIDIsNotAnotherProcesses(t *testing.T) {
 // TestDynamicIDIsChosenAgainWhenTaken: a plugin keeps its uid from one start to the next while
 // no process runs with it; once a process outside the host runs with it (another host's
 // driver), the next start chooses another.
+//
+// Sequential: it changes the process-wide dynamic uid table.
 func TestDynamicIDIsChosenAgainWhenTaken(t *testing.T) {
 	if os.Getuid() != 0 {
 		t.Skip("dynamic driver uids are those of a root host")

@@ -9,6 +9,11 @@ import (
 // /proc (processTable).
 func childProcesses(tb testing.TB) []int {
 	tb.Helper()
+	return childPids()
+}
+
+// childPids lists the pids whose parent is this process.
+func childPids() []int {
 	me := os.Getpid()
 	var out []int
 	for _, p := range processTable() {

@@ -24,19 +24,20 @@ import (
 	"github.com/authz-dev/authz/internal/testdrivers/faults"
 	"github.com/authz-dev/authz/internal/testdrivers/identity"
 	"github.com/authz-dev/authz/internal/testdrivers/liveness"
+	"github.com/authz-dev/authz/internal/testutil"
 )
 
-// asDriver is the first argument that makes the test binary run as the driver of
-// internal/testdrivers/faults: the example driver, misbehaving as its flags say. The host starts
-// drivers without the parent's environment (SkipHostEnv), so the marker travels as an argument,
-// not as an environment variable.
+// asDriver is the first argument that makes the test driver (driverBinary) or the test binary
+// run as the driver of internal/testdrivers/faults: the example driver, misbehaving as its flags
+// say. The host starts drivers without the parent's environment (SkipHostEnv), so the marker
+// travels as an argument, not as an environment variable.
 const asDriver = faults.Marker
 
-// asFailingDriver makes the test binary a driver that says on stderr why it cannot start and
+// asFailingDriver (testdriver.FailingMarker) makes the test driver a driver that says on stderr why it cannot start and
 // exits 3 (drivers run from a sealed copy of their bytes, so a #! script cannot serve here).
 const asFailingDriver = "--as-failing-driver"
 
-// asBoundsDriver makes the test binary run as the hostile driver of internal/testdrivers/bounds.
+// asBoundsDriver (testdriver.BoundsMarker) makes the test driver run as the hostile driver of internal/testdrivers/bounds.
 const asBoundsDriver = "--as-bounds-driver"
 
 func TestMain(m *testing.M) {
@@ -60,34 +61,52 @@ func TestMain(m *testing.M) {
 	if len(os.Args) > 1 && os.Args[1] == asHost {
 		os.Exit(runAsHost())
 	}
-	goleak.VerifyTestMain(m)
+	goleak.VerifyTestMain(removeDriverAfter{m})
 }
 
-var self struct {
+// removeDriverAfter removes the driver program built by driverBinary once the tests ran.
+type removeDriverAfter struct{ m *testing.M }
+
+func (r removeDriverAfter) Run() int {
+	code := r.m.Run()
+	// The parallel tests check their own hosts' workers; no test may leave any child process.
+	deadline := time.Now().Add(10 * time.Second)
+	for len(childPids()) > 0 && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	if left := childPids(); len(left) > 0 {
+		fmt.Fprintf(os.Stderr, "child processes left after the tests:\n%s", describeProcesses(left))
+		code = 1
+	}
+	if drv.path != "" {
+		_ = os.RemoveAll(filepath.Dir(drv.path))
+	}
+	return code
+}
+
+var drv struct {
 	once sync.Once
 	path string
 	sum  string
 	err  error
 }
 
-// selfBinary returns the absolute path of the test binary and its hex SHA-256.
-func selfBinary(tb testing.TB) (path, sum string) {
+// driverBinary returns the absolute path of the test-driver program (every driver of
+// internal/testdrivers, chosen by its first argument) and its hex SHA-256. It is built once per
+// test binary, on first use.
+func driverBinary(tb testing.TB) (path, sum string) {
 	tb.Helper()
-	self.once.Do(func() {
-		p, err := os.Executable()
+	drv.once.Do(func() {
+		p, err := testutil.BuildTestDriver(os.TempDir())
 		if err != nil {
-			self.err = err
+			drv.err = err
 			return
 		}
-		if p, err = filepath.Abs(p); err != nil {
-			self.err = err
-			return
-		}
-		self.sum, self.err = FileSHA256(p)
-		self.path = p
+		drv.sum, drv.err = FileSHA256(p)
+		drv.path = p
 	})
-	require.NoError(tb, self.err)
-	return self.path, self.sum
+	require.NoError(tb, drv.err)
+	return drv.path, drv.sum
 }
 
 // fixtureUser is the user of the test drivers below: they read and write the tests' private
@@ -101,26 +120,26 @@ func fixtureUser() string {
 	return ""
 }
 
-// driverPlugin configures the test binary as the example driver with extra flags.
+// driverPlugin configures the test driver as the example driver with extra flags.
 func driverPlugin(tb testing.TB, id string, flags ...string) PluginConfig {
 	tb.Helper()
-	path, sum := selfBinary(tb)
+	path, sum := driverBinary(tb)
 	return PluginConfig{ID: id, Path: path, SHA256: sum, Args: append([]string{asDriver}, flags...), User: fixtureUser()}
 }
 
-// boundsPlugin configures the test binary as the hostile driver of internal/testdrivers/bounds.
+// boundsPlugin configures the test driver as the hostile driver of internal/testdrivers/bounds.
 func boundsPlugin(tb testing.TB, id string, flags ...string) PluginConfig {
 	tb.Helper()
-	path, sum := selfBinary(tb)
+	path, sum := driverBinary(tb)
 	return PluginConfig{ID: id, Path: path, SHA256: sum, Args: append([]string{asBoundsDriver}, flags...), User: fixtureUser()}
 }
 
-// identityPlugin configures the test binary as a hostile identity driver (serve mode). Each
+// identityPlugin configures the test driver as a hostile identity driver (serve mode). Each
 // plugin reports its own key (test.identity.<id>), since the host refuses a key another plugin
 // reports; a -key among flags comes later and wins.
 func identityPlugin(tb testing.TB, id string, flags ...string) PluginConfig {
 	tb.Helper()
-	path, sum := selfBinary(tb)
+	path, sum := driverBinary(tb)
 	args := append([]string{identity.Marker, "serve", "-key", "test.identity." + id}, flags...)
 	return PluginConfig{ID: id, Path: path, SHA256: sum, Args: args, User: fixtureUser()}
 }
@@ -195,14 +214,46 @@ func (r *pidRecorder) record(h *Host) {
 	}
 }
 
+// parallelTests holds the names of the tests that run in parallel (runParallel).
+var parallelTests sync.Map
+
+// runParallel runs the test in parallel with the other parallel tests of the package. Only a
+// test whose hosts, drivers and files are its own may: one that counts what the whole process
+// holds (child processes, zombies, goroutines, descriptors, memory, sealed copies), starts
+// drivers with a dynamic uid or reads the process-wide containment set-up stays sequential.
+// The sequential tests run first, so their process-wide checks never see a parallel test's
+// host; the parallel tests' leftovers are checked per host, and for the whole process once all
+// tests ran (TestMain).
+func runParallel(t *testing.T) {
+	t.Helper()
+	parallelTests.Store(t.Name(), true)
+	t.Parallel()
+}
+
+// isParallel reports whether tb is a parallel test or a subtest of one.
+func isParallel(tb testing.TB) bool {
+	for name := tb.Name(); ; {
+		if _, ok := parallelTests.Load(name); ok {
+			return true
+		}
+		i := strings.LastIndexByte(name, '/')
+		if i < 0 {
+			return false
+		}
+		name = name[:i]
+	}
+}
+
 // startHost starts a host and, when the test ends, closes it and checks that no worker process
-// and no goroutine is left behind.
+// it saw is left behind; in a sequential test, also that the process has no child process and
+// no goroutine left.
 func startHost(tb testing.TB, cfg Config) (*Host, *pidRecorder) {
 	tb.Helper()
 	h, err := New(cfg)
 	require.NoError(tb, err)
 	rec := &pidRecorder{pids: map[int]bool{}}
 	tb.Cleanup(func() {
+		rec.record(h)
 		start := time.Now()
 		require.NoError(tb, h.Close())
 		tb.Logf("Close took %s", time.Since(start))
@@ -210,6 +261,9 @@ func startHost(tb testing.TB, cfg Config) (*Host, *pidRecorder) {
 		defer rec.mu.Unlock()
 		for pid := range rec.pids {
 			require.Falsef(tb, processExists(pid), "worker pid %d still exists after Close", pid)
+		}
+		if isParallel(tb) {
+			return
 		}
 		if left := childProcesses(tb); len(left) > 0 {
 			require.Failf(tb, "child processes left after Close", "%s", describeProcesses(left))

@@ -169,6 +169,7 @@ func TestValidateManifest(t *testing.T) {
 	}
 }
 
+// Sequential: it checks the child processes of the whole test process.
 func TestHandshakeAndReady(t *testing.T) {
 	cfg := testConfig(t, driverPlugin(t, "test.plugin"), PluginConfig{ID: "off", Path: "/nonexistent/driver", SHA256: strings.Repeat("0", 64), Enabled: testutil.Ptr(false)})
 	cfg.BuiltinProviders = map[string]map[string]any{"fake": {"execute": true, "supportsReusableLeases": false}}
@@ -271,9 +272,10 @@ func TestEmptyFactsFileIsWellFormed(t *testing.T) {
 	require.NoError(t, h.WaitStarted(t.Context()), "no enabled plugin: started at once")
 }
 
+// Sequential: it checks the child processes of the whole test process.
 func TestPinMismatchRefused(t *testing.T) {
 	p := driverPlugin(t, "pinned")
-	_, realSum := selfBinary(t)
+	_, realSum := driverBinary(t)
 	p.SHA256 = strings.Repeat("0", 64)
 	h, rec := startHost(t, testConfig(t, p))
 
@@ -300,6 +302,7 @@ func TestPinMismatchRefused(t *testing.T) {
 }
 
 func TestInsecureSkipPinCheckWarns(t *testing.T) {
+	runParallel(t)
 	p := driverPlugin(t, "unpinned")
 	p.SHA256 = ""
 	logs := &testutil.SyncBuffer{}
@@ -313,6 +316,7 @@ func TestInsecureSkipPinCheckWarns(t *testing.T) {
 }
 
 func TestCrashIsNoticedAtOnceAndRestarted(t *testing.T) {
+	runParallel(t)
 	h, rec := startHost(t, testConfig(t, driverPlugin(t, "crashy")))
 	waitStarted(t, h, rec)
 	first := state(t, h, "crashy").Worker
@@ -353,6 +357,7 @@ func TestCrashIsNoticedAtOnceAndRestarted(t *testing.T) {
 }
 
 func TestCrashAfterRPCs(t *testing.T) {
+	runParallel(t)
 	// The driver exits with status 3 on its third RPC: the first config check.
 	h, rec := startHost(t, testConfig(t, driverPlugin(t, "flaky", "-crash-after", "2")))
 	waitStarted(t, h, rec)
@@ -376,6 +381,7 @@ func TestCrashAfterRPCs(t *testing.T) {
 	assert.Equal(t, StatusReady, st.Status)
 }
 
+// Sequential: it checks the child processes of the whole test process.
 func TestHangAtStartTimesOut(t *testing.T) {
 	cfg := testConfig(t, driverPlugin(t, "hangs", "-hang-at-start"))
 	cfg.StartTimeout = 500 * time.Millisecond
@@ -389,6 +395,7 @@ func TestHangAtStartTimesOut(t *testing.T) {
 	waitFor(t, 5*time.Second, "the hung process to be killed", func() bool { return len(childProcesses(t)) == 0 })
 }
 
+// Sequential: it checks the child processes of the whole test process.
 func TestCloseDuringStartIsQuick(t *testing.T) {
 	cfg := testConfig(t, driverPlugin(t, "hangs", "-hang-at-start"))
 	cfg.StartTimeout = time.Minute
@@ -407,6 +414,7 @@ func TestCloseDuringStartIsQuick(t *testing.T) {
 }
 
 func TestInvalidManifestIsRefused(t *testing.T) {
+	runParallel(t)
 	tests := []struct {
 		name    string
 		flags   []string
@@ -442,6 +450,7 @@ func TestInvalidManifestIsRefused(t *testing.T) {
 }
 
 func TestMissingMethodIsReported(t *testing.T) {
+	runParallel(t)
 	h, rec := startHost(t, testConfig(t, driverPlugin(t, "nodup", "-omit-method", "duplexChannelOpen")))
 	waitStarted(t, h, rec)
 	w, ok := h.Worker("nodup")
@@ -451,6 +460,7 @@ func TestMissingMethodIsReported(t *testing.T) {
 }
 
 func TestStdoutNoiseBeforeHandshake(t *testing.T) {
+	runParallel(t)
 	cfg := testConfig(t, driverPlugin(t, "noisy", "-stdout-noise"))
 	cfg.MinBackoff, cfg.MaxBackoff = time.Second, time.Second
 	h, _ := startHost(t, cfg)
@@ -461,6 +471,7 @@ func TestStdoutNoiseBeforeHandshake(t *testing.T) {
 }
 
 func TestConfigValid(t *testing.T) {
+	runParallel(t)
 	cfg := testConfig(t,
 		// Crashes on its first config check: any call that reaches it shows.
 		driverPlugin(t, "strict", "-crash-after", "3"),
@@ -550,6 +561,7 @@ func TestConfigValid(t *testing.T) {
 }
 
 func TestConfigValidCachePerGeneration(t *testing.T) {
+	runParallel(t)
 	// Three RPCs per process: Describe, SupportedMethods and one config check; the next crashes.
 	h, rec := startHost(t, testConfig(t, driverPlugin(t, "gen", "-crash-after", "3")))
 	waitStarted(t, h, rec)
@@ -613,6 +625,7 @@ func TestBackoff(t *testing.T) {
 }
 
 func TestFailingPluginIsRetried(t *testing.T) {
+	runParallel(t)
 	p := driverPlugin(t, "bad")
 	p.SHA256 = strings.Repeat("1", 64)
 	cfg := testConfig(t, p)

@@ -27,6 +27,7 @@ func keysShown(h *Host) map[string]int {
 // or the key another plugin already reports, or not the key configured for its own plugin, is
 // refused; no listing shows one key twice.
 func TestPluginKeyCollisionIsRefused(t *testing.T) {
+	runParallel(t)
 	owner := driverPlugin(t, "owner")
 	owner.Key = "example.sandbox"
 	renamed := driverPlugin(t, "renamed", "-plugin-key", "acme.real")
@@ -97,6 +98,7 @@ func TestPluginKeyCollisionIsRefused(t *testing.T) {
 // reports example.sandbox and is ready first; a plugin configured with that key added later
 // becomes ready, and the earlier driver loses the key and is refused from then on.
 func TestConfiguredKeyWinsOverAnEarlierDriver(t *testing.T) {
+	runParallel(t)
 	impostor := boundsPlugin(t, "impostor", "-key", "example.sandbox")
 	cfg := testConfig(t, impostor)
 	cfg.MinBackoff, cfg.MaxBackoff = 200*time.Millisecond, 500*time.Millisecond

@@ -21,6 +21,7 @@ import (
 // Every way a real plugin fails has its code, carried by the error itself, and the code carries
 // none of the details (paths, digests, pids) that the last error holds for the service log.
 func TestLastErrorCodes(t *testing.T) {
+	runParallel(t)
 	truePath, err := exec.LookPath("true")
 	require.NoError(t, err)
 	truePath, err = filepath.EvalSymlinks(truePath)
@@ -93,7 +94,8 @@ func TestStartErrorCode(t *testing.T) {
 // What a plugin writes to stderr before it fails is in the service log at the default level
 // (info): that is where a driver says why it cannot start.
 func TestPluginStderrAtDefaultLevel(t *testing.T) {
-	// The test binary as a driver that explains on stderr why it cannot start, and exits.
+	runParallel(t)
+	// The test driver as a driver that explains on stderr why it cannot start, and exits.
 	p := driverPlugin(t, "p")
 	p.Args = []string{asFailingDriver}
 	var logs testutil.SyncBuffer

@@ -34,6 +34,7 @@ func settled(tb testing.TB, h *Host, id string) PluginState {
 // refused at start with a short lastError naming the bound; one at the bounds is ready, and
 // repeated methods are reported once.
 func TestDriverBeyondLimitsIsRefused(t *testing.T) {
+	runParallel(t)
 	tests := []struct {
 		name    string
 		flags   []string
@@ -91,6 +92,7 @@ func TestDriverBeyondLimitsIsRefused(t *testing.T) {
 // TestUnknownCapabilitiesAreSummarised: unknown capability keys give one warning per start
 // with a count and a few examples, not one line per key; 100,000 of them are refused.
 func TestUnknownCapabilitiesAreSummarised(t *testing.T) {
+	runParallel(t)
 	var logged testutil.SyncBuffer
 	cfg := testConfig(t,
 		boundsPlugin(t, "some", "-key", "bounds.some", "-unknown-caps", "20"),
@@ -124,6 +126,7 @@ func TestUnknownCapabilitiesAreSummarised(t *testing.T) {
 // TestLastErrorIsCapped: a manifest with thousands of problems gives a short, one-line
 // lastError.
 func TestLastErrorIsCapped(t *testing.T) {
+	runParallel(t)
 	cfg := testConfig(t, boundsPlugin(t, "bad", "-entries", "200", "-bad-caps", "20"))
 	cfg.MinBackoff, cfg.MaxBackoff = time.Second, time.Second
 	h, _ := startHost(t, cfg)
@@ -143,6 +146,8 @@ func TestLastErrorIsCapped(t *testing.T) {
 //
 // AUTHZ_TEST_HUGE_METHODS sets how many methods the huge plugin reports (default 100,000; the
 // figures in the docs were taken with 1,000,000, which takes long to generate under -race).
+//
+// Sequential: it measures the resident memory of the whole process.
 func TestHugePluginDoesNotStarveAnother(t *testing.T) {
 	hugeMethods := "100000"
 	if n := os.Getenv("AUTHZ_TEST_HUGE_METHODS"); n != "" {

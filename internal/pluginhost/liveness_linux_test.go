@@ -24,11 +24,11 @@ import (
 // graceful request, the SIGKILL and the reaping, with room for a busy machine.
 const stopBound = 20 * time.Second
 
-// livenessPlugin configures the test binary as the driver of internal/testdrivers/liveness,
+// livenessPlugin configures the test driver as the driver of internal/testdrivers/liveness,
 // which stops answering (mode) shortly after the host found it ready.
 func livenessPlugin(tb testing.TB, id, mode string) PluginConfig {
 	tb.Helper()
-	path, sum := selfBinary(tb)
+	path, sum := driverBinary(tb)
 	return PluginConfig{ID: id, Path: path, SHA256: sum, Args: []string{liveness.Marker, "-mode", mode}}
 }
 
@@ -93,6 +93,8 @@ func boundedOrKill(tb testing.TB, what string, pid int, f func()) time.Duration 
 
 // TestCloseIsBoundedWithAStoppedWorker: a worker that stopped (SIGSTOP) answers nothing, not
 // even go-plugin's graceful shutdown; Close asks, waits a bounded time, kills and returns.
+//
+// Sequential: its drivers get dynamic uids, chosen per plugin id for the whole process.
 func TestCloseIsBoundedWithAStoppedWorker(t *testing.T) {
 	cfg := testConfig(t, livenessPlugin(t, "stopped", liveness.ModeSelfStop))
 	cfg.Health.Interval = time.Hour // the stop is under test, not the health check
@@ -105,6 +107,8 @@ func TestCloseIsBoundedWithAStoppedWorker(t *testing.T) {
 
 // TestReconfigureRemovingAStoppedWorkerIsBounded: removing a plugin whose worker stopped ends
 // the worker without its cooperation, and Reconfigure returns.
+//
+// Sequential: its drivers get dynamic uids, chosen per plugin id for the whole process.
 func TestReconfigureRemovingAStoppedWorkerIsBounded(t *testing.T) {
 	keep := keyedDriver(t, "keep", "acme.keep")
 	cfg := testConfig(t, livenessPlugin(t, "stopped", liveness.ModeSelfStop), keep)
@@ -125,6 +129,8 @@ func TestReconfigureRemovingAStoppedWorkerIsBounded(t *testing.T) {
 // TestStoppedWorkerIsDroppedAndRestarted: a worker that stops answering is found by the health
 // check, dropped from the facts at once (a decision on it denies with worker_not_running, without
 // waiting for a config check that will never be answered) and restarted as a new generation.
+//
+// Sequential: its drivers get dynamic uids, chosen per plugin id for the whole process.
 func TestStoppedWorkerIsDroppedAndRestarted(t *testing.T) {
 	cfg := testConfig(t, livenessPlugin(t, "stopped", liveness.ModeSelfStop))
 	cfg.Health = HealthConfig{Interval: DefaultHealthInterval, Timeout: DefaultHealthTimeout}
@@ -168,6 +174,8 @@ func TestStoppedWorkerIsDroppedAndRestarted(t *testing.T) {
 // TestMainThreadExitIsRestarted: a driver whose main thread ended while its other threads run is
 // a zombie thread-group leader the kernel never reports as exited. The host drops it, kills
 // what is left of it and restarts the plugin.
+//
+// Sequential: its drivers get dynamic uids, chosen per plugin id for the whole process.
 func TestMainThreadExitIsRestarted(t *testing.T) {
 	cfg := testConfig(t, livenessPlugin(t, "headless", liveness.ModeMainExit))
 	cfg.Health = HealthConfig{Interval: DefaultHealthInterval, Timeout: DefaultHealthTimeout}
@@ -208,8 +216,10 @@ func TestMainThreadExitIsRestarted(t *testing.T) {
 // plugins do afterwards, a crash-looping plugin added by Reconfigure included (its failures
 // show in Plugins); with ReadinessAllPlugins it is ready only while every enabled plugin has a
 // live worker.
+//
+// Sequential: its drivers get dynamic uids, chosen per plugin id for the whole process.
 func TestReadinessAfterStart(t *testing.T) {
-	path, sum := selfBinary(t)
+	path, sum := driverBinary(t)
 	crashing := PluginConfig{ID: "crashing", Path: path, SHA256: sum, Args: []string{asFailingDriver}}
 	tests := []struct {
 		name      string
@@ -241,6 +251,8 @@ func TestReadinessAfterStart(t *testing.T) {
 // runs the pinned bytes) but shows: Reconfigure lists it under PinDrift rather than as merely
 // unchanged, the plugin's state says pinDrift, and the periodic check finds it without a
 // reconfiguration. Putting the pinned bytes back clears it.
+//
+// Sequential: its drivers get dynamic uids, chosen per plugin id for the whole process.
 func TestPinDrift(t *testing.T) {
 	dir := t.TempDir()
 	path, sum := driverCopy(t, dir, "driver")
@@ -273,8 +285,10 @@ func TestPinDrift(t *testing.T) {
 // the exit status of a driver that exited before the handshake, the configured path rather
 // than the in-memory copy's, each prefix once, and no go-plugin warning about a graceful exit
 // that was never asked for.
+//
+// Sequential: its drivers get dynamic uids, chosen per plugin id for the whole process.
 func TestDriverFailureMessages(t *testing.T) {
-	path, sum := selfBinary(t)
+	path, sum := driverBinary(t)
 	garbage := filepath.Join(t.TempDir(), "not-an-executable")
 	require.NoError(t, os.WriteFile(garbage, []byte("\x00\x01 neither ELF nor script\n"), 0o755))
 	garbageSum, err := FileSHA256(garbage)

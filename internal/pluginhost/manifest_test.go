@@ -19,6 +19,7 @@ import (
 // for keys it does not have, exactly as the oracle says from the host's whole facts file; and
 // the input carries only the looked-up entries.
 func TestManifestAtLimitsDecidesAsTheOracle(t *testing.T) {
+	runParallel(t)
 	cfg := testConfig(t, boundsPlugin(t, "big", "-key", "bounds.big", "-entries", "255"))
 	h, rec := startHost(t, cfg)
 	require.Equal(t, StatusReady, settled(t, h, "big").Status)

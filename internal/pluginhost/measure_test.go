@@ -13,7 +13,7 @@ import (
 
 // BenchmarkPluginStart measures one plugin's start: pin check, process start, go-plugin
 // handshake with AutoMTLS, Describe and SupportedMethods; and the Close that follows. The driver
-// is this test binary (race-instrumented under -race, which slows its start and its exit).
+// is the test driver (driverBinary), built without the race detector.
 func BenchmarkPluginStart(b *testing.B) {
 	cfg := testConfig(b, driverPlugin(b, "bench"))
 	cfg.Logger = hclog.NewNullLogger()

@@ -5,10 +5,12 @@ package pluginhost
 import (
 	"context"
 	"errors"
+	"fmt"
 	"path/filepath"
 	"slices"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -21,11 +23,11 @@ import (
 	"github.com/authz-dev/authz/internal/testutil"
 )
 
-// driverCopy writes a copy of the test binary with other bytes (a trailer appended) to
+// driverCopy writes a copy of the test driver with other bytes (a trailer appended) to
 // dir/name: it runs the same drivers under another pin. It returns its path and pin.
 func driverCopy(tb testing.TB, dir, name string) (path, sum string) {
 	tb.Helper()
-	self, _ := selfBinary(tb)
+	self, _ := driverBinary(tb)
 	return testutil.CopyWithTrailer(tb, self, dir, name, "\x00another build of the driver")
 }
 
@@ -72,6 +74,7 @@ func readyWorker(tb testing.TB, h *Host, rec *pidRecorder, id string, after uint
 // decisions; a plugin configured as before keeps its worker, pid and generation. The new list's
 // order is the listings' order.
 func TestReconfigureAddsRemovesAndKeeps(t *testing.T) {
+	runParallel(t)
 	pidFile := filepath.Join(t.TempDir(), "child")
 	keep := keyedDriver(t, "keep", "acme.keep")
 	gone := identityPlugin(t, "gone", "-child-holds-pipes", pidFile)
@@ -122,11 +125,12 @@ func TestReconfigureAddsRemovesAndKeeps(t *testing.T) {
 // arguments; its old worker has ended when Reconfigure returns, and the other plugin is not
 // touched. A pin that does not match the file refuses the start (PIN_MISMATCH).
 func TestReconfigureRepinsToNewBinary(t *testing.T) {
+	runParallel(t)
 	h, rec := startHost(t, testConfig(t, keyedDriver(t, "p", "acme.old"), keyedDriver(t, "other", "acme.other")))
 	waitStarted(t, h, rec)
 	before := state(t, h, "p")
 	other := state(t, h, "other")
-	_, selfSum := selfBinary(t)
+	_, selfSum := driverBinary(t)
 	exeSum, err := FileSHA256("/proc/" + strconv.Itoa(before.Worker.PID) + "/exe")
 	require.NoError(t, err)
 	require.Equal(t, selfSum, exeSum)
@@ -165,6 +169,7 @@ func TestReconfigureRepinsToNewBinary(t *testing.T) {
 // enabling it again starts the next generation (not generation 1 again: a config check asked
 // about an old generation is never answered by a new worker).
 func TestReconfigureDisablesAndEnables(t *testing.T) {
+	runParallel(t)
 	p := keyedDriver(t, "p", "acme.p")
 	h, rec := startHost(t, testConfig(t, p))
 	waitStarted(t, h, rec)
@@ -196,6 +201,7 @@ func TestReconfigureDisablesAndEnables(t *testing.T) {
 // an error naming the field; no plugin is started, stopped or restarted. The same list again
 // changes nothing either.
 func TestReconfigureInvalidListChangesNothing(t *testing.T) {
+	runParallel(t)
 	a := keyedDriver(t, "a", "acme.a")
 	b := keyedDriver(t, "b", "acme.b")
 	h, rec := startHost(t, testConfig(t, a, b))
@@ -245,6 +251,7 @@ func TestReconfigureInvalidListChangesNothing(t *testing.T) {
 // (KEY_CONFLICT) and loses its worker, and no listing shows the key twice; once the other is
 // removed, the added plugin keeps its worker.
 func TestReconfigureKeepsKeysUnique(t *testing.T) {
+	runParallel(t)
 	holder := keyedDriver(t, "holder", "acme.shared")
 	h, rec := startHost(t, testConfig(t, holder))
 	waitStarted(t, h, rec)
@@ -272,6 +279,8 @@ func TestReconfigureKeepsKeysUnique(t *testing.T) {
 }
 
 // TestReconfigureBeforeStart: a host reconfigured before Start starts the new list.
+//
+// Sequential: it checks the child processes and goroutines of the whole process.
 func TestReconfigureBeforeStart(t *testing.T) {
 	h, err := New(testConfig(t, keyedDriver(t, "a", "acme.a")))
 	require.NoError(t, err)
@@ -306,6 +315,7 @@ type reconfigDecision struct {
 // configuration: a worker's generation always ran under the key its record shows. Only the
 // honest configuration grants; between the two, decisions deny as not ready or not running.
 func TestReconfigureNeverMixesGenerations(t *testing.T) {
+	runParallel(t)
 	honest := keyedDriver(t, "p", "acme.honest")
 	path, sum := driverCopy(t, t.TempDir(), "lying-driver")
 	lying := PluginConfig{ID: "p", Path: path, SHA256: sum, Args: []string{asDriver, "-plugin-key", "acme.lying", "-omit-method", "duplexChannelOpen"}}
@@ -361,10 +371,24 @@ func TestReconfigureNeverMixesGenerations(t *testing.T) {
 			}
 		})
 	}
+	// decided waits (bounded) until a few decisions ran on the current configuration's worker.
+	decided := func(gen uint64) {
+		waitFor(t, 30*time.Second, fmt.Sprintf("decisions on generation %d", gen), func() bool {
+			mu.Lock()
+			defer mu.Unlock()
+			n := 0
+			for _, d := range decisions {
+				if d.generation == gen {
+					n++
+				}
+			}
+			return n >= 10
+		})
+	}
 	const switches = 6
 	var stopping, starting []time.Duration
 	for i := range switches {
-		time.Sleep(150 * time.Millisecond) // decisions on the current configuration
+		decided(last.Worker.Generation)
 		next := lying
 		if i%2 == 1 {
 			next = honest
@@ -376,7 +400,7 @@ func TestReconfigureNeverMixesGenerations(t *testing.T) {
 		starting = append(starting, time.Since(start))
 		last = note()
 	}
-	time.Sleep(150 * time.Millisecond)
+	decided(last.Worker.Generation)
 	halt()
 
 	var grants, lyingDenies, gapDenies int
@@ -412,6 +436,7 @@ func TestReconfigureNeverMixesGenerations(t *testing.T) {
 // applies the lists one after the other, and Close in the middle of them ends everything: each
 // call returns nil or ErrClosed, no process or goroutine is left behind (startHost checks).
 func TestReconfigureConcurrentCallsAndClose(t *testing.T) {
+	runParallel(t)
 	a := keyedDriver(t, "a", "acme.a")
 	b := keyedDriver(t, "b", "acme.b")
 	bRejecting := keyedDriver(t, "b", "acme.b", "-reject-config")
@@ -420,10 +445,12 @@ func TestReconfigureConcurrentCallsAndClose(t *testing.T) {
 
 	run := func(rounds int, closeAfter bool) {
 		var wg sync.WaitGroup
+		var returned atomic.Int64 // calls that returned
 		for g := range 3 {
 			wg.Go(func() {
 				for i := range rounds {
 					_, err := h.Reconfigure(t.Context(), lists[(g+i)%len(lists)])
+					returned.Add(1)
 					if closeAfter && errors.Is(err, ErrClosed) {
 						return
 					}
@@ -434,7 +461,8 @@ func TestReconfigureConcurrentCallsAndClose(t *testing.T) {
 			})
 		}
 		if closeAfter {
-			time.Sleep(300 * time.Millisecond)
+			// Close once a few calls returned, while the others are still coming.
+			waitFor(t, 60*time.Second, "a few Reconfigure calls", func() bool { return returned.Load() >= 3 })
 			require.NoError(t, h.Close())
 		}
 		wg.Wait()
@@ -502,6 +530,7 @@ func TestReplaceBuiltinProviders(t *testing.T) {
 // for the plugins configured now once a Reconfigure replaced it: it returns when those are
 // ready, not before.
 func TestWaitStartedFollowsReconfigure(t *testing.T) {
+	runParallel(t)
 	h, rec := startHost(t, testConfig(t, driverPlugin(t, "hangs", "-hang-at-start")))
 	waited := make(chan error, 1)
 	go func() {
@@ -524,6 +553,7 @@ func TestWaitStartedFollowsReconfigure(t *testing.T) {
 // has stopped, Reconfigure returns the changes with ErrStillStopping and the context's error;
 // the new list is in effect and the worker stops all the same.
 func TestReconfigureReturnsWhileStillStopping(t *testing.T) {
+	runParallel(t)
 	h, rec := startHost(t, testConfig(t, keyedDriver(t, "a", "acme.a")))
 	waitStarted(t, h, rec)
 	pid := state(t, h, "a").Worker.PID
@@ -541,6 +571,8 @@ func TestReconfigureReturnsWhileStillStopping(t *testing.T) {
 
 // TestReconfigureDuringStartIsQuick: a plugin removed while its worker is still being set up
 // (pin checked, process about to start or starting) stops at once, not at the start timeout.
+//
+// Sequential: it checks the child processes of the whole test process.
 func TestReconfigureDuringStartIsQuick(t *testing.T) {
 	cfg := testConfig(t, driverPlugin(t, "hangs", "-hang-at-start"))
 	cfg.StartTimeout = time.Minute

@@ -21,14 +21,6 @@ import (
 	"github.com/authz-dev/authz/internal/testdrivers/checks"
 )
 
-// The test binary serves as the driver of internal/testdrivers/checks when started with its
-// marker (init runs before the tests).
-func init() {
-	if len(os.Args) > 1 && os.Args[1] == checks.Marker {
-		os.Exit(checks.Main(os.Args[2:]))
-	}
-}
-
 // TestConfigCheckLoadRealDrivers measures, with two real driver processes, the decisions on
 // plugin "fast" while callers of plugin "slow" send new configs whose checks are slow or
 // costly. It prints the figures; it asserts only that "fast" is never answered 503.
@@ -102,10 +94,7 @@ func TestConfigCheckHoldsNoDecidingSlotRealDrivers(t *testing.T) {
 // flags, control directory slowDir) and "fast".
 func serveRealDrivers(t *testing.T, slowDir string, flags []string, changeHost func(*pluginhost.Config), changeServer func(*server.Config)) string {
 	t.Helper()
-	self, err := os.Executable()
-	require.NoError(t, err)
-	sum, err := pluginhost.FileSHA256(self)
-	require.NoError(t, err)
+	self, sum := driverProgram(t)
 	plugin := func(id, dir string, flags ...string) pluginhost.PluginConfig {
 		p := pluginhost.PluginConfig{ID: id, Path: self, SHA256: sum,
 			Args: append([]string{checks.Marker, "-plugin-key", "checks." + id, "-dir", dir}, flags...)}

@@ -31,7 +31,16 @@ import (
 )
 
 func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(m)
+	goleak.VerifyTestMain(removeDriverAfter{m})
+}
+
+// removeDriverAfter removes the test-driver program (driverProgram) once the tests ran.
+type removeDriverAfter struct{ m *testing.M }
+
+func (r removeDriverAfter) Run() int {
+	code := r.m.Run()
+	removeTestDriver()
+	return code
 }
 
 // masked is what the decision log writes in place of a masked value.

@@ -65,7 +65,7 @@ const ProtocolVersion = 1
 // PluginName is the name under which the driver is dispensed from a plugin set.
 const PluginName = "driver"
 
-// Manifest entry kinds (docs/contract.md section 4).
+// Manifest entry kinds (docs/contract.md, "The facts (host state)").
 const (
 	KindSandboxProvider   = "sandbox_provider"
 	KindEnvironmentDriver = "environment_driver"

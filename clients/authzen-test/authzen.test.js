@@ -1,6 +1,6 @@
 // AuthZEN 1.0 interoperability: an enforcement point written from the specification (pep.js)
 // against a live `authz serve`, with the request and facts of docs/contract.md (fixture F) in
-// the AuthZEN mapping of docs/contract.md section 12. No AuthZEN client is published on the
+// the AuthZEN mapping of docs/contract.md, "AuthZEN". No AuthZEN client is published on the
 // npm registry this project can reach, so the client is this one, kept to the specification.
 import { after, before, test } from "node:test";
 import assert from "node:assert/strict";

@@ -17,8 +17,8 @@ import (
 
 const decideUsage = `Usage: authz decide --facts FILE [--request FILE] [--bundle PATH] [--print-input] [--explain]
 
-Decides one request (docs/contract.md section 3) against a facts file (section 4) with the embedded
-policy, or the bundle of --bundle (verified with --verification-key when given), and prints the decision document as JSON. The request is read from stdin unless
+Decides one request (docs/contract.md, "The request") against a facts file ("The facts
+(host state)") with the embedded policy, or the bundle of --bundle (verified with --verification-key when given), and prints the decision document as JSON. The request is read from stdin unless
 --request is given. Exit status: 0 when a decision was made (grant or deny), 2 for a bad
 request, bad facts or bad flags, 1 when the decision could not be evaluated (the printed
 document is then a deny with reason evaluation_failed).
@@ -39,10 +39,10 @@ func runDecide(ctx context.Context, args []string, stdin io.Reader, stdout, stde
 		return err
 	}
 	if *factsPath == "" {
-		return usageError("decide: --facts FILE is required (a facts file as in docs/contract.md section 4; `authz serve` exposes its live facts at GET /v1/facts)")
+		return usageError("decide: --facts FILE is required (a facts file as in docs/contract.md, \"The facts (host state)\"; `authz serve` exposes its live facts at GET /v1/facts)")
 	}
 
-	// The request is checked first: when both are bad, the request is reported (docs/contract.md section 11).
+	// The request is checked first: when both are bad, the request is reported (docs/contract.md, "Precise rules").
 	req, err := readRequest(*requestPath, stdin)
 	if err != nil {
 		return usageError("decide: bad request: %v", err)

@@ -33,7 +33,7 @@ func runCLI(t *testing.T, stdin string, args ...string) (int, string, string) {
 	return code, stdout.String(), stderr.String()
 }
 
-// TestDecideSpecExamples answers every docs/contract.md section 10 example through the CLI.
+// TestDecideSpecExamples answers every docs/contract.md, "Worked examples" example through the CLI.
 func TestDecideSpecExamples(t *testing.T) {
 	for _, ex := range specexamples.Rows() {
 		t.Run(ex.Name, func(t *testing.T) {

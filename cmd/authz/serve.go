@@ -44,7 +44,7 @@ func serveFlags(cfg *service.Config, configFile *string) *flag.FlagSet {
 	fs.StringVar(&s.Addr, "addr", s.Addr, "listen address: host:port, or unix:///absolute/path")
 	fs.StringVar(&s.TLS.Cert, "tls-cert", s.TLS.Cert, "PEM certificate (chain) for HTTPS; needs --tls-key")
 	fs.StringVar(&s.TLS.Key, "tls-key", s.TLS.Key, "PEM private key for HTTPS; needs --tls-cert")
-	fs.StringVar(&cfg.Facts, "facts", cfg.Facts, "static facts file (docs/contract.md section 4) instead of live plugins")
+	fs.StringVar(&cfg.Facts, "facts", cfg.Facts, "static facts file (docs/contract.md, \"The facts (host state)\") instead of live plugins")
 	fs.StringVar(&s.DecisionLog.Path, "decision-log", s.DecisionLog.Path, `decision log: a file to append to, "-" for stderr, "" for none`)
 	fs.BoolVar(&s.DecisionLog.Required, "decision-log-required", s.DecisionLog.Required, "answer 503 DECISION_LOG_UNAVAILABLE when a decision's log line cannot be written")
 	fs.Var(&listFlag{list: &s.DecisionLog.Mask}, "decision-log-mask", "JSON pointers below /input masked in the decision log, comma-separated or repeated;\nreplaces the configured list (\"\" for none)")

@@ -23,10 +23,10 @@ import (
 	"github.com/authz-dev/authz/internal/testutil"
 )
 
-// specFacts is the facts of docs/contract.md section 4.
+// specFacts is the facts of docs/contract.md, "The facts (host state)".
 var specFacts = func() string { _, facts := specexamples.NewFixture().JSON(); return string(facts) }()
 
-// specRequest is the request of docs/contract.md section 3, with a secret in the lease metadata.
+// specRequest is the request of docs/contract.md, "The request", with a secret in the lease metadata.
 const specRequest = `{
   "operation": "openDuplexChannel",
   "environment": {"id": "env-1", "driver": "sandbox", "config": {"provider": "daytona"}},

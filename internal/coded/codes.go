@@ -1,7 +1,7 @@
 package coded
 
 // Codes of a request or facts document that does not have the contract's shape
-// (docs/contract.md section 11, "Request shape" and "Facts file").
+// (docs/contract.md, "Precise rules", "Request shape" and "Facts file").
 const (
 	// BadRequest: the request is not a JSON object, one of its objects is not an object, its
 	// operation is unknown, or (over HTTP) its body cannot be read. It is answered, never decided.

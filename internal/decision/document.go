@@ -8,7 +8,7 @@ import (
 )
 
 // Capabilities is the snapshot: the capabilities the lease is entitled to now. Its fields are
-// the one Go list of the capabilities (docs/contract.md section 2): CapabilityKeys, every lookup by
+// the one Go list of the capabilities (docs/contract.md, "The nine capabilities"): CapabilityKeys, every lookup by
 // name, the plugin host's known capability keys and the TypeScript client's list derive from
 // their JSON names. Tests fail when they and the policy's capability table
 // (policies/authz/tables/tables.rego) or the TypeScript client disagree. Adding a capability
@@ -73,7 +73,7 @@ func (c Capabilities) Map() map[string]bool {
 	return m
 }
 
-// Document is the decision document of docs/contract.md section 8. Every field is always present in JSON.
+// Document is the decision document of docs/contract.md, "The decision document". Every field is always present in JSON.
 type Document struct {
 	Allow        bool         `json:"allow"`
 	Code         string       `json:"code"`
@@ -87,7 +87,7 @@ type Document struct {
 // reasonEvaluationFailed is the only reason of a decision that could not be evaluated.
 const reasonEvaluationFailed = "evaluation_failed"
 
-// capabilityDenied holds each operation's capability-denied code and message (docs/contract.md section 7):
+// capabilityDenied holds each operation's capability-denied code and message (docs/contract.md, "Codes and messages"):
 // the answer to every evaluation that fails.
 var capabilityDenied = map[string][2]string{
 	snapshot.OpOpenDuplexChannel: {
@@ -100,7 +100,7 @@ var capabilityDenied = map[string][2]string{
 	},
 }
 
-// FailedDocument is the deny of docs/contract.md section 11, "Failures": the operation's capability-denied
+// FailedDocument is the deny of docs/contract.md, "Precise rules", "Failures": the operation's capability-denied
 // code and message, no capability, and the reason evaluation_failed. An unknown operation gets
 // the duplex channel's code.
 func FailedDocument(operation string) Document {

@@ -9,7 +9,7 @@ import (
 	"github.com/authz-dev/authz/internal/snapshot"
 )
 
-// reasonText says in words what each reason code (docs/contract.md section 11) means.
+// reasonText says in words what each reason code (docs/contract.md, "Precise rules") means.
 var reasonText = map[string]string{
 	"driver_not_registered":            "the driver is not one the runtime registers (local, ssh, sandbox, plugin)",
 	"operation_unsupported_by_driver":  "the driver does not support this operation",

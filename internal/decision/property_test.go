@@ -22,8 +22,8 @@ type absentT struct{}
 
 var absent = absentT{}
 
-// gen draws requests and facts from small vocabularies that hit every branch of docs/contract.md sections
-// 2, 5 and 6, with wrong types mixed in everywhere a value is read.
+// gen draws requests and facts from small vocabularies that hit every branch of docs/contract.md,
+// "The nine capabilities", "The decision, in order" and "Resolving the snapshot", with wrong types mixed in everywhere a value is read.
 // In friendly mode it mostly takes the first value offered, which is always the one that leads
 // towards a grant, so that grants are common and each case differs from one in a few places.
 type gen struct {

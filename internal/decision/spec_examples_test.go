@@ -34,7 +34,7 @@ func newEngine(t testing.TB) *decision.Engine {
 	return eng
 }
 
-// TestSpecExamples is docs/contract.md section 10, row by row.
+// TestSpecExamples is docs/contract.md, "Worked examples", row by row.
 func TestSpecExamples(t *testing.T) {
 	eng := newEngine(t)
 	for _, ex := range specexamples.Rows() {
@@ -57,7 +57,7 @@ func TestSpecExamples(t *testing.T) {
 	}
 }
 
-// TestDocumentJSONHasEveryKey checks the wire shape of docs/contract.md section 8.
+// TestDocumentJSONHasEveryKey checks the wire shape of docs/contract.md, "The decision document".
 func TestDocumentJSONHasEveryKey(t *testing.T) {
 	d := decide(t, newEngine(t), specexamples.NewFixture())
 	b, err := json.Marshal(d)

@@ -80,7 +80,7 @@ func TestDecisionsFromLiveDrivers(t *testing.T) {
 		return !denied.Allow
 	})
 	// Until the host has reaped the process, the dying worker may still be listed; its config
-	// check then fails, which counts as a refused config (docs/contract.md section 6): a deny either way.
+	// check then fails, which counts as a refused config (docs/contract.md, "Resolving the snapshot"): a deny either way.
 	assert.Contains(t, [][]string{{"worker_not_running"}, {"capability_narrowed"}}, denied.Reasons)
 	waitFor(t, 5*time.Second, "worker_not_running once the exit is noticed", func() bool {
 		d := decide(grant)

@@ -38,7 +38,7 @@ import (
 	"github.com/authz-dev/authz/internal/snapshot"
 )
 
-// Plugin statuses (docs/contract.md section 4). The host uses the first four.
+// Plugin statuses (docs/contract.md, "The facts (host state)"). The host uses the first four.
 const (
 	StatusInstalled = "installed" // enabled, first start not finished yet
 	StatusReady     = "ready"     // handshake, Describe and SupportedMethods succeeded, manifest valid
@@ -542,7 +542,7 @@ func (h *Host) Plugins() []PluginState {
 	return out
 }
 
-// FactsFile renders the host's current state as a facts file (docs/contract.md section 4), so that a
+// FactsFile renders the host's current state as a facts file (docs/contract.md, "The facts (host state)"), so that a
 // decision can be replayed with `authz decide --facts`. Workers carry their supportedMethods;
 // config checks are per request and not part of the file.
 func (h *Host) FactsFile() snapshot.File {

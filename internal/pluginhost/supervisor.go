@@ -582,7 +582,7 @@ func notADriver(exit string) string {
 }
 
 // knownCapabilities are the capability keys of this release: decision.CapabilityKeys, the one Go
-// list of docs/contract.md section 2.
+// list of docs/contract.md, "The nine capabilities".
 var knownCapabilities = func() map[string]bool {
 	m := make(map[string]bool, len(decision.CapabilityKeys))
 	for _, k := range decision.CapabilityKeys {

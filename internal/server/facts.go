@@ -73,7 +73,7 @@ func (s *StaticFacts) Plugins() []pluginhost.PluginState {
 }
 
 // normalizeFile replaces absent sections by empty ones: a rendered facts file never carries a
-// null section, which docs/contract.md section 11 calls malformed.
+// null section, which docs/contract.md, "Precise rules" calls malformed.
 func normalizeFile(f snapshot.File) snapshot.File {
 	if f.Plugins == nil {
 		f.Plugins = []map[string]any{}

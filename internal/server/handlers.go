@@ -300,7 +300,7 @@ func (s *Server) decideFor(r *http.Request, path string, req *snapshot.Request, 
 	doc, in, err := s.decider.Decide(ctx, req, facts)
 	latency := time.Since(start)
 	if err != nil {
-		// Whatever the decider returned alongside its error, the answer is the docs/contract.md section 11
+		// Whatever the decider returned alongside its error, the answer is the docs/contract.md, "Precise rules"
 		// "Failures" document: it never grants.
 		evalCode = coded.CodeOf(err)
 		if evalCode == "" {

@@ -160,7 +160,7 @@ func get(t testing.TB, url string) answer {
 	return do(t, http.MethodGet, url, "", nil)
 }
 
-// fixture returns the docs/contract.md section 3 request with changes applied to its decoded form.
+// fixture returns the docs/contract.md, "The request" request with changes applied to its decoded form.
 func fixture(t testing.TB, change func(req map[string]any)) string {
 	t.Helper()
 	req := specexamples.NewFixture().Request

@@ -4,7 +4,7 @@ import (
 	"context"
 )
 
-// Facts is the host state one decision reads (docs/contract.md section 4). Implementations answer from their
+// Facts is the host state one decision reads (docs/contract.md, "The facts (host state)"). Implementations answer from their
 // state at the moment of the call, are safe for concurrent use, and never cache a capability: a
 // worker that restarted without a method must lose it at the next call.
 type Facts interface {

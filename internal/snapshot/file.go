@@ -13,7 +13,7 @@ import (
 	"github.com/authz-dev/authz/internal/coded"
 )
 
-// File is the facts-file shape of docs/contract.md section 4. The live plugin host renders its state in the
+// File is the facts-file shape of docs/contract.md, "The facts (host state)". The live plugin host renders its state in the
 // same shape (GET /v1/facts), so any decision can be replayed with `authz decide --facts`.
 type File struct {
 	Plugins          []map[string]any          `json:"plugins"`
@@ -41,7 +41,7 @@ func LoadFacts(path string) (*FileFacts, error) {
 	return ParseFacts(bytes.NewReader(b))
 }
 
-// ParseFacts parses a facts document and checks its shape (docs/contract.md section 11, "Facts file"): an
+// ParseFacts parses a facts document and checks its shape (docs/contract.md, "Precise rules", "Facts file"): an
 // object; plugins an array of objects with distinct non-empty string ids; workers and
 // builtinProviders objects whose values are objects. Absent sections are empty; null ones are not.
 func ParseFacts(r io.Reader) (*FileFacts, error) {

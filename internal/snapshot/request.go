@@ -22,13 +22,13 @@ const (
 	MaxRequestStringBytes = 64 << 10
 )
 
-// The two operations of docs/contract.md section 5.
+// The two operations of docs/contract.md, "The decision, in order".
 const (
 	OpOpenDuplexChannel        = "openDuplexChannel"
 	OpGetRunnerIngressEndpoint = "getRunnerIngressEndpoint"
 )
 
-// Request is a checked request of docs/contract.md section 3. Environment, Lease and Metadata are never nil.
+// Request is a checked request of docs/contract.md, "The request". Environment, Lease and Metadata are never nil.
 type Request struct {
 	Operation   string
 	Environment map[string]any

@@ -1,4 +1,4 @@
-// Package specexamples holds the examples of docs/contract.md section 10 as data: fixture F (sections 3 and 4)
+// Package specexamples holds the examples of docs/contract.md, "Worked examples" as data: fixture F (sections 3 and 4)
 // and one change per row, with the expected answer. Every face of the product (the engine, the
 // CLI, the HTTP service) is tested against the same rows.
 package specexamples
@@ -66,7 +66,7 @@ func (f Fixture) JSON() (request, facts []byte) {
 	return request, facts
 }
 
-// Example is one row of docs/contract.md section 10.
+// Example is one row of docs/contract.md, "Worked examples".
 type Example struct {
 	Name    string
 	Change  func(Fixture)
@@ -95,7 +95,7 @@ var AllMethods = []any{"environmentResumeLease", "environmentReleaseLease", "env
 	"environmentSyncIn", "environmentSyncOut", "environmentExecute", "duplexChannelOpen",
 	"environmentRunnerIngressEndpoint"}
 
-// Rows are docs/contract.md section 10, rows 1 to 14.
+// Rows are docs/contract.md, "Worked examples", rows 1 to 14.
 func Rows() []Example {
 	all := map[string]bool{}
 	for _, k := range specoracle.CapabilityKeys {

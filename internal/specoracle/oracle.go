@@ -3,7 +3,7 @@
 // fuzz tests can check the real, Rego-based engine against a second reading of the same text.
 //
 // The oracle is written from the text of docs/contract.md only (sections 2–8, 10 and 11) and shares no code or
-// data with the engine. It computes the decision document (docs/contract.md section 8) without the decision_id and
+// data with the engine. It computes the decision document (docs/contract.md, "The decision document") without the decision_id and
 // revision fields, which are not part of the decision logic.
 //
 // Inputs are values as produced by encoding/json decoding into `any`: objects are
@@ -18,20 +18,20 @@ import (
 	"fmt"
 )
 
-// ErrBadRequest is wrapped by the error Decide returns for a bad request (docs/contract.md sections 3 and 11
+// ErrBadRequest is wrapped by the error Decide returns for a bad request (docs/contract.md, "The request" and "Precise rules"
 // "Request shape").
 var ErrBadRequest = errors.New("bad request")
 
-// ErrBadFacts is wrapped by the error Decide returns for malformed facts (docs/contract.md section 11 "Facts file").
+// ErrBadFacts is wrapped by the error Decide returns for malformed facts (docs/contract.md, "Precise rules" "Facts file").
 var ErrBadFacts = errors.New("malformed facts")
 
-// Operation names (docs/contract.md section 5).
+// Operation names (docs/contract.md, "The decision, in order").
 const (
 	OpOpenDuplexChannel        = "openDuplexChannel"
 	OpGetRunnerIngressEndpoint = "getRunnerIngressEndpoint"
 )
 
-// Decision codes (docs/contract.md section 7).
+// Decision codes (docs/contract.md, "Codes and messages").
 const (
 	CodeDuplexChannelCapabilityDenied    = "DUPLEX_CHANNEL_CAPABILITY_DENIED"
 	CodeDuplexChannelUnsupported         = "DUPLEX_CHANNEL_UNSUPPORTED"
@@ -42,7 +42,7 @@ const (
 	MessageRunnerIngressCapabilityDenied = "Sandbox lease does not grant runner WebSocket ingress."
 )
 
-// Reason codes (docs/contract.md section 11 "Reason codes"; evaluation_failed is not produced by the oracle, which
+// Reason codes (docs/contract.md, "Precise rules" "Reason codes"; evaluation_failed is not produced by the oracle, which
 // cannot fail to evaluate).
 const (
 	ReasonDriverNotRegistered           = "driver_not_registered"
@@ -62,7 +62,7 @@ const (
 	ReasonEvaluationFailed              = "evaluation_failed"
 )
 
-// Capability keys (docs/contract.md section 2).
+// Capability keys (docs/contract.md, "The nine capabilities").
 const (
 	CapReusableLeases             = "reusableLeases"
 	CapNativeSyncIn               = "nativeSyncIn"
@@ -75,7 +75,7 @@ const (
 	CapRunnerWebSocketIngress     = "runnerWebSocketIngress"
 )
 
-// CapabilityKeys lists the nine capabilities of docs/contract.md section 2 in the contract's order.
+// CapabilityKeys lists the nine capabilities of docs/contract.md, "The nine capabilities" in the contract's order.
 // It is the oracle's own list, on purpose: the oracle is a second reading of the contract and
 // shares no data with the engine, whose list is the fields of decision.Capabilities. The worked
 // examples (internal/specexamples) use this list, as contract data.
@@ -91,7 +91,7 @@ var CapabilityKeys = []string{
 	CapRunnerWebSocketIngress,
 }
 
-// Worker method names (docs/contract.md section 2).
+// Worker method names (docs/contract.md, "The nine capabilities").
 const (
 	MethodResumeLease           = "environmentResumeLease"
 	MethodReleaseLease          = "environmentReleaseLease"
@@ -103,7 +103,7 @@ const (
 	MethodRunnerIngressEndpoint = "environmentRunnerIngressEndpoint"
 )
 
-// Decision is the decision document of docs/contract.md section 8 without decision_id and revision.
+// Decision is the decision document of docs/contract.md, "The decision document" without decision_id and revision.
 type Decision struct {
 	Allow        bool
 	Code         string
@@ -112,14 +112,14 @@ type Decision struct {
 	Capabilities map[string]bool // always all nine keys of CapabilityKeys
 }
 
-// capabilityRule is one row of the docs/contract.md section 2 table. Every requirement group has exactly one method,
+// capabilityRule is one row of the docs/contract.md, "The nine capabilities" table. Every requirement group has exactly one method,
 // so "every group has a method in supportedMethods" is "every listed method is supported".
 type capabilityRule struct {
 	methods []string
 	optIn   bool
 }
 
-// capabilityTable is the docs/contract.md section 2 table (the narrowing column is in narrowingAllows).
+// capabilityTable is the docs/contract.md, "The nine capabilities" table (the narrowing column is in narrowingAllows).
 var capabilityTable = map[string]capabilityRule{
 	CapReusableLeases:             {methods: []string{MethodResumeLease, MethodReleaseLease, MethodDestroyLease}},
 	CapNativeSyncIn:               {methods: []string{MethodSyncIn}},
@@ -132,10 +132,10 @@ var capabilityTable = map[string]capabilityRule{
 	CapRunnerWebSocketIngress:     {methods: []string{MethodRunnerIngressEndpoint}, optIn: true},
 }
 
-// registeredDrivers is docs/contract.md section 5 step 2.
+// registeredDrivers is docs/contract.md, "The decision, in order" step 2.
 var registeredDrivers = map[string]bool{"local": true, "ssh": true, "sandbox": true, "plugin": true}
 
-// operationSupport is the operation-support table of docs/contract.md section 5 (step 3 and the second operation).
+// operationSupport is the operation-support table of docs/contract.md, "The decision, in order" (step 3 and the second operation).
 var operationSupport = map[string]map[string]bool{
 	OpOpenDuplexChannel:        {"sandbox": true, "plugin": true},
 	OpGetRunnerIngressEndpoint: {"sandbox": true},
@@ -143,9 +143,9 @@ var operationSupport = map[string]map[string]bool{
 
 // Decide computes the contract's decision for a raw request and raw facts.
 //
-// When the request is bad (docs/contract.md sections 3 and 11 "Request shape") the error wraps ErrBadRequest; when
-// the facts are malformed (docs/contract.md section 11 "Facts file") it wraps ErrBadFacts. When both are bad, the
-// request is reported (docs/contract.md section 11 "Remaining edge values"). On error the Decision is the zero value.
+// When the request is bad (docs/contract.md, "The request" and "Precise rules" "Request shape") the error wraps ErrBadRequest; when
+// the facts are malformed (docs/contract.md, "Precise rules" "Facts file") it wraps ErrBadFacts. When both are bad, the
+// request is reported (docs/contract.md, "Precise rules" "Remaining edge values"). On error the Decision is the zero value.
 func Decide(request any, facts any) (Decision, error) {
 	req, err := parseRequest(request)
 	if err != nil {
@@ -159,7 +159,7 @@ func Decide(request any, facts any) (Decision, error) {
 }
 
 // ---------------------------------------------------------------------------------------------
-// Input shape (docs/contract.md sections 3 and 11 "Request shape" and "Facts file").
+// Input shape (docs/contract.md, "The request" and "Precise rules" "Request shape" and "Facts file").
 
 type request struct {
 	operation   string
@@ -193,7 +193,7 @@ func optionalObject(m map[string]any, key string) (map[string]any, bool) {
 	return obj, isObj
 }
 
-// parseRequest checks the request shape of docs/contract.md section 3 and docs/contract.md section 11 "Request shape".
+// parseRequest checks the request shape of docs/contract.md, "The request" and docs/contract.md, "Precise rules" "Request shape".
 func parseRequest(raw any) (request, error) {
 	top, ok := asObject(raw)
 	if !ok {
@@ -237,7 +237,7 @@ func objectOfObjects(v any) (map[string]map[string]any, bool) {
 	return out, true
 }
 
-// parseFacts checks the facts shape of docs/contract.md section 11 "Facts file" (and the null rule of "Remaining
+// parseFacts checks the facts shape of docs/contract.md, "Precise rules" "Facts file" (and the null rule of "Remaining
 // edge values").
 func parseFacts(raw any) (facts, error) {
 	top, ok := asObject(raw)
@@ -283,7 +283,7 @@ func parseFacts(raw any) (facts, error) {
 }
 
 // ---------------------------------------------------------------------------------------------
-// JSON value helpers (docs/contract.md section 2 last line, docs/contract.md section 11 "Strings").
+// JSON value helpers (docs/contract.md, "The nine capabilities" last line, docs/contract.md, "Precise rules" "Strings").
 
 func asObject(v any) (map[string]any, bool) {
 	m, ok := v.(map[string]any)
@@ -309,9 +309,9 @@ func equalsString(v any, s string) bool {
 }
 
 // ---------------------------------------------------------------------------------------------
-// The decision (docs/contract.md sections 5, 7, 8 and 11 "Order of checks").
+// The decision (docs/contract.md, "The decision, in order", "Codes and messages", "The decision document" and "Precise rules" "Order of checks").
 
-// resolveDriver is docs/contract.md section 5 step 1 (and docs/contract.md section 11 "Driver and provider").
+// resolveDriver is docs/contract.md, "The decision, in order" step 1 (and docs/contract.md, "Precise rules" "Driver and provider").
 func resolveDriver(r request) string {
 	if d, ok := nonEmptyString(r.metadata["driver"]); ok {
 		return d
@@ -365,14 +365,14 @@ func deny(code, message string, reasons []string, caps map[string]bool) Decision
 }
 
 // ---------------------------------------------------------------------------------------------
-// Resolving the snapshot (docs/contract.md sections 2 and 6).
+// Resolving the snapshot (docs/contract.md, "The nine capabilities" and "Resolving the snapshot").
 
 // resolution holds everything needed to compute the snapshot and to explain a capability deny.
 type resolution struct {
-	// classSupports is supported(k) of docs/contract.md section 2: true for sandbox and plugin, false for local,
+	// classSupports is supported(k) of docs/contract.md, "The nine capabilities": true for sandbox and plugin, false for local,
 	// ssh and any unregistered driver.
 	classSupports bool
-	// identityFailure is the first failing identity check (docs/contract.md section 11 "Reason codes"), or "".
+	// identityFailure is the first failing identity check (docs/contract.md, "Precise rules" "Reason codes"), or "".
 	identityFailure string
 	// pluginPath: the plugin-backed sandbox path or the plugin driver (worker_not_running applies).
 	pluginPath bool
@@ -405,7 +405,7 @@ func resolveSnapshot(driver string, r request, f facts) resolution {
 	return res
 }
 
-// providerKey is the docs/contract.md section 6 provider key of the sandbox driver (and docs/contract.md section 11 "Driver and
+// providerKey is the docs/contract.md, "Resolving the snapshot" provider key of the sandbox driver (and docs/contract.md, "Precise rules" "Driver and
 // provider": the fallback applies only when environment.driver is exactly "sandbox").
 func providerKey(r request) (string, bool) {
 	if p, ok := nonEmptyString(r.metadata["provider"]); ok {
@@ -419,7 +419,7 @@ func providerKey(r request) (string, bool) {
 	return "", false
 }
 
-// resolveSandbox is the docs/contract.md section 6 `sandbox` driver.
+// resolveSandbox is the docs/contract.md, "Resolving the snapshot" `sandbox` driver.
 func resolveSandbox(res *resolution, r request, f facts) {
 	key, ok := providerKey(r)
 	if !ok {
@@ -449,7 +449,7 @@ func resolveSandbox(res *resolution, r request, f facts) {
 	}
 }
 
-// resolvePluginBackedSandbox is the docs/contract.md section 6 plugin-backed sandbox path.
+// resolvePluginBackedSandbox is the docs/contract.md, "Resolving the snapshot" plugin-backed sandbox path.
 func resolvePluginBackedSandbox(res *resolution, r request, f facts, key string) {
 	res.pluginPath = true
 	pluginID, ok := nonEmptyString(r.metadata["pluginId"])
@@ -471,7 +471,7 @@ func resolvePluginBackedSandbox(res *resolution, r request, f facts, key string)
 	}
 }
 
-// resolvePluginDriver is the docs/contract.md section 6 `plugin` driver: any entry kind; config not consulted.
+// resolvePluginDriver is the docs/contract.md, "Resolving the snapshot" `plugin` driver: any entry kind; config not consulted.
 func resolvePluginDriver(res *resolution, r request, f facts) {
 	res.pluginPath = true
 	pluginID, okID := nonEmptyString(r.metadata["pluginId"])
@@ -489,7 +489,7 @@ func resolvePluginDriver(res *resolution, r request, f facts) {
 }
 
 // readPinned records the pinned entry's declaration and, when the plugin's worker runs, its
-// methods (docs/contract.md section 6, both plugin paths).
+// methods (docs/contract.md, "Resolving the snapshot", both plugin paths).
 func readPinned(res *resolution, f facts, pluginID string, entry map[string]any) (worker map[string]any, running bool) {
 	res.declaration = declarationOf(entry)
 	worker, running = f.workers[pluginID]
@@ -501,7 +501,7 @@ func readPinned(res *resolution, f facts, pluginID string, entry map[string]any)
 }
 
 // pinnedEntry runs the identity checks plugin_not_found, plugin_not_ready, driver_entry_invalid
-// and driver_entry_missing, in that order (docs/contract.md sections 6 and 11 "Reason codes" and "Remaining edge
+// and driver_entry_missing, in that order (docs/contract.md, "Resolving the snapshot" and "Precise rules" "Reason codes" and "Remaining edge
 // values"). It returns the one manifest entry with the driver key, or the failing reason.
 func pinnedEntry(f facts, pluginID, driverKey string, requireSandboxKind bool) (map[string]any, string) {
 	plugin, ok := f.plugins[pluginID]
@@ -540,7 +540,7 @@ func pinnedEntry(f facts, pluginID, driverKey string, requireSandboxKind bool) (
 }
 
 // declarationOf is the declaration of a valid manifest entry: its sandboxCapabilities plus the
-// legacy supportsReusableLeases field (docs/contract.md sections 4 and 11 "Facts values").
+// legacy supportsReusableLeases field (docs/contract.md, "The facts (host state)" and "Precise rules" "Facts values").
 func declarationOf(entry map[string]any) map[string]any {
 	decl := map[string]any{}
 	if sc, ok := asObject(entry["sandboxCapabilities"]); ok {
@@ -557,7 +557,7 @@ func declarationOf(entry map[string]any) map[string]any {
 }
 
 // supportedMethods is the worker's method set: absent/null/non-array counts as [], only string
-// elements count (docs/contract.md section 11 "Facts values").
+// elements count (docs/contract.md, "Precise rules" "Facts values").
 func supportedMethods(worker map[string]any) map[string]bool {
 	out := map[string]bool{}
 	if list, ok := worker["supportedMethods"].([]any); ok {
@@ -570,7 +570,7 @@ func supportedMethods(worker map[string]any) map[string]bool {
 	return out
 }
 
-// verifiedAllows is verified(k) of docs/contract.md section 2.
+// verifiedAllows is verified(k) of docs/contract.md, "The nine capabilities".
 func (res resolution) verifiedAllows(k string) bool {
 	for _, m := range capabilityTable[k].methods {
 		if !res.verified[m] {
@@ -580,7 +580,7 @@ func (res resolution) verifiedAllows(k string) bool {
 	return true
 }
 
-// declaredAllows is declaredAllows(k) of docs/contract.md section 2.
+// declaredAllows is declaredAllows(k) of docs/contract.md, "The nine capabilities".
 func (res resolution) declaredAllows(k string) bool {
 	v, present := res.declaration[k]
 	if !present || v == nil {
@@ -590,7 +590,7 @@ func (res resolution) declaredAllows(k string) bool {
 	return isBool && b
 }
 
-// narrowingAllows is narrowingAllows(k) of docs/contract.md section 2 (the table's last column).
+// narrowingAllows is narrowingAllows(k) of docs/contract.md, "The nine capabilities" (the table's last column).
 func (res resolution) narrowingAllows(k string) bool {
 	switch k {
 	case CapReusableLeases:
@@ -604,13 +604,13 @@ func (res resolution) narrowingAllows(k string) bool {
 	}
 }
 
-// capability is snapshot[k] of docs/contract.md section 2.
+// capability is snapshot[k] of docs/contract.md, "The nine capabilities".
 func (res resolution) capability(k string) bool {
 	return res.classSupports && res.identityFailure == "" &&
 		res.verifiedAllows(k) && res.declaredAllows(k) && res.narrowingAllows(k)
 }
 
-// snapshot returns all nine capabilities (docs/contract.md sections 2 and 8).
+// snapshot returns all nine capabilities (docs/contract.md, "The nine capabilities" and "The decision document").
 func (res resolution) snapshot() map[string]bool {
 	caps := make(map[string]bool, len(CapabilityKeys))
 	for _, k := range CapabilityKeys {
@@ -619,7 +619,7 @@ func (res resolution) snapshot() map[string]bool {
 	return caps
 }
 
-// denyReasons explains why capability k is false (docs/contract.md section 11 "Reason codes").
+// denyReasons explains why capability k is false (docs/contract.md, "Precise rules" "Reason codes").
 func (res resolution) denyReasons(k string) []string {
 	if !res.classSupports {
 		return []string{ReasonCapabilityUnsupportedByDriver}

@@ -12,7 +12,7 @@ import (
 	"github.com/authz-dev/authz/internal/specoracle"
 )
 
-// fixtureRequest is the request of docs/contract.md section 3, as written.
+// fixtureRequest is the request of docs/contract.md, "The request", as written.
 const fixtureRequest = `{
   "operation": "openDuplexChannel",
   "environment": {"id": "env-1", "driver": "sandbox", "config": {"provider": "daytona"}},
@@ -24,7 +24,7 @@ const fixtureRequest = `{
   "command": ["sh", "-c", "echo hi"]
 }`
 
-// fixtureFacts is the facts document of docs/contract.md section 4, as written.
+// fixtureFacts is the facts document of docs/contract.md, "The facts (host state)", as written.
 const fixtureFacts = `{
   "plugins": [
     {"id": "test.plugin", "key": "acme.daytona", "status": "ready",
@@ -59,7 +59,7 @@ func decodeJSON(t testing.TB, s string) any {
 	return v
 }
 
-// fixture returns fresh, mutable copies of F (docs/contract.md section 10).
+// fixture returns fresh, mutable copies of F (docs/contract.md, "Worked examples").
 func fixture(t testing.TB) (map[string]any, map[string]any) {
 	t.Helper()
 	return decodeJSON(t, fixtureRequest).(map[string]any), decodeJSON(t, fixtureFacts).(map[string]any)
@@ -102,7 +102,7 @@ func allCaps(v bool) map[string]bool {
 	return m
 }
 
-// assertInvariants checks what every decision must satisfy (docs/contract.md section 8).
+// assertInvariants checks what every decision must satisfy (docs/contract.md, "The decision document").
 func assertInvariants(t testing.TB, d specoracle.Decision) {
 	t.Helper()
 	require.NotNil(t, d.Reasons)
@@ -162,7 +162,7 @@ func runRows(t *testing.T, rows []row) {
 	}
 }
 
-// TestSpecExamples is every row of docs/contract.md section 10 (fixture F = docs/contract.md section 3 + docs/contract.md section 4).
+// TestSpecExamples is every row of docs/contract.md, "Worked examples" (fixture F = docs/contract.md, "The request" + docs/contract.md, "The facts (host state)").
 func TestSpecExamples(t *testing.T) {
 	runRows(t, []row{
 		{
@@ -308,7 +308,7 @@ func TestSpecExamples(t *testing.T) {
 	})
 }
 
-// TestReasons covers every reason code of docs/contract.md section 11 (except evaluation_failed, which the oracle
+// TestReasons covers every reason code of docs/contract.md, "Precise rules" (except evaluation_failed, which the oracle
 // cannot produce) and the identity-check order.
 func TestReasons(t *testing.T) {
 	runRows(t, []row{
@@ -811,7 +811,7 @@ func TestGrants(t *testing.T) {
 	})
 }
 
-// TestDriverResolution covers docs/contract.md section 5 step 1 and docs/contract.md section 11 "Driver and provider".
+// TestDriverResolution covers docs/contract.md, "The decision, in order" step 1 and docs/contract.md, "Precise rules" "Driver and provider".
 func TestDriverResolution(t *testing.T) {
 	unsupported := func(d string) string {
 		return `Environment driver "` + d + `" does not support duplex channels.`
@@ -884,7 +884,7 @@ func TestDriverResolution(t *testing.T) {
 	})
 }
 
-// TestCapabilities covers docs/contract.md section 2 and 6: verification, declaration (incl. legacy) and narrowing.
+// TestCapabilities covers docs/contract.md, "The nine capabilities" and "Resolving the snapshot": verification, declaration (incl. legacy) and narrowing.
 func TestCapabilities(t *testing.T) {
 	fullPlugin := func(t testing.TB, req, f map[string]any) {
 		workerOf(t, f)["supportedMethods"] = allMethods
@@ -1161,7 +1161,7 @@ func TestCapabilities(t *testing.T) {
 	})
 }
 
-// TestMessageTemplates checks docs/contract.md section 7: the driver name is inserted as given, inside double quotes.
+// TestMessageTemplates checks docs/contract.md, "Codes and messages": the driver name is inserted as given, inside double quotes.
 func TestMessageTemplates(t *testing.T) {
 	for _, driver := range []string{"local", "ssh", "foo", "Sandbox", " sandbox", `we"ird\name`, "ünïcødé", "a\nb"} {
 		t.Run(driver, func(t *testing.T) {
@@ -1197,7 +1197,7 @@ func TestMessageTemplates(t *testing.T) {
 	})
 }
 
-// TestBadRequest covers docs/contract.md section 3 and docs/contract.md section 11 "Request shape".
+// TestBadRequest covers docs/contract.md, "The request" and docs/contract.md, "Precise rules" "Request shape".
 func TestBadRequest(t *testing.T) {
 	tests := []struct {
 		name    string
@@ -1257,7 +1257,7 @@ func TestBadRequest(t *testing.T) {
 	}
 }
 
-// TestNotBadRequest covers values docs/contract.md section 11 says are not errors.
+// TestNotBadRequest covers values docs/contract.md, "Precise rules" says are not errors.
 func TestNotBadRequest(t *testing.T) {
 	for _, tc := range []struct {
 		name string
@@ -1285,7 +1285,7 @@ func TestNotBadRequest(t *testing.T) {
 	}
 }
 
-// TestBadFacts covers docs/contract.md section 11 "Facts file" and the null rule of "Remaining edge values".
+// TestBadFacts covers docs/contract.md, "Precise rules" "Facts file" and the null rule of "Remaining edge values".
 func TestBadFacts(t *testing.T) {
 	for _, tc := range []struct {
 		name  string
@@ -1344,7 +1344,7 @@ func TestBadFacts(t *testing.T) {
 	}
 }
 
-// TestFactsNotMalformed covers facts values that are not malformed (docs/contract.md section 11 "Remaining edge values").
+// TestFactsNotMalformed covers facts values that are not malformed (docs/contract.md, "Precise rules" "Remaining edge values").
 func TestFactsNotMalformed(t *testing.T) {
 	for _, tc := range []struct {
 		name string
@@ -1410,7 +1410,7 @@ func TestDoesNotMutateInputs(t *testing.T) {
 	assert.Equal(t, wantFacts, facts)
 }
 
-// TestCapabilityKeys checks the exported key list (docs/contract.md section 2).
+// TestCapabilityKeys checks the exported key list (docs/contract.md, "The nine capabilities").
 func TestCapabilityKeys(t *testing.T) {
 	assert.Equal(t, []string{"reusableLeases", "nativeSyncIn", "nativeSyncOut", "persistentProcessSessions",
 		"independentControlCommands", "incrementalSessionOutput", "concurrentSyncOperations",

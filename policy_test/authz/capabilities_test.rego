@@ -1,6 +1,6 @@
 # Capability snapshot
 #
-# docs/contract.md sections 2 and 6: all nine capabilities (supported AND verified AND declared AND not
+# docs/contract.md, "The nine capabilities" and "Resolving the snapshot": all nine capabilities (supported AND verified AND declared AND not
 # narrowed), narrowing flags per capability, strict booleans, the legacy supportsReusableLeases
 # field, the built-in path, the plugin driver, and worker methods in odd shapes.
 package authz_test

@@ -1,6 +1,6 @@
 # Decision document, operations and their order of checks
 #
-# docs/contract.md sections 5, 7 and 8: the shape of the decision document, both operations with their order
+# docs/contract.md, "The decision, in order", "Codes and messages" and "The decision document": the shape of the decision document, both operations with their order
 # of checks, the codes and message templates with the driver name inserted as given, and the
 # snapshot being present on every deny.
 package authz_test

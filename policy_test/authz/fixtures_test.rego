@@ -9,7 +9,7 @@ package authz_test
 
 # METADATA
 # title: Fixture F
-# description: docs/contract.md sections 3 and 4 as written, assembled into the policy input document.
+# description: docs/contract.md, "The request" and "The facts (host state)" as written, assembled into the policy input document.
 fixture_f := {
 	"operation": "openDuplexChannel",
 	"environment": {"id": "env-1", "driver": "sandbox", "config": {"provider": "daytona"}},
@@ -91,7 +91,7 @@ with_methods(ms) := f({"facts": {"worker": {"supportedMethods": ms}}})
 
 # METADATA
 # title: Capability keys
-# description: The nine capability keys of docs/contract.md section 2, in table order.
+# description: The nine capability keys of docs/contract.md, "The nine capabilities", in table order.
 capability_keys := [
 	"reusableLeases",
 	"nativeSyncIn",
@@ -106,7 +106,7 @@ capability_keys := [
 
 # METADATA
 # title: Every worker method
-# description: All worker methods that docs/contract.md section 2 names.
+# description: All worker methods that docs/contract.md, "The nine capabilities" names.
 all_methods := [
 	"environmentResumeLease",
 	"environmentReleaseLease",
@@ -216,32 +216,32 @@ caps_none := caps(set())
 
 # METADATA
 # title: Duplex denied message
-# description: docs/contract.md section 7.
+# description: docs/contract.md, "Codes and messages".
 duplex_denied_message := "Sandbox lease does not grant the duplex command stream capability."
 
 # METADATA
 # title: Runner ingress denied message
-# description: docs/contract.md section 7.
+# description: docs/contract.md, "Codes and messages".
 ingress_denied_message := "Sandbox lease does not grant runner WebSocket ingress."
 
 # METADATA
 # title: Unregistered driver message
-# description: docs/contract.md section 7 with the driver name inserted as given.
+# description: docs/contract.md, "Codes and messages" with the driver name inserted as given.
 not_registered_message(driver) := concat("", ["Environment driver \"", driver, "\" is not registered in the environment runtime yet."])
 
 # METADATA
 # title: Duplex unsupported message
-# description: docs/contract.md section 7 with the driver name inserted as given.
+# description: docs/contract.md, "Codes and messages" with the driver name inserted as given.
 duplex_unsupported_message(driver) := concat("", ["Environment driver \"", driver, "\" does not support duplex channels."])
 
 # METADATA
 # title: Runner ingress unsupported message
-# description: docs/contract.md section 7 with the driver name inserted as given.
+# description: docs/contract.md, "Codes and messages" with the driver name inserted as given.
 ingress_unsupported_message(driver) := concat("", ["Environment driver \"", driver, "\" does not support runner ingress."])
 
 # METADATA
 # title: Grant document
-# description: docs/contract.md section 8 on a grant.
+# description: docs/contract.md, "The decision document" on a grant.
 grant(trues) := {
 	"allow": true,
 	"code": "",
@@ -252,7 +252,7 @@ grant(trues) := {
 
 # METADATA
 # title: Deny document
-# description: docs/contract.md section 8 on a deny.
+# description: docs/contract.md, "The decision document" on a deny.
 deny(code, message, reasons, trues) := {
 	"allow": false,
 	"code": code,
@@ -273,12 +273,12 @@ ingress_denied(reasons, trues) := deny("RUNNER_INGRESS_CAPABILITY_DENIED", ingre
 
 # METADATA
 # title: Evaluation failed (openDuplexChannel)
-# description: docs/contract.md section 11 Failures for the default operation.
+# description: docs/contract.md, "Precise rules" Failures for the default operation.
 evaluation_failed_doc := duplex_denied(["evaluation_failed"], set())
 
 # METADATA
 # title: Evaluation failed (getRunnerIngressEndpoint)
-# description: docs/contract.md section 11 Failures for the runner ingress operation.
+# description: docs/contract.md, "Precise rules" Failures for the runner ingress operation.
 ingress_evaluation_failed_doc := ingress_denied(["evaluation_failed"], set())
 
 # METADATA

@@ -1,6 +1,6 @@
 # Reason codes
 #
-# Every reason code of docs/contract.md section 11 with the exact reasons array (order matters), the
+# Every reason code of docs/contract.md, "Precise rules" with the exact reasons array (order matters), the
 # identity-check order (first failure alone), worker_not_running replacing only
 # method_not_verified, and a test per reason with an empty input (no reason path can grant on
 # missing input).
@@ -473,7 +473,7 @@ test_evaluation_failed_driver_missing_open_duplex if {
 }
 
 test_evaluation_failed_driver_missing_runner_ingress if {
-	# docs/contract.md section 11 Failures: the operation's capability-denied code and message
+	# docs/contract.md, "Precise rules" Failures: the operation's capability-denied code and message
 	d := authz.decision with input as json.remove(full({"operation": "getRunnerIngressEndpoint"}), ["resolved/driver"])
 	d == ingress_evaluation_failed_doc
 }

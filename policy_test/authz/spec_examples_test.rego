@@ -1,6 +1,6 @@
-# docs/contract.md section 10 examples
+# docs/contract.md, "Worked examples" examples
 #
-# Rows 1 to 14 of docs/contract.md section 10 as input documents (fixture F with the row's change, as the
+# Rows 1 to 14 of docs/contract.md, "Worked examples" as input documents (fixture F with the row's change, as the
 # host assembles it), asserting allow, code, message, reasons, the snapshot and the "also" column.
 package authz_test
 

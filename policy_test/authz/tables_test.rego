@@ -1,6 +1,6 @@
 # Decision tables
 #
-# data.authz.tables against docs/contract.md sections 2, 5, 7 and 11: the capability table, the registered
+# data.authz.tables against docs/contract.md, "The nine capabilities", "The decision, in order", "Codes and messages" and "Precise rules": the capability table, the registered
 # drivers, the operations with their order of checks, codes and messages, the closed reason list
 # and the built-in provider methods.
 package authz_test

@@ -20,7 +20,7 @@ package authz.tables
 # METADATA
 # title: Capability table
 # description: |
-#   Per capability (docs/contract.md section 2): `methods` is the set of worker methods it requires
+#   Per capability (docs/contract.md, "The nine capabilities"): `methods` is the set of worker methods it requires
 #   (every one of them must be among the worker's live methods: each is a requirement group of one
 #   method); `optIn` capabilities are false unless declared `true`; `narrowedBy` is the set of flags
 #   of `input.narrowing` that remove the capability when `true`, each one of narrowing_flags.
@@ -87,7 +87,7 @@ narrowing_flags := {"leasePolicyNotReusable", "nativeSyncUnavailable", "configRe
 # METADATA
 # title: Registered drivers
 # description: |
-#   The environment drivers the runtime knows (docs/contract.md section 5, step 2), with the operations each
+#   The environment drivers the runtime knows (docs/contract.md, "The decision, in order", step 2), with the operations each
 #   supports and whether its class can have capabilities at all (`capabilities`: true means every
 #   capability of the capability table, false none). `identity` names how a lease on the
 #   driver is tied to the facts: `sandbox_provider` (a built-in or plugin-backed provider),
@@ -118,7 +118,7 @@ drivers := {
 # METADATA
 # title: Operations
 # description: |
-#   The operations a request can ask for (docs/contract.md section 5): the capability each needs, the order of
+#   The operations a request can ask for (docs/contract.md, "The decision, in order"): the capability each needs, the order of
 #   its checks (the first failing check decides), and the code and message of each check's deny.
 #   `%s` in a message is replaced by the driver name as given.
 operations := {
@@ -162,7 +162,7 @@ operations := {
 
 # METADATA
 # title: Reason order
-# description: The closed list of reason codes (docs/contract.md section 11), in the order they are listed.
+# description: The closed list of reason codes (docs/contract.md, "Precise rules"), in the order they are listed.
 reasons := [
 	"driver_not_registered",
 	"operation_unsupported_by_driver",
@@ -184,7 +184,7 @@ reasons := [
 # METADATA
 # title: Built-in provider methods
 # description: |
-#   The worker methods a built-in provider verifies (docs/contract.md section 6): for each flag of the
+#   The worker methods a built-in provider verifies (docs/contract.md, "Resolving the snapshot"): for each flag of the
 #   provider's record that is exactly true, the listed methods. A built-in provider never verifies
 #   duplexChannelOpen.
 builtinProviderMethods := {

@@ -18,6 +18,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/authz-dev/authz/internal/policy/policytest"
 	"github.com/authz-dev/authz/internal/testutil"
 )
 
@@ -131,7 +132,7 @@ func TestWatchChaos(t *testing.T) {
 			require.NoError(t, os.RemoveAll(bundleDir))
 			require.NoError(t, os.MkdirAll(bundleDir, 0o755))
 			if rand.IntN(2) == 0 {
-				testutil.WriteFile(t, bundleDir, "deny.rego", denyAllPolicy)
+				testutil.WriteFile(t, bundleDir, "deny.rego", policytest.DenyAllModule)
 				actions["deny-all policy"]++
 			} else {
 				copyPolicy(t, bundleDir)

@@ -22,6 +22,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/authz-dev/authz/internal/policy/policytest"
 	"github.com/authz-dev/authz/internal/testutil"
 )
 
@@ -248,7 +249,7 @@ func TestWatchRevokedWhenADenyAllBundleIsActivated(t *testing.T) {
 
 	require.NoError(t, os.RemoveAll(dir))
 	require.NoError(t, os.MkdirAll(dir, 0o755))
-	testutil.WriteFile(t, dir, "deny.rego", denyAllPolicy)
+	testutil.WriteFile(t, dir, "deny.rego", policytest.DenyAllModule)
 	hup := time.Now()
 	proc.Signal(t, syscall.SIGHUP)
 	lat := awaitRevokes(t, ws, hup)
@@ -260,20 +261,6 @@ func TestWatchRevokedWhenADenyAllBundleIsActivated(t *testing.T) {
 		n, lat[0].Round(time.Microsecond), percentile(lat, .5).Round(time.Microsecond), percentile(lat, .99).Round(time.Microsecond),
 		lat[len(lat)-1].Round(time.Microsecond), (lat[len(lat)-1] - lat[0]).Round(time.Microsecond))
 }
-
-// denyAllPolicy allows nothing, with the contract's document.
-const denyAllPolicy = `package authz
-
-decision := {
-	"allow": false,
-	"code": "DUPLEX_CHANNEL_CAPABILITY_DENIED",
-	"message": "Sandbox lease does not grant the duplex command stream capability.",
-	"reasons": ["capability_not_declared"],
-	"capabilities": {k: false | some k in ["reusableLeases", "nativeSyncIn", "nativeSyncOut", "persistentProcessSessions",
-		"independentControlCommands", "incrementalSessionOutput", "concurrentSyncOperations", "duplexCommandStream",
-		"runnerWebSocketIngress"]},
-}
-`
 
 // copyPolicy copies the embedded policy's Rego (tests left out) into dir, a bundle directory.
 func copyPolicy(t testing.TB, dir string) {

@@ -4,6 +4,7 @@ import (
 	"reflect"
 	"strings"
 
+	"github.com/authz-dev/authz/internal/coded"
 	"github.com/authz-dev/authz/internal/snapshot"
 )
 
@@ -113,4 +114,18 @@ func FailedDocument(operation string) Document {
 		Message: cd[1],
 		Reasons: []string{reasonEvaluationFailed},
 	}
+}
+
+// FailClosed is what answers a decision that could not be evaluated: whatever the decider
+// returned beside err, the fail-closed deny of FailedDocument, keeping the decision id and the
+// revision of doc; code is err's code (EVAL_ERROR when it has none). Every face that decides
+// answers a failure through it.
+func FailClosed(operation string, doc Document, err error) (failed Document, code string) {
+	code = coded.CodeOf(err)
+	if code == "" {
+		code = coded.EvalError
+	}
+	failed = FailedDocument(operation)
+	failed.DecisionID, failed.Revision = doc.DecisionID, doc.Revision
+	return failed, code
 }

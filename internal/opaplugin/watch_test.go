@@ -21,20 +21,6 @@ import (
 	"github.com/authz-dev/authz/internal/specexamples"
 )
 
-// denyAllModule allows nothing, with the contract's document.
-const denyAllModule = `package authz
-
-decision := {
-	"allow": false,
-	"code": "DUPLEX_CHANNEL_CAPABILITY_DENIED",
-	"message": "Sandbox lease does not grant the duplex command stream capability.",
-	"reasons": ["capability_not_declared"],
-	"capabilities": {k: false | some k in ["reusableLeases", "nativeSyncIn", "nativeSyncOut", "persistentProcessSessions",
-		"independentControlCommands", "incrementalSessionOutput", "concurrentSyncOperations", "duplexCommandStream",
-		"runnerWebSocketIngress"]},
-}
-`
-
 // activateBundle activates b as bundle authz in m's store, as OPA does for a download.
 func activateBundle(t testing.TB, m *plugins.Manager, b *bundle.Bundle) {
 	t.Helper()
@@ -95,7 +81,7 @@ func TestGateWatchFollowsOPAsBundles(t *testing.T) {
 	require.Equal(t, "v2", doc["revision"])
 
 	activateBundle(t, m, policytest.NewBundle(t, policytest.BundleSpec{Revision: "deny-all", Roots: []string{"authz"},
-		Modules: map[string]string{"authz/deny.rego": denyAllModule}}))
+		Modules: map[string]string{"authz/deny.rego": policytest.DenyAllModule}}))
 	kind, doc = next()
 	require.Equal(t, "revoke", kind)
 	require.Equal(t, false, doc["allow"])

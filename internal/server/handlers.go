@@ -302,13 +302,7 @@ func (s *Server) decideFor(r *http.Request, path string, req *snapshot.Request, 
 	if err != nil {
 		// Whatever the decider returned alongside its error, the answer is the docs/contract.md, "Precise rules"
 		// "Failures" document: it never grants.
-		evalCode = coded.CodeOf(err)
-		if evalCode == "" {
-			evalCode = coded.EvalError
-		}
-		failed := decision.FailedDocument(req.Operation)
-		failed.DecisionID, failed.Revision = doc.DecisionID, doc.Revision
-		doc = failed
+		doc, evalCode = decision.FailClosed(req.Operation, doc, err)
 		s.log.Warn("decision could not be evaluated; answered with a deny",
 			"decision_id", doc.DecisionID, "operation", req.Operation, "code", evalCode, "error", err)
 	}

@@ -21,6 +21,7 @@ import (
 
 	"github.com/authz-dev/authz/internal/changes"
 	"github.com/authz-dev/authz/internal/decision"
+	"github.com/authz-dev/authz/internal/policy/policytest"
 	"github.com/authz-dev/authz/internal/server"
 	"github.com/authz-dev/authz/internal/snapshot"
 	"github.com/authz-dev/authz/policies"
@@ -278,20 +279,6 @@ func activate(t testing.TB, e *decision.Engine, modules map[string]string, revis
 	require.NoError(t, e.Activate(context.Background(), p))
 }
 
-// denyAll is a policy that allows nothing, with the contract's document shape.
-const denyAll = `package authz
-
-decision := {
-	"allow": false,
-	"code": "DUPLEX_CHANNEL_CAPABILITY_DENIED",
-	"message": "Sandbox lease does not grant the duplex command stream capability.",
-	"reasons": ["capability_not_declared"],
-	"capabilities": {k: false | some k in ["reusableLeases", "nativeSyncIn", "nativeSyncOut", "persistentProcessSessions",
-		"independentControlCommands", "incrementalSessionOutput", "concurrentSyncOperations", "duplexCommandStream",
-		"runnerWebSocketIngress"]},
-}
-`
-
 func TestWatchFollowsPolicyActivations(t *testing.T) {
 	e := newEngine(t)
 	url := startHTTP(t, newServer(t, withDecider(e), withFacts(newChangingFacts(t))))
@@ -310,7 +297,7 @@ func TestWatchFollowsPolicyActivations(t *testing.T) {
 	require.Equal(t, first.doc["capabilities"], upd.doc["capabilities"])
 
 	// A policy that allows nothing revokes the grant.
-	activate(t, e, map[string]string{"deny.rego": denyAll}, "deny-all")
+	activate(t, e, map[string]string{"deny.rego": policytest.DenyAllModule}, "deny-all")
 	rev := s.next(t)
 	require.Equal(t, "revoke", rev.kind)
 	require.Equal(t, false, rev.doc["allow"])

@@ -434,13 +434,7 @@ func (h *Hub) redecide(g *group) {
 	ev := Event{Doc: doc, Operation: g.operation, Input: in, Latency: time.Since(start)}
 	if err != nil {
 		// Whatever the decider returned beside its error, the watch ends on the fail-closed deny.
-		ev.EvalCode = coded.CodeOf(err)
-		if ev.EvalCode == "" {
-			ev.EvalCode = coded.EvalError
-		}
-		failed := decision.FailedDocument(g.operation)
-		failed.Revision = doc.Revision
-		ev.Doc = failed
+		ev.Doc, ev.EvalCode = decision.FailClosed(g.operation, doc, err)
 		h.opts.Logger.Warn("a watched decision could not be evaluated; its watches are revoked",
 			"operation", g.operation, "code", ev.EvalCode, "error", err)
 	}
@@ -697,13 +691,7 @@ func (h *Hub) Watch(ctx context.Context, req *snapshot.Request) (first Event, w 
 	doc, in, derr := h.d.Decide(ctx, req, h.facts)
 	first = Event{Kind: KindDecision, Doc: doc, Operation: req.Operation, Input: in, Latency: time.Since(start)}
 	if derr != nil {
-		first.EvalCode = coded.CodeOf(derr)
-		if first.EvalCode == "" {
-			first.EvalCode = coded.EvalError
-		}
-		failed := decision.FailedDocument(req.Operation)
-		failed.Revision = doc.Revision
-		first.Doc = failed
+		first.Doc, first.EvalCode = decision.FailClosed(req.Operation, doc, derr)
 		return first, nil, derr
 	}
 	if !doc.Allow {

@@ -344,3 +344,19 @@ func signDir(tb testing.TB, dir string, sign Signing) {
 	require.NoError(tb, err)
 	testutil.WriteFile(tb, dir, ".signatures.json", string(b))
 }
+
+// DenyAllModule is a policy (package authz) that allows nothing, with the contract's
+// document: the capability deny of openDuplexChannel, reason capability_not_declared, every
+// capability false. Tests activate it to take a grant away.
+const DenyAllModule = `package authz
+
+decision := {
+	"allow": false,
+	"code": "DUPLEX_CHANNEL_CAPABILITY_DENIED",
+	"message": "Sandbox lease does not grant the duplex command stream capability.",
+	"reasons": ["capability_not_declared"],
+	"capabilities": {k: false | some k in ["reusableLeases", "nativeSyncIn", "nativeSyncOut", "persistentProcessSessions",
+		"independentControlCommands", "incrementalSessionOutput", "concurrentSyncOperations", "duplexCommandStream",
+		"runnerWebSocketIngress"]},
+}
+`

@@ -197,7 +197,10 @@ func serveForBlocks(t testing.TB, authz, dir, log string) string {
 // blockScript is the script a block runs: the documented text with the reader's machine
 // replaced by the test's, after a prelude that makes curl fail on an HTTP error.
 func blockScript(text, dir, addr, log string) string {
+	// strings.Replacer tries the old strings in order at each position: ./cmd/authz-opa is not
+	// ./cmd/authz.
 	r := strings.NewReplacer(
+		"go run ./cmd/authz-opa", "go run ./cmd/authz-opa",
 		"go run ./cmd/authz", "authz",
 		"127.0.0.1:8181", addr,
 		"localhost:8181", addr,

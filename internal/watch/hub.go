@@ -127,6 +127,8 @@ type Hub struct {
 
 	kick    chan struct{}
 	stop    chan struct{}
+	ctx     context.Context // the re-decisions' context, cancelled by Close
+	cancel  context.CancelFunc
 	stopped chan struct{}
 }
 
@@ -167,6 +169,7 @@ func New(d Decider, facts snapshot.Facts, opts Options) *Hub {
 		dirtyIDs: map[string]bool{}, dirtyG: map[*group]bool{},
 		kick: make(chan struct{}, 1), stop: make(chan struct{}), stopped: make(chan struct{})}
 	h.max.Store(int64(opts.MaxWatches))
+	h.ctx, h.cancel = context.WithCancel(context.Background())
 	return h
 }
 
@@ -332,6 +335,7 @@ func (h *Hub) Close() {
 	h.bytes = 0
 	h.mu.Unlock()
 	close(h.stop)
+	h.cancel() // a re-decision in flight (a driver's slow config check) does not hold Close up
 	if running {
 		<-h.stopped
 	} else {
@@ -420,7 +424,7 @@ func (h *Hub) redecide(g *group) {
 		return // Close revokes them
 	default:
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), h.opts.DecideTimeout)
+	ctx, cancel := context.WithTimeout(h.ctx, h.opts.DecideTimeout)
 	start := time.Now()
 	var (
 		doc decision.Document

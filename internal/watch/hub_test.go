@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -348,11 +349,13 @@ func TestReleaseAfterAddKeepsThePlace(t *testing.T) {
 type slowDecider struct {
 	*fakeDecider
 	slow    atomic.Bool
+	entered atomic.Int64 // slow decisions begun
 	release chan struct{}
 }
 
 func (d *slowDecider) Decide(ctx context.Context, req *snapshot.Request, f snapshot.Facts) (decision.Document, snapshot.Input, error) {
 	if d.slow.Load() {
+		d.entered.Add(1)
 		select {
 		case <-d.release:
 		case <-ctx.Done():
@@ -380,4 +383,31 @@ func TestReDecisionPastTheDeadlineRevokes(t *testing.T) {
 	_, err := w.Next(context.Background())
 	require.ErrorIs(t, err, ErrEnded)
 	require.Equal(t, 0, h.Open())
+}
+
+// TestCloseDoesNotWaitForASlowReDecision: Close cancels the re-decisions in flight (a driver
+// that never answers its config check) instead of waiting for their time-out.
+func TestCloseDoesNotWaitForASlowReDecision(t *testing.T) {
+	d := &slowDecider{fakeDecider: newFakeDecider(), release: make(chan struct{})}
+	h := New(d, nil, Options{DecideTimeout: time.Hour, Deadline: time.Hour})
+	w := open(t, h, d, request("p1", 1))
+	d.slow.Store(true)
+	h.FactsChanged("p1")
+	closed := make(chan struct{})
+	go func() {
+		// Close once the re-decision is in flight.
+		for d.entered.Load() == 0 {
+			runtime.Gosched()
+		}
+		h.Close()
+		close(closed)
+	}()
+	select {
+	case <-closed:
+	case <-time.After(10 * time.Second):
+		t.Fatal("Close waited on a re-decision that never ends")
+	}
+	ev := next(t, w)
+	require.Equal(t, KindRevoke, ev.Kind)
+	require.Equal(t, []string{decision.ReasonServiceStopping}, ev.Doc.Reasons)
 }

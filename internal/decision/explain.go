@@ -28,6 +28,7 @@ var reasonText = map[string]string{
 	reasonEvaluationFailed:             "the policy could not be evaluated; the service fails closed",
 	ReasonServiceStopping:              "the service stopped while the grant was watched; the watch ends with this deny",
 	ReasonLogUnavailable:               "a watched decision could not be recorded in the required decision log; the watch ends with this deny",
+	ReasonAccessRevoked:                "the credential that opened the watch is no longer accepted (its token was revoked); the watch ends with this deny",
 }
 
 // Reasons that only end a watch (docs/service.md, "Watching a grant"); no policy gives them.
@@ -37,6 +38,9 @@ const (
 	// ReasonLogUnavailable ends a watch whose next decision a required decision log could not
 	// record: a decision that is not recorded is not used.
 	ReasonLogUnavailable = "decision_log_unavailable"
+	// ReasonAccessRevoked ends a watch whose bearer token is no longer accepted (the tokens
+	// file was re-read without it): access is checked for as long as the watch is open.
+	ReasonAccessRevoked = "access_revoked"
 )
 
 // KnownReason reports whether r is a reason code of the contract's closed table.

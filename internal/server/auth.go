@@ -417,3 +417,13 @@ func (a *access) warnCleartext(log hclog.Logger, addr net.Addr, tlsOn bool) {
 	log.Warn("bearer tokens are sent in clear text on this address: serve TLS (tls.cert, tls.key) or listen on loopback or a unix socket",
 		"addr", addr.String())
 }
+
+// stillDecides reports whether the bearer token tok (as a watch was opened with it) still has
+// the decide scope; true when the service does not authenticate by token (a client
+// certificate was verified for the whole connection, and no reload changes it).
+func (a *access) stillDecides(tok string) bool {
+	if a.mode != AuthToken {
+		return true
+	}
+	return a.tokens.Load().scopesOf(tok)[ScopeDecide]
+}

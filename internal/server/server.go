@@ -189,6 +189,8 @@ func (s *Server) Reload() error {
 	} else if s.cfg.Authentication.mode() == AuthToken {
 		s.log.Info("reload: bearer tokens re-read", "path", s.cfg.Authentication.TokensFile)
 	}
+	// An open watch keeps the access it was opened with no longer than its token.
+	s.revokeUnauthorizedWatches()
 	return errors.Join(errs...)
 }
 

@@ -79,6 +79,10 @@ func (s *Server) handleWatch(w http.ResponseWriter, r *http.Request) {
 				s.answerNoWatch(w, r, err)
 				return
 			}
+			// Access is checked for as long as the watch is open: Reload revokes the watches
+			// whose token it no longer accepts.
+			tok, _ := bearerToken(r)
+			ww.SetTag(watchCredential{token: tok})
 		}
 		decided, first = true, doc
 	})
@@ -267,4 +271,19 @@ func (a admittedDecider) Decide(ctx context.Context, req *snapshot.Request, fact
 	}
 	defer release()
 	return a.s.decider.Decide(ctx, req, facts)
+}
+
+// watchCredential is what opened a watch, checked again when the tokens are re-read.
+type watchCredential struct{ token string }
+
+// revokeUnauthorizedWatches revokes the open watches whose token no longer has the decide
+// scope (reason access_revoked).
+func (s *Server) revokeUnauthorizedWatches() {
+	n := s.watches.RevokeIf(func(tag any) bool {
+		c, ok := tag.(watchCredential)
+		return !ok || !s.access.stillDecides(c.token)
+	}, decision.ReasonAccessRevoked, coded.Unauthorized)
+	if n > 0 {
+		s.log.Info("reload: watches opened with a token no longer accepted are revoked", "watches", n)
+	}
 }

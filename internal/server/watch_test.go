@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -80,6 +81,12 @@ type watchAnswer struct {
 // until it ends or the test ends.
 func openWatch(t testing.TB, url, body string) (watchAnswer, *sseStream) {
 	t.Helper()
+	return openWatchWith(t, url, body, nil)
+}
+
+// openWatchWith is openWatch with these request headers.
+func openWatchWith(t testing.TB, url, body string, header map[string]string) (watchAnswer, *sseStream) {
+	t.Helper()
 	// Every watch of these tests ends well within this; a service that never answers fails the
 	// test instead of hanging it.
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
@@ -87,6 +94,9 @@ func openWatch(t testing.TB, url, body string) (watchAnswer, *sseStream) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url+"/v1/authorize/watch", strings.NewReader(body))
 	require.NoError(t, err)
 	req.Header.Set("Content-Type", "application/json")
+	for k, v := range header {
+		req.Header.Set(k, v)
+	}
 	resp, err := http.DefaultClient.Do(req) //nolint:bodyclose // closed below, or by the goroutine that reads the stream
 	require.NoError(t, err)
 	a := watchAnswer{StatusCode: resp.StatusCode, Header: resp.Header}
@@ -504,4 +514,37 @@ func TestWatchesDoNotTakeTheConnections(t *testing.T) {
 		s.requireEnded(t)
 	}
 	require.Eventually(t, func() bool { return strings.Contains(metrics(), "authz_watches_open 0\n") }, 10*time.Second, 10*time.Millisecond)
+}
+
+// TestWatchRevokedWhenItsTokenIsRevoked: a watch keeps the access it was opened with no longer
+// than its token: the tokens file re-read without the token (SIGHUP: Reload) revokes the
+// watch (access_revoked); a watch whose token stays keeps its grant.
+func TestWatchRevokedWhenItsTokenIsRevoked(t *testing.T) {
+	path := writeTokens(t, decideToken+" decide\n"+bothToken+" decide,inspect\n")
+	s := newServer(t, withFacts(newChangingFacts(t)), withConfig(func(c *server.Config) {
+		c.Authentication.Mode = server.AuthToken
+		c.Authentication.TokensFile = path
+		c.Watch.PingInterval = 20 * time.Millisecond
+	}))
+	url := startHTTP(t, s)
+	_, revoked := openWatchWith(t, url, fixture(t, nil), bearer(decideToken))
+	require.Equal(t, "decision", revoked.next(t).kind)
+	_, kept := openWatchWith(t, url, fixture(t, nil), bearer(bothToken))
+	require.Equal(t, "decision", kept.next(t).kind)
+
+	require.NoError(t, os.WriteFile(path, []byte(bothToken+" decide,inspect\n"), 0o600))
+	require.NoError(t, s.Reload())
+	rev := revoked.next(t)
+	require.Equal(t, "revoke", rev.kind)
+	require.Equal(t, false, rev.doc["allow"])
+	require.Equal(t, []any{"access_revoked"}, rev.doc["reasons"])
+	revoked.requireEnded(t)
+
+	pings := kept.pings.Load()
+	require.Eventually(t, func() bool { return kept.pings.Load() > pings+2 }, 10*time.Second, 5*time.Millisecond, "the other watch stays open")
+	select {
+	case ev := <-kept.events:
+		t.Fatalf("the watch whose token stays got %v", ev)
+	default:
+	}
 }

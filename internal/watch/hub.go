@@ -293,6 +293,13 @@ func (h *Hub) Add(res *Reservation, req *snapshot.Request, body []byte, first de
 // reason (evalCode names the failure in its record): the service can no longer stand behind any
 // grant it watches (a required decision log that fails). New watches may open.
 func (h *Hub) RevokeAll(reason, evalCode string) {
+	h.RevokeIf(func(any) bool { return true }, reason, evalCode)
+}
+
+// RevokeIf revokes, as RevokeAll does, the open watches whose tag (SetTag; nil when none)
+// drop reports true for: those the service can no longer stand behind for a reason of their own
+// (the token that opened them was revoked). drop must be quick and must not block.
+func (h *Hub) RevokeIf(drop func(tag any) bool, reason, evalCode string) int {
 	h.mu.Lock()
 	n := 0
 	for _, g := range h.groups {
@@ -301,16 +308,21 @@ func (h *Hub) RevokeAll(reason, evalCode string) {
 		doc.Revision = g.anyLast().Revision
 		ev := Event{Kind: KindRevoke, Doc: doc, Operation: g.operation, EvalCode: evalCode}
 		for w := range g.watches {
-			w.revoke(ev)
-			n++
+			if drop(w.tag.Load()) {
+				w.revoke(ev)
+				delete(g.watches, w)
+				n++
+			}
 		}
-		clear(g.watches)
-		h.drop(g)
+		if len(g.watches) == 0 {
+			h.drop(g)
+		}
 	}
 	h.mu.Unlock()
 	if n > 0 {
-		h.opts.Logger.Warn("every open watch is revoked", "watches", n, "reason", reason)
+		h.opts.Logger.Warn("open watches revoked", "watches", n, "reason", reason)
 	}
+	return n
 }
 
 // Close revokes every open watch with the stopping document (reason service_stopping) and
@@ -538,7 +550,11 @@ type Watch struct {
 	closed bool
 	wake   chan struct{}
 	notify atomic.Pointer[func()] // called with wake, when set
+	tag    atomic.Value           // the watcher's own value (SetTag), for RevokeIf
 }
+
+// SetTag keeps v with the watch, for RevokeIf (the server keeps the credential that opened it).
+func (w *Watch) SetTag(v any) { w.tag.Store(v) }
 
 // update leaves ev for the watcher when it changes what the watcher was told.
 func (w *Watch) update(ev Event) {

@@ -191,16 +191,17 @@ func (e *Engine) decideInput(ctx context.Context, in snapshot.Input, slot bool) 
 	if err != nil {
 		doc = FailedDocument(op)
 	}
-	doc.DecisionID = newDecisionID()
+	doc.DecisionID = NewDecisionID()
 	if p != nil {
 		doc.Revision = p.revision
 	}
 	return doc, err
 }
 
-// newDecisionID returns a random (version 4) UUID in its string form, as uuid.NewString does,
-// with one allocation (the string) instead of two.
-func newDecisionID() string {
+// NewDecisionID returns a fresh decision id: a random (version 4) UUID in its string form, as
+// uuid.NewString does, with one allocation (the string) instead of two. Every decision id of
+// the service is made here.
+func NewDecisionID() string {
 	var u uuid.UUID
 	_, _ = rand.Read(u[:])      // crypto/rand.Read never fails: the program crashes instead
 	u[6] = (u[6] & 0x0f) | 0x40 // version 4

@@ -11,7 +11,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/google/uuid"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/authz-dev/authz/internal/coded"
@@ -307,7 +306,7 @@ func (s *Server) decideFor(r *http.Request, path string, req *snapshot.Request, 
 			"decision_id", doc.DecisionID, "operation", req.Operation, "code", evalCode, "error", err)
 	}
 	if doc.DecisionID == "" {
-		doc.DecisionID = uuid.NewString()
+		doc.DecisionID = decision.NewDecisionID()
 	}
 	if doc.Reasons == nil {
 		doc.Reasons = []string{}

@@ -163,7 +163,7 @@ func (s *Server) watchEvent(r *http.Request, ev watch.Event, watchID string) (wa
 	kind := ev.Kind
 	if !recorded && kind != watch.KindRevoke {
 		doc = decision.FailedDocument(ev.Operation)
-		doc.Reasons, doc.Revision, doc.DecisionID = []string{decision.ReasonLogUnavailable}, ev.Doc.Revision, uuid.NewString()
+		doc.Reasons, doc.Revision, doc.DecisionID = []string{decision.ReasonLogUnavailable}, ev.Doc.Revision, decision.NewDecisionID()
 		kind = watch.KindRevoke
 	}
 	s.metrics.watchEvents.WithLabelValues(string(kind), firstReason(doc)).Inc()
@@ -184,7 +184,7 @@ func (s *Server) writeStream(w http.ResponseWriter, rc *http.ResponseController,
 // could not be written.
 func (s *Server) recordWatchEvent(r *http.Request, ev watch.Event, watchID string) (doc decision.Document, recorded bool) {
 	doc = ev.Doc
-	doc.DecisionID = uuid.NewString()
+	doc.DecisionID = decision.NewDecisionID()
 	now := time.Now()
 	entry := logEntry{
 		DecisionID: doc.DecisionID,

@@ -35,6 +35,7 @@ import (
 
 	"github.com/authz-dev/authz/driverplugin"
 	"github.com/authz-dev/authz/internal/changes"
+	"github.com/authz-dev/authz/internal/hoststate"
 	"github.com/authz-dev/authz/internal/snapshot"
 )
 
@@ -145,36 +146,14 @@ func (w *worker) alive() bool { return !w.dropped.Load() && w.proc.alive() }
 // tracer): what a decision reads.
 func (w *worker) answering() bool { return !w.dropped.Load() && w.proc.answering() }
 
-// PluginState is a plugin's state as GET /v1/plugins shows it (the JSON names) and as the
-// service log and tests read it.
-type PluginState struct {
-	ID     string `json:"id"`
-	Key    string `json:"key"`
-	Status string `json:"status"`
-	// LastErrorCode is the code of the plugin's last failure (coded.PinMismatch,
-	// coded.StartTimeout, …; "" when none): all that API callers see of it.
-	LastErrorCode string `json:"lastError"`
-	Restarts      uint64 `json:"restarts"`
-	// PinDrift is true when the binary at the plugin's path no longer has its pinned SHA-256
-	// (an in-place upgrade, a tampered file): the running worker still runs the pinned bytes,
-	// and the next start will fail with PIN_MISMATCH until the pin is updated.
-	PinDrift bool `json:"pinDrift"`
-	// Worker is the running worker, nil (JSON null) while none runs.
-	Worker *WorkerState `json:"worker"`
-	// LastError is the last failure itself. It names paths and digests, so it goes to the
-	// service log and never to the API.
-	LastError string `json:"-"`
-}
-
-// WorkerState describes a live worker.
-type WorkerState struct {
-	PID              int       `json:"pid"`
-	Generation       uint64    `json:"generation"`
-	StartedAt        time.Time `json:"startedAt"`
-	SupportedMethods []string  `json:"supportedMethods"`
-	// Containment is how the worker is kept out of the host's reach (containment.go).
-	Containment *Containment `json:"containment"`
-}
+// PluginState, WorkerState and Containment are the host's state as GET /v1/plugins shows
+// it; they are defined in internal/hoststate so that the HTTP server reads them without
+// depending on the host.
+type (
+	PluginState = hoststate.PluginState
+	WorkerState = hoststate.WorkerState
+	Containment = hoststate.Containment
+)
 
 // New checks cfg and returns a host that has started nothing yet.
 func New(cfg Config) (*Host, error) {

@@ -3,13 +3,13 @@ package server
 import (
 	"time"
 
-	"github.com/authz-dev/authz/internal/pluginhost"
+	"github.com/authz-dev/authz/internal/hoststate"
 	"github.com/authz-dev/authz/internal/snapshot"
 )
 
 // FactsSource is what the service reads the host state from: the facts of every decision (read
 // fresh each time), the facts in facts-file shape (GET /v1/facts), the plugin list
-// (GET /v1/plugins, metrics) and readiness. The live plugin host (*pluginhost.Host) is one;
+// (GET /v1/plugins, metrics) and readiness. The live plugin host (internal/pluginhost) is one;
 // StaticFacts serves a facts file.
 type FactsSource interface {
 	snapshot.Facts
@@ -18,12 +18,10 @@ type FactsSource interface {
 	// Plugins lists the configured plugins and their workers as they are now. GET /v1/plugins
 	// shows them in their JSON shape, which carries the reason code of a plugin's last error
 	// but not the error itself.
-	Plugins() []pluginhost.PluginState
+	Plugins() []hoststate.PluginState
 	// Ready reports whether every enabled plugin has started once.
 	Ready() bool
 }
-
-var _ FactsSource = (*pluginhost.Host)(nil)
 
 // StaticFacts is a FactsSource over a facts file: it never changes and is always ready. Its
 // workers have no process: pid 0, generation 0, startedAt the time the file was loaded.
@@ -53,19 +51,19 @@ func (s *StaticFacts) FactsFile() snapshot.File { return s.file }
 func (s *StaticFacts) Ready() bool { return true }
 
 // Plugins implements FactsSource from the file's plugins and workers.
-func (s *StaticFacts) Plugins() []pluginhost.PluginState {
-	out := make([]pluginhost.PluginState, 0, len(s.file.Plugins))
+func (s *StaticFacts) Plugins() []hoststate.PluginState {
+	out := make([]hoststate.PluginState, 0, len(s.file.Plugins))
 	for _, p := range s.file.Plugins {
 		id, _ := p["id"].(string)
 		key, _ := p["key"].(string)
 		status, _ := p["status"].(string)
-		info := pluginhost.PluginState{ID: id, Key: key, Status: status}
+		info := hoststate.PluginState{ID: id, Key: key, Status: status}
 		if w, ok := s.Worker(id); ok {
 			methods := w.SupportedMethods
 			if methods == nil {
 				methods = []string{}
 			}
-			info.Worker = &pluginhost.WorkerState{Generation: w.Generation, StartedAt: s.loadedAt, SupportedMethods: methods}
+			info.Worker = &hoststate.WorkerState{Generation: w.Generation, StartedAt: s.loadedAt, SupportedMethods: methods}
 		}
 		out = append(out, info)
 	}

@@ -15,7 +15,7 @@ import (
 
 	"github.com/authz-dev/authz/internal/coded"
 	"github.com/authz-dev/authz/internal/decision"
-	"github.com/authz-dev/authz/internal/pluginhost"
+	"github.com/authz-dev/authz/internal/hoststate"
 	"github.com/authz-dev/authz/internal/snapshot"
 )
 
@@ -441,13 +441,13 @@ func parseDataRequest(body []byte) (*snapshot.Request, error) {
 
 // pluginsAnswer is GET /v1/plugins.
 type pluginsAnswer struct {
-	Plugins []pluginhost.PluginState `json:"plugins"`
+	Plugins []hoststate.PluginState `json:"plugins"`
 }
 
 func (s *Server) handlePlugins(w http.ResponseWriter, _ *http.Request) {
 	ps := s.facts.Plugins()
 	if ps == nil {
-		ps = []pluginhost.PluginState{}
+		ps = []hoststate.PluginState{}
 	}
 	writeJSON(w, http.StatusOK, pluginsAnswer{Plugins: ps})
 }

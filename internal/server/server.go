@@ -3,7 +3,7 @@
 // and a decision log. docs/service.md is its user documentation.
 //
 // The package does not know where the facts come from: it reads them through FactsSource,
-// which the live plugin host (*pluginhost.Host) implements, and StaticFacts over a facts file.
+// which the live plugin host (internal/pluginhost) implements, and StaticFacts over a facts file.
 // internal/service composes it with the host and the decision engine.
 package server
 

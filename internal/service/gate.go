@@ -21,6 +21,9 @@ import (
 	"github.com/authz-dev/authz/internal/tracing"
 )
 
+// The live plugin host is the facts of a gate that runs plugins.
+var _ server.FactsSource = (*pluginhost.Host)(nil)
+
 // DefaultPartTimeout bounds the stop of each part of a gate after its HTTP server (the plugins,
 // the decision log, the policy source, the tracing flush): past it Close logs which part did
 // not stop and goes on with the next, so that a stuck part never holds up the exit.

@@ -1,0 +1,52 @@
+// Package hoststate holds the plugin host's state as the API shows it (GET /v1/plugins): the
+// types the plugin host fills and the HTTP server renders, apart from both so that the server
+// does not depend on the host.
+package hoststate
+
+import "time"
+
+// PluginState is a plugin's state as GET /v1/plugins shows it (the JSON names) and as the
+// service log and tests read it.
+type PluginState struct {
+	ID     string `json:"id"`
+	Key    string `json:"key"`
+	Status string `json:"status"`
+	// LastErrorCode is the code of the plugin's last failure (coded.PinMismatch,
+	// coded.StartTimeout, …; "" when none): all that API callers see of it.
+	LastErrorCode string `json:"lastError"`
+	Restarts      uint64 `json:"restarts"`
+	// PinDrift is true when the binary at the plugin's path no longer has its pinned SHA-256
+	// (an in-place upgrade, a tampered file): the running worker still runs the pinned bytes,
+	// and the next start will fail with PIN_MISMATCH until the pin is updated.
+	PinDrift bool `json:"pinDrift"`
+	// Worker is the running worker, nil (JSON null) while none runs.
+	Worker *WorkerState `json:"worker"`
+	// LastError is the last failure itself. It names paths and digests, so it goes to the
+	// service log and never to the API.
+	LastError string `json:"-"`
+}
+
+// WorkerState describes a live worker.
+type WorkerState struct {
+	PID              int       `json:"pid"`
+	Generation       uint64    `json:"generation"`
+	StartedAt        time.Time `json:"startedAt"`
+	SupportedMethods []string  `json:"supportedMethods"`
+	// Containment is how the worker is kept out of the host's reach .
+	Containment *Containment `json:"containment"`
+}
+
+// Containment is how a worker is contained, as GET /v1/plugins shows it.
+type Containment struct {
+	// UID and GID are the user and group the driver runs as.
+	UID int `json:"uid"`
+	GID int `json:"gid"`
+	// Seccomp: the driver started with the host's seccomp filter (docs/drivers.md).
+	Seccomp bool `json:"seccomp"`
+	// Cgroup: the worker runs in a cgroup of its own, ended as a whole.
+	Cgroup bool `json:"cgroup"`
+	// HostNonDumpable: the host process is not dumpable.
+	HostNonDumpable bool `json:"hostNonDumpable"`
+	// Missing names each mechanism the worker runs without, and why.
+	Missing []string `json:"missing,omitempty"`
+}

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"context"
 	"errors"
 	"io"
 	"os"
@@ -15,8 +14,6 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/authz-dev/authz/internal/opaplugin"
-	"github.com/authz-dev/authz/internal/server"
-	"github.com/authz-dev/authz/internal/service"
 )
 
 // runOPA is `authz run`: OPA's own run command, every flag, configuration key and API of
@@ -53,7 +50,7 @@ func runOPA(args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 		warnWithoutGate(cmd, log)
 		stopHangup = reloadOnHangup(log)
 		runtime.RegisterPlugin(opaplugin.Name, gateFactory{
-			Factory: opaplugin.Factory{StartHost: startPluginHost, LogOutput: stderr},
+			Factory: opaplugin.Factory{Plugins: true, LogOutput: stderr},
 			logJSON: logJSON,
 		})
 		if pre != nil {
@@ -146,12 +143,6 @@ func (f gateFactory) New(m *plugins.Manager, config any) plugins.Plugin {
 		masks: &logMasking{m: m, off: writeAPI,
 			log: hclog.New(&hclog.LoggerOptions{Name: "authz", Output: f.LogOutput, JSONFormat: f.logJSON})},
 	}
-}
-
-// startPluginHost starts the driver plugins of the plugins.authz section, as `authz serve`
-// starts those of its configuration file.
-func startPluginHost(ctx context.Context, cfg service.Config, logger hclog.Logger) (server.FactsSource, func(), error) {
-	return service.StartPlugins(ctx, cfg, logger)
 }
 
 // reloadOnHangup catches SIGHUP for as long as `authz run` runs, so that it never ends the

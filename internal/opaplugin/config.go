@@ -132,7 +132,7 @@ var fieldNames = func() []string {
 
 // parseConfig reads the plugins.authz section (the JSON OPA hands a plugin, or YAML) over the
 // defaults and checks it. Every error names its field below plugins.authz.
-func parseConfig(raw []byte, startHost HostStarter) (*Config, error) {
+func parseConfig(raw []byte, plugins bool) (*Config, error) {
 	var present map[string]any
 	if len(bytes.TrimSpace(raw)) > 0 {
 		if err := yaml.Unmarshal(raw, &present); err != nil {
@@ -193,7 +193,7 @@ func parseConfig(raw []byte, startHost HostStarter) (*Config, error) {
 		if cfg.staticFacts, err = server.LoadStaticFacts(sc.Facts); err != nil {
 			return nil, fmt.Errorf("%s.facts: %s: %w", section, sc.Facts, err)
 		}
-	case startHost == nil:
+	case !plugins:
 		return nil, fmt.Errorf("%s.facts: required: this build runs no driver plugins, so the gate needs a static facts file", section)
 	}
 	return cfg, nil

@@ -53,7 +53,7 @@ func TestFollowLogFormat(t *testing.T) {
 		{name: "section level only, OPA json", section: `{"facts": "` + facts + `", "log": {"level": "debug"}}`, opaJSON: true, want: true},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
-			cfg, err := parseConfig([]byte(tt.section), nil)
+			cfg, err := parseConfig([]byte(tt.section), false)
 			require.NoError(t, err)
 			cfg.FollowLogFormat(tt.opaJSON)
 			assert.Equal(t, tt.want, cfg.Log.JSON)

@@ -41,18 +41,12 @@ const section = "plugins." + Name
 // readyPoll is how often the plugin looks whether the driver plugins have started, until they have.
 const readyPoll = 100 * time.Millisecond
 
-// HostStarter starts the driver plugin host for cfg (its plugins, builtinProviders and
-// timeouts) and returns it as facts, with the function that stops it (service.StartPlugins).
-// A binary that registers the plugin with one runs driver plugins: the gate (service.Gate)
-// then creates, starts and stops its plugin host as `authz serve` does. Without one, the gate
-// needs a static facts file.
-type HostStarter func(ctx context.Context, cfg service.Config, logger hclog.Logger) (facts server.FactsSource, stop func(), err error)
-
 // Factory makes the plugin for OPA's plugin manager: register it with
 // runtime.RegisterPlugin(opaplugin.Name, opaplugin.Factory{...}).
 type Factory struct {
-	// StartHost, when not nil, lets the gate run driver plugins; nil allows only static facts.
-	StartHost HostStarter
+	// Plugins lets the gate run driver plugins: its service.Gate then creates, starts and stops
+	// the plugin host as `authz serve` does. Without it the gate needs a static facts file.
+	Plugins bool
 	// LogOutput receives the gate's own log (hclog, as `authz serve` writes it); os.Stderr when nil.
 	LogOutput io.Writer
 }
@@ -70,7 +64,7 @@ func (f Factory) Validate(m *plugins.Manager, config []byte) (any, error) {
 	if _, err := checkSigning(m); err != nil {
 		return nil, fmt.Errorf("%s: %w", section, err)
 	}
-	return parseConfig(config, f.StartHost)
+	return parseConfig(config, f.Plugins)
 }
 
 // New returns the plugin for a configuration that Validate returned. It starts nothing.
@@ -79,7 +73,7 @@ func (f Factory) New(m *plugins.Manager, config any) plugins.Plugin {
 	if out == nil {
 		out = os.Stderr
 	}
-	p := &Plugin{m: m, startHost: f.StartHost, logOut: out, cfg: config.(*Config), reload: make(chan struct{}, 1),
+	p := &Plugin{m: m, logOut: out, cfg: config.(*Config), reload: make(chan struct{}, 1),
 		policyMsg: "the active policy has not been prepared yet"}
 	p.gate = newGate(m)
 	p.gate.logger = p.logger
@@ -99,11 +93,10 @@ func (f Factory) New(m *plugins.Manager, config any) plugins.Plugin {
 
 // Plugin is the gate running inside OPA. OPA's plugin manager starts, reconfigures and stops it.
 type Plugin struct {
-	m         *plugins.Manager
-	startHost HostStarter
-	logOut    io.Writer
-	gate      *gate
-	reload    chan struct{} // a policy (or the engine options) changed: prepare again
+	m      *plugins.Manager
+	logOut io.Writer
+	gate   *gate
+	reload chan struct{} // a policy (or the engine options) changed: prepare again
 
 	mu   sync.Mutex // serializes Start, Stop and Reconfigure; guards cfg and run
 	cfg  *Config

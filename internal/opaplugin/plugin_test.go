@@ -16,7 +16,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/hashicorp/go-hclog"
 	"github.com/open-policy-agent/opa/v1/bundle"
 	"github.com/open-policy-agent/opa/v1/logging"
 	"github.com/open-policy-agent/opa/v1/plugins"
@@ -58,14 +57,11 @@ func specFactsFile(t testing.TB) string {
 
 func TestParseConfig(t *testing.T) {
 	facts := specFactsFile(t)
-	noHost := HostStarter(nil)
-	someHost := HostStarter(func(context.Context, service.Config, hclog.Logger) (server.FactsSource, func(), error) {
-		panic("not started by parseConfig")
-	})
+	noHost, someHost := false, true
 	tests := []struct {
 		name    string
 		raw     string
-		host    HostStarter
+		host    bool
 		wantErr []string // each a line of the error; none: valid
 		check   func(t *testing.T, c *Config)
 	}{
@@ -116,7 +112,7 @@ func TestParseConfig(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			cfg, err := Factory{StartHost: tt.host}.Validate(nil, []byte(tt.raw))
+			cfg, err := Factory{Plugins: tt.host}.Validate(nil, []byte(tt.raw))
 			if len(tt.wantErr) == 0 {
 				require.NoError(t, err)
 				tt.check(t, cfg.(*Config))

@@ -72,7 +72,7 @@ func TestGateHoldsOPAKeysToServesRule(t *testing.T) {
 			require.Error(t, err)
 			assert.Contains(t, err.Error(), "plugins.authz: OPA's configuration: "+tt.want)
 
-			cfg, err := parseConfig(raw, nil)
+			cfg, err := parseConfig(raw, false)
 			require.NoError(t, err)
 			g := newGate(m)
 			g.settings.Store(gateSettings(cfg))
@@ -91,7 +91,7 @@ func TestGateHoldsOPAKeysToServesRule(t *testing.T) {
 func TestGateAdoptsOnlyVerifiedBundlesWhenKeyed(t *testing.T) {
 	a, _ := policytest.Keys(t)
 	keys := map[string]string{"k": a.Public}
-	cfg, err := parseConfig([]byte(`{"addr": "127.0.0.1:0", "facts": "`+specFactsFile(t)+`"}`), nil)
+	cfg, err := parseConfig([]byte(`{"addr": "127.0.0.1:0", "facts": "`+specFactsFile(t)+`"}`), false)
 	require.NoError(t, err)
 
 	m := keyedManager(t, keys, map[string]any{"keyid": "k"},

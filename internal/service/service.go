@@ -98,22 +98,6 @@ func tuneGC(cfg server.Config) {
 	}
 }
 
-// StartPlugins creates the plugin host of cfg (resolved and validated) and starts its plugins,
-// for a gate composed elsewhere; stop ends them.
-func StartPlugins(ctx context.Context, cfg Config, logger hclog.Logger) (facts server.FactsSource, stop func(), err error) {
-	hc := cfg.Host
-	hc.Logger = logger.Named("plugins")
-	host, err := pluginhost.New(hc)
-	if err != nil {
-		return nil, nil, &ConfigError{Err: err}
-	}
-	if err := host.Start(ctx); err != nil {
-		_ = host.Close()
-		return nil, nil, fmt.Errorf("start plugins: %w", err)
-	}
-	return host, func() { stopPlugins(host, logger) }, nil
-}
-
 // warnIfNotStarted logs, once the start time-out has passed, which plugins have not been ready
 // yet (readiness waits for them), unless every one has.
 func warnIfNotStarted(ctx context.Context, host *pluginhost.Host, startTimeout time.Duration, logger hclog.Logger) *time.Timer {

@@ -180,7 +180,9 @@ func TestMeasurePublishToDecision(t *testing.T) {
 			for i := 1; i <= 5; i++ {
 				rev := "m-" + string(rune('0'+i))
 				body := policytest.MakeBundle(t, policytest.BundleSpec{Revision: rev})
-				time.Sleep(50 * time.Millisecond) // let the downloader go back to waiting
+				if mode.longPoll { // the downloader is back in its long poll: publishing answers it
+					policytest.WaitFor(t, "a long poll", 20*time.Second, func() bool { return srv.Waiting() > 0 })
+				}
 				start := time.Now()
 				srv.Publish(body)
 				for decideRevision(t, eng) != rev {
@@ -244,10 +246,10 @@ func TestMeasurePublishToDecision(t *testing.T) {
 					rev := fmt.Sprintf("s-%d", i+1)
 					srv.Publish(bodies[i])
 					policytest.WaitFor(t, "swap "+rev, 30*time.Second, func() bool { return eng.Revision() == rev })
-					time.Sleep(100 * time.Millisecond)
+					time.Sleep(100 * time.Millisecond) // the window measured on each revision, not a synchronisation
 				}
 			} else {
-				time.Sleep(time.Second)
+				time.Sleep(time.Second) // the window measured without swaps, not a synchronisation
 			}
 			stop.Store(true)
 			wg.Wait()

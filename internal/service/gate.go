@@ -21,8 +21,13 @@ import (
 	"github.com/authz-dev/authz/internal/tracing"
 )
 
-// The live plugin host is the facts of a gate that runs plugins.
-var _ server.FactsSource = (*pluginhost.Host)(nil)
+// The live plugin host is the facts of a gate that runs plugins; the policy source is its policy
+// status and, when the opa section configures decision_logs, its OPA decision log.
+var (
+	_ server.FactsSource       = (*pluginhost.Host)(nil)
+	_ server.PolicyStatus      = (*policy.Source)(nil)
+	_ server.OPADecisionLogger = (*policy.Source)(nil)
+)
 
 // DefaultPartTimeout bounds the stop of each part of a gate after its HTTP server (the plugins,
 // the decision log, the policy source, the tracing flush): past it Close logs which part did

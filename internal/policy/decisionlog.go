@@ -3,30 +3,20 @@ package policy
 import (
 	"context"
 	"errors"
-	"time"
 
 	"github.com/open-policy-agent/opa/v1/metrics"
 	"github.com/open-policy-agent/opa/v1/plugins/logs"
 	opaserver "github.com/open-policy-agent/opa/v1/server"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/authz-dev/authz/internal/policystate"
 	"github.com/authz-dev/authz/internal/snapshot"
 )
 
-// Decision is one decision, as OPA's decision-log plugin records it.
-type Decision struct {
-	ID         string
-	Path       string // the decision's path below data, e.g. "authz/decision"
-	Timestamp  time.Time
-	Input      any
-	Result     any
-	Revision   string
-	RemoteAddr string
-	// Error is the evaluation failure's code when the decision could not be evaluated.
-	Error string
-	// Bundles are the active bundles and their revisions (filled in by the source that logs).
-	Bundles map[string]opaserver.BundleInfo
-}
+// Decision is one decision, as OPA's decision-log plugin records it. It is defined in
+// internal/policystate so that the HTTP server hands it over without depending on the policy
+// source.
+type Decision = policystate.Decision
 
 // DecisionLogs reports whether the opa section configures decision_logs.
 func (s *Source) DecisionLogs() bool { return s.remote != nil && s.remote.logs != nil }

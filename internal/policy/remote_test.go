@@ -54,7 +54,7 @@ func startSource(tb testing.TB, cfg Config) (*decision.Engine, *Source) {
 
 func startSourceWith(tb testing.TB, cfg Config, opts decision.Options) (*decision.Engine, *Source) {
 	tb.Helper()
-	eng := decision.NewEmpty(opts)
+	eng := decision.New(opts)
 	src, err := New(cfg, eng, Options{})
 	require.NoError(tb, err)
 	require.NoError(tb, src.Start(tb.Context()))
@@ -138,7 +138,7 @@ func TestRemotePersistedBundleServedAfterRestartWithoutServer(t *testing.T) {
 	src.Close(t.Context())
 	srv.Close() // the bundle server is gone
 
-	eng2 := decision.NewEmpty(decision.Options{})
+	eng2 := decision.New(decision.Options{})
 	src2, err := New(cfg, eng2, Options{})
 	require.NoError(t, err)
 	require.NoError(t, src2.Start(t.Context()))
@@ -269,7 +269,7 @@ func TestMeasurePublishToDecision(t *testing.T) {
 func TestDecisionLogsBesideEmbeddedPolicy(t *testing.T) {
 	out := &testutil.SyncBuffer{}
 	logger := hclog.New(&hclog.LoggerOptions{Output: out, Level: hclog.Info})
-	eng := decision.NewEmpty(decision.Options{})
+	eng := decision.New(decision.Options{})
 	src, err := New(Config{OPA: map[string]any{"decision_logs": map[string]any{"console": true}}}, eng, Options{Logger: logger})
 	require.NoError(t, err)
 	require.NoError(t, src.Start(t.Context()))
@@ -282,7 +282,7 @@ func TestDecisionLogsBesideEmbeddedPolicy(t *testing.T) {
 	assert.Contains(t, out.String(), eng.Revision())
 
 	// Without decision_logs, nothing is handed over.
-	plain, err := New(Config{}, decision.NewEmpty(decision.Options{}), Options{})
+	plain, err := New(Config{}, decision.New(decision.Options{}), Options{})
 	require.NoError(t, err)
 	require.NoError(t, plain.Start(t.Context()))
 	assert.False(t, plain.DecisionLogs())

@@ -69,7 +69,7 @@ type Source struct {
 type refusal struct{ code, msg string }
 
 // New checks cfg and returns a Source that will activate policy in eng (an engine made with
-// decision.NewEmpty). It starts nothing.
+// decision.New). It starts nothing.
 func New(cfg Config, eng *decision.Engine, opts Options) (*Source, error) {
 	if eng == nil {
 		return nil, errors.New("policy: an engine is required")
@@ -100,7 +100,7 @@ func New(cfg Config, eng *decision.Engine, opts Options) (*Source, error) {
 // (then the engine has no policy, and the service is not ready, until the first bundle is
 // activated). Close the source after the service stops.
 func Start(ctx context.Context, cfg Config, engineOpts decision.Options, opts Options) (*decision.Engine, *Source, error) {
-	eng := decision.NewEmpty(engineOpts)
+	eng := decision.New(engineOpts)
 	src, err := New(cfg, eng, opts)
 	if err != nil {
 		return nil, nil, err

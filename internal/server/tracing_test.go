@@ -245,7 +245,7 @@ func BenchmarkAuthorizeTraced(b *testing.B) {
 // TestOPADecisionLogCarriesTheTrace: with decision_logs in the opa section, the decision's entry
 // in OPA's decision log carries the trace id and the span id of its authz.decision span.
 func TestOPADecisionLogCarriesTheTrace(t *testing.T) {
-	eng := decision.NewEmpty(decision.Options{})
+	eng := decision.New(decision.Options{})
 	src, coll := opaLogged(t, "traced-1", policytest.EmbeddedModules(t), eng, false, nil)
 
 	rec := tracetest.NewSpanRecorder()

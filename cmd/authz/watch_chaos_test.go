@@ -120,9 +120,33 @@ func TestWatchChaos(t *testing.T) {
 
 	actions := map[string]int{}
 	checks, stale := 0, 0
-	deadline := time.Now().Add(run)
-	for time.Now().Before(deadline) {
-		switch a := rand.IntN(5); a {
+	// seen: a watch opened on a grant was revoked, and a deny was checked.
+	seen := func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		for _, s := range streams {
+			if kind, _, _ := s.w.lastEvent(); s.granted && kind == "revoke" {
+				return checks > 0
+			}
+		}
+		return false
+	}
+	// The run lasts run, and goes on (within a bound) until what it checks has been seen:
+	// random changes can keep the service denying for the whole run on a busy machine. Past
+	// run, the changes alternate between a grant (real policy, plugin enabled) and a deny
+	// (plugin disabled) instead of being drawn.
+	deadline, bound := time.Now().Add(run), time.Now().Add(run+time.Minute)
+	for now := time.Now(); now.Before(deadline) || (now.Before(bound) && !seen()); now = time.Now() {
+		a := rand.IntN(5)
+		if now.After(deadline) {
+			a = 3 // disable the plugin while the service grants
+			if granting, err := decide(ctx, c, base, string(grant)); err == nil && !granting {
+				require.NoError(t, os.RemoveAll(bundleDir))
+				copyPolicy(t, bundleDir)
+				a = 4 // enable it, on the real policy, while it denies
+			}
+		}
+		switch a {
 		case 0, 1:
 			if p := onlyPlugin(t, c, base); p.Worker != nil && p.Worker.PID > 0 {
 				_ = syscall.Kill(p.Worker.PID, syscall.SIGKILL)
@@ -189,6 +213,7 @@ func TestWatchChaos(t *testing.T) {
 		run, actions, len(streams), granted, revokes, decisions.Load(), checks, stale)
 	assert.Zero(t, stale, "streams still open on a grant the service denies")
 	assert.Positive(t, checks, "the run saw the service deny")
+	assert.Positive(t, granted, "the run opened watches on a grant")
 	assert.Positive(t, revokes)
 }
 

@@ -19,7 +19,7 @@ func (g *gate) guardOPA(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		st := g.settings.Load()
 		if err := server.CheckLoopbackHost(r, st.allowedHosts); err != nil && !st.anyHost {
-			writeOPAError(w, http.StatusForbidden, coded.HostNotAllowed, err.Error())
+			writeOPAError(w, http.StatusForbidden, string(coded.HostNotAllowed), err.Error())
 			return
 		}
 		if !st.writeAPI && isOPAWrite(r) {

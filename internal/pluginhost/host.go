@@ -35,6 +35,7 @@ import (
 
 	"github.com/authz-dev/authz/driverplugin"
 	"github.com/authz-dev/authz/internal/changes"
+	"github.com/authz-dev/authz/internal/coded"
 	"github.com/authz-dev/authz/internal/hoststate"
 	"github.com/authz-dev/authz/internal/snapshot"
 )
@@ -109,7 +110,7 @@ type managed struct {
 type pluginView struct {
 	status        string
 	lastError     string
-	lastErrorCode string // the code of lastError (coded.PinMismatch, …)
+	lastErrorCode coded.Code // the code of lastError (coded.PinMismatch, …)
 	key           string
 	drivers       []driverplugin.EnvironmentDriver // last valid manifest
 	restarts      uint64

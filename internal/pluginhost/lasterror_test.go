@@ -34,7 +34,7 @@ func TestLastErrorCodes(t *testing.T) {
 		plugin func(t *testing.T) PluginConfig
 		start  time.Duration
 		kill   bool // SIGKILL the first worker and wait for the restart
-		want   string
+		want   coded.Code
 		// wantErr matches the last error, where the code alone does not say which failure it was.
 		wantErr string
 	}{

@@ -10,6 +10,7 @@ import (
 	opaserver "github.com/open-policy-agent/opa/v1/server"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/authz-dev/authz/internal/coded"
 	"github.com/authz-dev/authz/internal/snapshot"
 )
 
@@ -23,7 +24,7 @@ type Decision struct {
 	Revision   string
 	RemoteAddr string
 	// Error is the evaluation failure's code when the decision could not be evaluated.
-	Error string
+	Error coded.Code
 	// Bundles are the active bundles and their revisions (filled in by the source that logs).
 	Bundles map[string]opaserver.BundleInfo
 }
@@ -73,7 +74,7 @@ func LogToOPA(ctx context.Context, lp *logs.Plugin, d Decision) error {
 		info.Bundles = map[string]opaserver.BundleInfo{}
 	}
 	if d.Error != "" {
-		info.Error = errors.New(d.Error)
+		info.Error = errors.New(string(d.Error))
 	}
 	// The decision's span, when it is traced: the entry leads to its trace, as OPA's own do.
 	if sc := trace.SpanContextFromContext(ctx); sc.IsValid() {

@@ -57,13 +57,13 @@ func (s *Server) startDecisionSpan(r *http.Request, path string, req *snapshot.R
 // endDecisionSpan records what the caller was answered and ends the span: the decision, or,
 // when the required decision log could not record it (answered is false), the deny that
 // replaced it.
-func endDecisionSpan(span trace.Span, doc decision.Document, evalCode string, answered bool) {
+func endDecisionSpan(span trace.Span, doc decision.Document, evalCode coded.Code, answered bool) {
 	if span == nil {
 		return
 	}
 	allow, code := doc.Allow, doc.Code
 	if !answered {
-		allow, code = false, coded.DecisionLogUnavailable
+		allow, code = false, string(coded.DecisionLogUnavailable)
 	}
 	span.SetAttributes(
 		tracing.AttrDecisionID.String(doc.DecisionID),
@@ -73,10 +73,10 @@ func endDecisionSpan(span trace.Span, doc decision.Document, evalCode string, an
 	)
 	switch {
 	case evalCode != "":
-		span.SetAttributes(tracing.AttrError.String(evalCode))
-		span.SetStatus(codes.Error, evalCode)
+		span.SetAttributes(tracing.AttrError.String(string(evalCode)))
+		span.SetStatus(codes.Error, string(evalCode))
 	case !answered:
-		span.SetStatus(codes.Error, coded.DecisionLogUnavailable)
+		span.SetStatus(codes.Error, string(coded.DecisionLogUnavailable))
 	}
 	span.End()
 }

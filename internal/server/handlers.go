@@ -131,7 +131,7 @@ func (s *Server) routes() http.Handler {
 			if coded.CodeOf(denied) == coded.Unauthorized && s.cfg.Authentication.mode() == AuthToken {
 				sw.Header().Set("WWW-Authenticate", `Bearer realm="authz"`)
 			}
-			s.log.Debug("request refused", "path", path, "code", coded.CodeOf(denied), "remote", r.RemoteAddr)
+			s.log.Debug("request refused", "path", path, "code", string(coded.CodeOf(denied)), "remote", r.RemoteAddr)
 			if rt.scope == ScopeDecide {
 				writeDecisionError(sw, denied)
 			} else {

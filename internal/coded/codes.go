@@ -39,6 +39,10 @@ const (
 	HostNotAllowed         Code = "HOST_NOT_ALLOWED"         // 403: a Host header the service does not answer to
 	WatchLimit             Code = "WATCH_LIMIT"              // 503: limits.maxWatches watches are open
 	Stopping               Code = "SERVICE_STOPPING"         // 503: the service is stopping and opens no new watch
+
+	// OPAWriteAPIOff: 403 from OPA's own API under `authz run`: a write (PUT, PATCH, DELETE)
+	// while plugins.authz.opaWriteAPI is off.
+	OPAWriteAPIOff Code = "OPA_WRITE_API_OFF"
 )
 
 // Codes of a plugin's last failure, shown as its lastError (GET /v1/plugins). The full message,

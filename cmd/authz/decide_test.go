@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/authz-dev/authz/internal/decision"
+	"github.com/authz-dev/authz/internal/decision/decisiontest"
 	"github.com/authz-dev/authz/internal/specexamples"
 	"github.com/authz-dev/authz/internal/testutil"
 )
@@ -100,8 +101,7 @@ func TestDecideBadInput(t *testing.T) {
 
 // TestDecidePrintInputReproduces: the printed input, evaluated on its own, gives the decision.
 func TestDecidePrintInputReproduces(t *testing.T) {
-	eng, err := decision.New(t.Context(), decision.Options{})
-	require.NoError(t, err)
+	eng := decisiontest.EmbeddedEngine(t, decision.Options{})
 	for _, ex := range specexamples.Rows() {
 		t.Run(ex.Name, func(t *testing.T) {
 			reqJSON, factsJSON := ex.Fixture().JSON()

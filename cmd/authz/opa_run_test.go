@@ -18,6 +18,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/authz-dev/authz/internal/decision"
+	"github.com/authz-dev/authz/internal/decision/decisiontest"
 	"github.com/authz-dev/authz/internal/opaplugin"
 	"github.com/authz-dev/authz/internal/policy/policytest"
 	"github.com/authz-dev/authz/internal/specexamples"
@@ -57,8 +58,7 @@ func withoutID(doc map[string]any) map[string]any {
 // data.authz.decision on OPA's port for the same input; OPA's health check counts the gate's
 // plugin; OPA's decision log records the gate's decisions; SIGTERM stops it all.
 func TestRunInsideOPADecidesLikeServe(t *testing.T) {
-	embedded, err := decision.New(t.Context(), decision.Options{})
-	require.NoError(t, err)
+	embedded := decisiontest.EmbeddedEngine(t, decision.Options{})
 	dir := t.TempDir()
 	factsPath := testutil.WriteFile(t, dir, "facts.json", specFacts)
 	bundlePath := writePolicyBundle(t, dir, embedded.Revision())

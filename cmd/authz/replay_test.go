@@ -16,6 +16,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/authz-dev/authz/internal/decision"
+	"github.com/authz-dev/authz/internal/decision/decisiontest"
 	"github.com/authz-dev/authz/internal/snapshot"
 	"github.com/authz-dev/authz/internal/specexamples"
 	"github.com/authz-dev/authz/internal/testutil"
@@ -26,8 +27,7 @@ import (
 // path and how many of the lines are grants.
 func exampleLog(t testing.TB, copies int) (path string, grants, records int) {
 	t.Helper()
-	eng, err := decision.New(context.Background(), decision.Options{})
-	require.NoError(t, err)
+	eng := decisiontest.EmbeddedEngine(t, decision.Options{})
 	var b bytes.Buffer
 	for range copies {
 		for _, ex := range specexamples.Rows() {
@@ -248,8 +248,7 @@ func replayForBench(path string) (int, error) {
 // record is evaluated, as in a log whose decisions all differ in what the policy reads.
 func BenchmarkReplayUncached(b *testing.B) {
 	logPath, _, records := exampleLog(b, 200)
-	eng, err := decision.New(context.Background(), decision.Options{Cache: decision.CacheOptions{Disabled: true}})
-	require.NoError(b, err)
+	eng := decisiontest.EmbeddedEngine(b, decision.Options{Cache: decision.CacheOptions{Disabled: true}})
 	b.ResetTimer()
 	for range b.N {
 		f, err := os.Open(logPath)

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"context"
 	"io"
 	"regexp"
 	"strings"
@@ -12,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/authz-dev/authz/internal/decision"
+	"github.com/authz-dev/authz/internal/decision/decisiontest"
 	"github.com/authz-dev/authz/internal/server"
 	"github.com/authz-dev/authz/internal/service"
 	"github.com/authz-dev/authz/internal/testutil"
@@ -57,8 +57,7 @@ func TestHelpGoesToStdout(t *testing.T) {
 // TestVersionPrintsThePolicyRevision: the revision `authz version` prints is the one decisions
 // carry.
 func TestVersionPrintsThePolicyRevision(t *testing.T) {
-	eng, err := decision.New(context.Background(), decision.Options{})
-	require.NoError(t, err)
+	eng := decisiontest.EmbeddedEngine(t, decision.Options{})
 	for _, args := range [][]string{{"version"}, {"--version"}} {
 		code, out, errOut := runCLI(t, "", args...)
 		require.Equal(t, 0, code, errOut)

@@ -31,9 +31,6 @@ type Policy struct {
 // Revision is the revision the policy is activated under.
 func (p *Policy) Revision() string { return p.revision }
 
-// CacheStatus says why decisions of this policy would not be cached; "" when they would.
-func (p *Policy) CacheStatus() string { return p.reads.uncacheable }
-
 // CompileModules compiles parsed modules with data (the base documents below data; nil for
 // none) into a Policy under revision, which must not be empty. It fails (coded.PolicyCompile) when the
 // modules do not compile, when a rule and the data claim the same path, or when the policy does

@@ -68,7 +68,7 @@ func TestActivateRefusesWhatCannotServe(t *testing.T) {
 func TestActivateSwapsAtomically(t *testing.T) {
 	for _, cache := range []bool{true, false} {
 		t.Run(fmt.Sprintf("cache=%v", cache), func(t *testing.T) {
-			eng := NewEmpty(Options{Cache: CacheOptions{Disabled: !cache}})
+			eng := New(Options{Cache: CacheOptions{Disabled: !cache}})
 			pa := markerPolicy(t, "A", "", map[string]any{"marker": "A"})
 			pb := markerPolicy(t, "B", "", map[string]any{"marker": "B"})
 			require.Empty(t, pa.CacheStatus(), "a compiled bundle keeps the cache on")
@@ -123,7 +123,7 @@ func TestCompileModulesCopiesData(t *testing.T) {
 	data := map[string]any{"marker": "before"}
 	p := markerPolicy(t, "r", "", data)
 	data["marker"] = "after" // the caller's map changes after the compile
-	eng := NewEmpty(Options{})
+	eng := New(Options{})
 	require.NoError(t, eng.Activate(t.Context(), p))
 	doc, err := eng.Evaluate(t.Context(), snapshot.Input{"operation": "x"})
 	require.NoError(t, err)
@@ -165,7 +165,7 @@ decision := {"allow": false, "code": "HELD", "message": "", "reasons": [], "capa
 		doc Document
 		err error
 	}
-	eng := NewEmpty(Options{})
+	eng := New(Options{})
 	require.NoError(t, eng.Activate(t.Context(), pHeld))
 	done := make(chan result, 1)
 	go func() {

@@ -13,6 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/authz-dev/authz/internal/decision"
+	"github.com/authz-dev/authz/internal/decision/decisiontest"
 	"github.com/authz-dev/authz/internal/snapshot"
 	"github.com/authz-dev/authz/internal/specexamples"
 	"github.com/authz-dev/authz/policies"
@@ -43,8 +44,7 @@ var uncached = decision.Options{Cache: decision.CacheOptions{Disabled: true}}
 // BenchmarkEvaluate is the policy's part: one evaluation of an assembled input.
 func BenchmarkEvaluate(b *testing.B) {
 	req, facts := benchFixture(b)
-	eng, err := decision.New(b.Context(), uncached)
-	require.NoError(b, err)
+	eng := decisiontest.EmbeddedEngine(b, uncached)
 	in := snapshot.Build(b.Context(), req, facts, snapshot.Options{})
 	b.ReportAllocs()
 	for b.Loop() {
@@ -68,8 +68,7 @@ func BenchmarkDecideCacheHit(b *testing.B) {
 func benchDecide(b *testing.B, opts decision.Options) {
 	reqJSON, _ := specexamples.NewFixture().JSON()
 	_, facts := benchFixture(b)
-	eng, err := decision.New(b.Context(), opts)
-	require.NoError(b, err)
+	eng := decisiontest.EmbeddedEngine(b, opts)
 	b.ReportAllocs()
 	for b.Loop() {
 		req, err := snapshot.ParseRequestBytes(reqJSON)
@@ -86,8 +85,7 @@ func benchDecide(b *testing.B, opts decision.Options) {
 // request: assemble, key, and the answer from the decision cache (a fresh decision id included).
 func BenchmarkDecideCacheHitParsed(b *testing.B) {
 	req, facts := benchFixture(b)
-	eng, err := decision.New(b.Context(), decision.Options{})
-	require.NoError(b, err)
+	eng := decisiontest.EmbeddedEngine(b, decision.Options{})
 	b.ReportAllocs()
 	for b.Loop() {
 		if d, _, err := eng.Decide(b.Context(), req, facts); err != nil || !d.Allow {
@@ -129,8 +127,7 @@ func BenchmarkSideBySide(b *testing.B) {
 	pq := preparedPolicy(b)
 	val, err := ast.InterfaceToValue(map[string]any(in))
 	require.NoError(b, err)
-	eng, err := decision.New(b.Context(), uncached)
-	require.NoError(b, err)
+	eng := decisiontest.EmbeddedEngine(b, uncached)
 	steps := []func(){
 		func() {
 			if rs, err := pq.Eval(b.Context(), rego.EvalParsedInput(val)); err != nil || len(rs) != 1 {
@@ -189,8 +186,7 @@ func preparedPolicy(b *testing.B) rego.PreparedEvalQuery {
 // assembled input, the lookup, and a fresh decision id.
 func BenchmarkEvaluateCacheHit(b *testing.B) {
 	req, facts := benchFixture(b)
-	eng, err := decision.New(b.Context(), decision.Options{})
-	require.NoError(b, err)
+	eng := decisiontest.EmbeddedEngine(b, decision.Options{})
 	in := snapshot.Build(b.Context(), req, facts, snapshot.Options{})
 	b.ReportAllocs()
 	for b.Loop() {
@@ -227,8 +223,7 @@ func BenchmarkManifestSize(b *testing.B) {
 		pf, ok := facts.Plugin("test.plugin")
 		require.True(b, ok)
 		require.Len(b, pf.Record["manifest"].(map[string]any)["environmentDrivers"], n)
-		eng, err := decision.New(b.Context(), uncached)
-		require.NoError(b, err)
+		eng := decisiontest.EmbeddedEngine(b, uncached)
 		for _, input := range []string{"full", "index"} {
 			b.Run(fmt.Sprintf("entries=%d/input=%s", n, input), func(b *testing.B) {
 				b.ReportAllocs()

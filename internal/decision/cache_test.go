@@ -12,8 +12,7 @@ import (
 // TestInputReadsOfEmbeddedPolicy: the embedded policy is cacheable and reads only these paths;
 // now_ns, the lease, the environment and the command are not among them.
 func TestInputReadsOfEmbeddedPolicy(t *testing.T) {
-	e, err := New(t.Context(), Options{})
-	require.NoError(t, err)
+	e := embeddedEngine(t, Options{})
 	assert.Empty(t, e.CacheStatus())
 	p := e.cur.Load()
 	assert.ElementsMatch(t, []string{"operation", "resolved", "facts", "narrowing"}, p.reads.tops)
@@ -55,14 +54,13 @@ func TestCacheOffForUnboundedOrImpurePolicies(t *testing.T) {
 }
 
 func TestCacheOffByOptionAndForPreparedPolicies(t *testing.T) {
-	off, err := New(t.Context(), Options{Cache: CacheOptions{Disabled: true}})
-	require.NoError(t, err)
+	off := embeddedEngine(t, Options{Cache: CacheOptions{Disabled: true}})
 	assert.Contains(t, off.CacheStatus(), "turned off")
-	_, err = off.Evaluate(t.Context(), grantInput())
+	_, err := off.Evaluate(t.Context(), grantInput())
 	require.NoError(t, err)
 	assert.Equal(t, CacheStats{}, off.CacheStats())
 
-	prep := NewEmpty(Options{})
+	prep := New(Options{})
 	require.NoError(t, prep.Prepare(t.Context(), "r1", rego.Module("p.rego", "package authz\ndecision := 1\n")))
 	assert.Contains(t, prep.CacheStatus(), "caller options")
 }
@@ -70,8 +68,7 @@ func TestCacheOffByOptionAndForPreparedPolicies(t *testing.T) {
 // TestCacheHitIsAFreshDecision: a hit answers the same document with a fresh decision id and
 // the current revision, and counts as a hit.
 func TestCacheHitIsAFreshDecision(t *testing.T) {
-	e, err := New(t.Context(), Options{})
-	require.NoError(t, err)
+	e := embeddedEngine(t, Options{})
 	a, err := e.Evaluate(t.Context(), grantInput())
 	require.NoError(t, err)
 	in := grantInput()
@@ -99,8 +96,7 @@ func TestCacheHitIsAFreshDecision(t *testing.T) {
 // TestCacheKeyCoversEveryLiveFact: a change of worker generation, methods, manifest, status or
 // config validity is a new key.
 func TestCacheKeyCoversEveryLiveFact(t *testing.T) {
-	e, err := New(t.Context(), Options{})
-	require.NoError(t, err)
+	e := embeddedEngine(t, Options{})
 	p := e.cur.Load()
 	base, ok := p.reads.key(p.gen, grantInput())
 	require.True(t, ok)
@@ -159,9 +155,8 @@ func TestCacheBounds(t *testing.T) {
 
 // TestCachePurgedOnNewPolicy: loading a policy drops the entries of the one before.
 func TestCachePurgedOnNewPolicy(t *testing.T) {
-	e, err := New(t.Context(), Options{})
-	require.NoError(t, err)
-	_, err = e.Evaluate(t.Context(), grantInput())
+	e := embeddedEngine(t, Options{})
+	_, err := e.Evaluate(t.Context(), grantInput())
 	require.NoError(t, err)
 	require.Equal(t, 1, e.cache.len())
 	mods, err := policiesModules()

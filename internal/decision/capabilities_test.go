@@ -78,7 +78,7 @@ func TestUnknownCapabilityIsABadResult(t *testing.T) {
 	row := "capabilities := {\n\t\"gpuPassthrough\": {\"methods\": {\"duplexChannelOpen\"}, \"optIn\": false, \"narrowedBy\": set()},\n"
 	mods[table] = strings.Replace(src, "capabilities := {\n", row, 1)
 	require.NotEqual(t, src, mods[table])
-	e := NewEmpty(Options{})
+	e := New(Options{})
 	require.NoError(t, e.LoadModules(t.Context(), mods, "with-extra"))
 	doc, err := e.Evaluate(t.Context(), grantInput())
 	assertFailClosed(t, doc, err, coded.EvalBadResult, "openDuplexChannel")

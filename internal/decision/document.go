@@ -65,15 +65,6 @@ func (c Capabilities) Get(key string) bool {
 	return false
 }
 
-// Map returns the capabilities keyed by name.
-func (c Capabilities) Map() map[string]bool {
-	m := make(map[string]bool, len(CapabilityKeys))
-	for _, k := range CapabilityKeys {
-		m[k] = c.Get(k)
-	}
-	return m
-}
-
 // Document is the decision document of docs/contract.md, "The decision document". Every field is always present in JSON.
 type Document struct {
 	Allow        bool         `json:"allow"`

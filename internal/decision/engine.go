@@ -68,22 +68,9 @@ type prepared struct {
 	reads inputReads
 }
 
-// New returns an engine with the embedded policy active (EmbeddedPolicy).
-func New(ctx context.Context, opts Options) (*Engine, error) {
-	p, err := EmbeddedPolicy()
-	if err != nil {
-		return nil, err
-	}
-	e := NewEmpty(opts)
-	if err := e.Activate(ctx, p); err != nil {
-		return nil, err
-	}
-	return e, nil
-}
-
-// NewEmpty returns an engine with no policy: every decision denies with coded.EvalNoPolicy until a
-// policy is loaded (for example from a bundle).
-func NewEmpty(opts Options) *Engine {
+// New returns an engine with no policy: every decision denies with coded.EvalNoPolicy until
+// Activate makes a Policy current (EmbeddedPolicy, CompileModules or CompiledPolicy).
+func New(opts Options) *Engine {
 	e := &Engine{opts: opts}
 	if opts.MaxConcurrent > 0 {
 		e.slots = make(chan struct{}, opts.MaxConcurrent)

@@ -36,7 +36,7 @@ func grantInput() snapshot.Input {
 
 func engineWith(t testing.TB, src string) *Engine {
 	t.Helper()
-	e := NewEmpty(Options{})
+	e := New(Options{})
 	require.NoError(t, e.LoadModules(t.Context(), map[string]string{"p.rego": src}, "test"))
 	return e
 }
@@ -59,9 +59,15 @@ func assertFailClosed(t testing.TB, doc Document, err error, code coded.Code, op
 	assert.NotEmpty(t, doc.DecisionID)
 }
 
+// TestEmbeddedPolicyGrantsFixture: New has no policy until Activate(EmbeddedPolicy()) makes the
+// embedded policy current, under its content revision.
 func TestEmbeddedPolicyGrantsFixture(t *testing.T) {
-	e, err := New(t.Context(), Options{})
+	p, err := EmbeddedPolicy()
 	require.NoError(t, err)
+	e := New(Options{})
+	require.Empty(t, e.Revision())
+	require.NoError(t, e.Activate(t.Context(), p))
+	require.Equal(t, p.Revision(), e.Revision())
 	doc, err := e.Evaluate(t.Context(), grantInput())
 	require.NoError(t, err)
 	assert.True(t, doc.Allow)
@@ -131,16 +137,15 @@ func TestSeveralResultsDeny(t *testing.T) {
 }
 
 func TestNoPolicyDenies(t *testing.T) {
-	doc, err := NewEmpty(Options{}).Evaluate(t.Context(), grantInput())
+	doc, err := New(Options{}).Evaluate(t.Context(), grantInput())
 	assertFailClosed(t, doc, err, coded.EvalNoPolicy, snapshot.OpOpenDuplexChannel)
 	assert.Empty(t, doc.Revision)
 }
 
 func TestCompileErrorKeepsCurrentPolicy(t *testing.T) {
-	e, err := New(t.Context(), Options{})
-	require.NoError(t, err)
+	e := embeddedEngine(t, Options{})
 	rev := e.Revision()
-	err = e.LoadModules(t.Context(), map[string]string{"bad.rego": "package authz\ndecision := "}, "")
+	err := e.LoadModules(t.Context(), map[string]string{"bad.rego": "package authz\ndecision := "}, "")
 	assert.Equal(t, coded.PolicyCompile, coded.CodeOf(err))
 	assert.Equal(t, rev, e.Revision())
 	doc, err := e.Evaluate(t.Context(), grantInput())
@@ -149,8 +154,7 @@ func TestCompileErrorKeepsCurrentPolicy(t *testing.T) {
 }
 
 func TestContextEndsDeny(t *testing.T) {
-	e, err := New(t.Context(), Options{})
-	require.NoError(t, err)
+	e := embeddedEngine(t, Options{})
 
 	ctx, cancel := context.WithCancel(t.Context())
 	cancel()
@@ -166,7 +170,7 @@ func TestContextEndsDeny(t *testing.T) {
 // TestTimeoutDuringEvaluation: a policy that would grant after a long computation is cut off by
 // the evaluation timeout and denies.
 func TestTimeoutDuringEvaluation(t *testing.T) {
-	e := NewEmpty(Options{EvalTimeout: 20 * time.Millisecond})
+	e := New(Options{EvalTimeout: 20 * time.Millisecond})
 	require.NoError(t, e.LoadModules(t.Context(), map[string]string{"slow.rego": `package authz
 decision := {"allow": true, "code": "", "message": "", "reasons": [], "capabilities": ` + allFalse + `} if {
 	count([x | some x in numbers.range(1, 50000000)]) > 0
@@ -189,8 +193,7 @@ func (emptyFacts) ConfigValid(context.Context, string, *snapshot.Worker, string,
 // TestPolicySwapUnderLoad swaps policy revisions while decisions run (run with -race): every
 // decision is made wholly by one revision.
 func TestPolicySwapUnderLoad(t *testing.T) {
-	e, err := New(t.Context(), Options{})
-	require.NoError(t, err)
+	e := embeddedEngine(t, Options{})
 	denyAll := map[string]string{"deny.rego": `package authz
 decision := {"allow": false, "code": "DENY_ALL", "message": "", "reasons": [], "capabilities": ` + allFalse + `}`}
 	mods := maps.Clone(denyAll)
@@ -246,14 +249,12 @@ func TestMaxConcurrentQueuesAndTimesOut(t *testing.T) {
 	req := &snapshot.Request{Operation: snapshot.OpOpenDuplexChannel, Environment: map[string]any{},
 		Lease: map[string]any{}, Metadata: map[string]any{}}
 
-	short, err := New(t.Context(), Options{MaxConcurrent: 1, EvalTimeout: 50 * time.Millisecond})
-	require.NoError(t, err)
+	short := embeddedEngine(t, Options{MaxConcurrent: 1, EvalTimeout: 50 * time.Millisecond})
 	short.slots <- struct{}{} // another decision holds the only slot
 	doc, _, err := short.Decide(t.Context(), req, emptyFacts{})
 	assertFailClosed(t, doc, err, coded.EvalTimeout, snapshot.OpOpenDuplexChannel)
 
-	e, err := New(t.Context(), Options{MaxConcurrent: 1, EvalTimeout: time.Minute})
-	require.NoError(t, err)
+	e := embeddedEngine(t, Options{MaxConcurrent: 1, EvalTimeout: time.Minute})
 	e.slots <- struct{}{} // another decision holds the only slot
 	done := make(chan Document, 1)
 	go func() {

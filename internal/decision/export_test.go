@@ -3,9 +3,11 @@ package decision
 import (
 	"context"
 	"fmt"
+	"testing"
 
 	"github.com/open-policy-agent/opa/v1/ast"
 	"github.com/open-policy-agent/opa/v1/rego"
+	"github.com/stretchr/testify/require"
 
 	"github.com/authz-dev/authz/internal/coded"
 )
@@ -37,4 +39,18 @@ func (e *Engine) LoadModules(ctx context.Context, modules map[string]string, rev
 // new revision.
 func (e *Engine) Prepare(ctx context.Context, revision string, opts ...func(*rego.Rego)) error {
 	return e.prepare(ctx, revision, inputReads{uncacheable: "the policy was prepared with caller options (its data may change)"}, opts...)
+}
+
+// CacheStatus says why decisions of this policy would not be cached; "" when they would.
+func (p *Policy) CacheStatus() string { return p.reads.uncacheable }
+
+// embeddedEngine returns New(opts) with EmbeddedPolicy active, for the tests of this package
+// (the other packages' tests use decisiontest.EmbeddedEngine).
+func embeddedEngine(tb testing.TB, opts Options) *Engine {
+	tb.Helper()
+	p, err := EmbeddedPolicy()
+	require.NoError(tb, err)
+	e := New(opts)
+	require.NoError(tb, e.Activate(tb.Context(), p))
+	return e
 }

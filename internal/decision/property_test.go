@@ -12,6 +12,7 @@ import (
 
 	"github.com/authz-dev/authz/internal/coded"
 	"github.com/authz-dev/authz/internal/decision"
+	"github.com/authz-dev/authz/internal/decision/decisiontest"
 	"github.com/authz-dev/authz/internal/snapshot"
 	"github.com/authz-dev/authz/internal/specoracle"
 	"github.com/authz-dev/authz/internal/testutil"
@@ -226,7 +227,7 @@ func checkAgainstOracle(t testing.TB, eng *decision.Engine, reqJSON, factsJSON [
 	require.Equal(t, want.Code, got.Code, ctx)
 	require.Equal(t, want.Message, got.Message, ctx)
 	require.Equal(t, want.Reasons, got.Reasons, ctx)
-	require.Equal(t, want.Capabilities, got.Capabilities.Map(), ctx)
+	require.Equal(t, want.Capabilities, decisiontest.CapabilityMap(got.Capabilities), ctx)
 }
 
 // TestAgreesWithOracle is the property: for random requests and facts, the engine and the
@@ -291,8 +292,7 @@ func TestCachedAgreesWithUncached(t *testing.T) {
 		n = 8
 	}
 	cached := newEngine(t)
-	uncached, err := decision.New(t.Context(), decision.Options{Cache: decision.CacheOptions{Disabled: true}})
-	require.NoError(t, err)
+	uncached := decisiontest.EmbeddedEngine(t, decision.Options{Cache: decision.CacheOptions{Disabled: true}})
 	g := gen{r: rand.New(rand.NewPCG(20261130, 2))}
 	compare := func(in snapshot.Input) {
 		t.Helper()

@@ -104,7 +104,7 @@ func mainModule(body string) string { return "package authz\n" + decisionRule + 
 
 func loadPolicy(t testing.TB, modules map[string]string) (*Engine, error) {
 	t.Helper()
-	e := NewEmpty(Options{})
+	e := New(Options{})
 	err := e.LoadModules(t.Context(), modules, "test")
 	return e, err
 }
@@ -179,9 +179,9 @@ decision := {"allow": true, "code": "", "message": "", "reasons": [], "capabilit
 	valid
 }
 `
-	cached := NewEmpty(Options{})
+	cached := New(Options{})
 	require.NoError(t, cached.LoadModules(t.Context(), map[string]string{"p.rego": src}, "jwt"))
-	fresh := NewEmpty(Options{Cache: CacheOptions{Disabled: true}})
+	fresh := New(Options{Cache: CacheOptions{Disabled: true}})
 	require.NoError(t, fresh.LoadModules(t.Context(), map[string]string{"p.rego": src}, "jwt"))
 
 	doc, err := cached.Evaluate(t.Context(), grantInput())

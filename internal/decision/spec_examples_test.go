@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/authz-dev/authz/internal/decision"
+	"github.com/authz-dev/authz/internal/decision/decisiontest"
 	"github.com/authz-dev/authz/internal/snapshot"
 	"github.com/authz-dev/authz/internal/specexamples"
 )
@@ -29,8 +30,7 @@ func decide(t testing.TB, eng *decision.Engine, f specexamples.Fixture) decision
 
 func newEngine(t testing.TB) *decision.Engine {
 	t.Helper()
-	eng, err := decision.New(t.Context(), decision.Options{})
-	require.NoError(t, err)
+	eng := decisiontest.EmbeddedEngine(t, decision.Options{})
 	return eng
 }
 

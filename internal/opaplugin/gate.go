@@ -84,7 +84,7 @@ func newGate(m *plugins.Manager) *gate {
 	g := &gate{m: m, bundles: bundles.forStore(m.Store), remote: map[string]*bundleplugin.Status{}, refused: map[string]string{},
 		logger: func() hclog.Logger { return hclog.NewNullLogger() }}
 	// Stored before any listener is added: there is nobody to tell.
-	g.active.Store(&activePolicy{engine: decision.NewEmpty(decision.Options{})})
+	g.active.Store(&activePolicy{engine: decision.New(decision.Options{})})
 	g.order, _ = policy.LoadBundleOrder("") // kept in the process until loadOrder; it cannot fail
 	return g
 }
@@ -185,7 +185,7 @@ func (g *gate) load(ctx context.Context) (msg string, err error) {
 		return g.lastMsg(), nil
 	}
 	noPolicy := func(why string) (string, error) {
-		g.setActive(&activePolicy{engine: decision.NewEmpty(st.opts), lastError: why, key: key})
+		g.setActive(&activePolicy{engine: decision.New(st.opts), lastError: why, key: key})
 		g.setLoaded(key)
 		return why, nil
 	}
@@ -317,7 +317,7 @@ func embeddedPolicy(ctx context.Context, opts decision.Options) (*activePolicy, 
 	if err != nil {
 		return nil, &coded.Error{Code: coded.PolicyBundleCheck, Err: err}
 	}
-	eng := decision.NewEmpty(opts)
+	eng := decision.New(opts)
 	if err := eng.Activate(ctx, p); err != nil {
 		return nil, err
 	}
@@ -370,7 +370,7 @@ func bundlePolicy(ctx context.Context, opts decision.Options, use map[string]*bu
 	if err != nil {
 		return nil, err
 	}
-	eng := decision.NewEmpty(opts)
+	eng := decision.New(opts)
 	if err := eng.Activate(ctx, p); err != nil {
 		return nil, err
 	}

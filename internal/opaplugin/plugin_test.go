@@ -28,6 +28,7 @@ import (
 
 	"github.com/authz-dev/authz/internal/coded"
 	"github.com/authz-dev/authz/internal/decision"
+	"github.com/authz-dev/authz/internal/decision/decisiontest"
 	"github.com/authz-dev/authz/internal/policy"
 	"github.com/authz-dev/authz/internal/policy/policytest"
 	"github.com/authz-dev/authz/internal/server"
@@ -219,8 +220,7 @@ func sameDecision(t testing.TB, want, got map[string]any) {
 // but for the decision id, on the decision and on the Data API endpoints. The plugin is
 // reconfigured from one example's facts to the next.
 func TestDecidesLikeServe(t *testing.T) {
-	embedded, err := decision.New(t.Context(), decision.Options{})
-	require.NoError(t, err)
+	embedded := decisiontest.EmbeddedEngine(t, decision.Options{})
 	m := newManager(t, policyBundle(t, embedded.Revision()))
 	_, baseFacts := specexamples.NewFixture().JSON()
 	p := startPlugin(t, m, `{"addr": "127.0.0.1:0", "facts": "`+writeFacts(t, baseFacts)+`"}`, io.Discard)
@@ -280,8 +280,7 @@ func putModule(t testing.TB, m *plugins.Manager, id, src string) {
 // embedded, ready); a policy written into OPA's store (as OPA's Policy API writes it) changes
 // none of its answers: the gate compiles only what OPA activated from bundles.
 func TestGateIgnoresOPAStore(t *testing.T) {
-	embedded, err := decision.New(t.Context(), decision.Options{})
-	require.NoError(t, err)
+	embedded := decisiontest.EmbeddedEngine(t, decision.Options{})
 	m := newManager(t, nil)
 	log := &testutil.SyncBuffer{}
 	p := startPlugin(t, m, `{"addr": "127.0.0.1:0", "facts": "`+specFactsFile(t)+`"}`, log)

@@ -3,16 +3,12 @@ package opaplugin
 import (
 	"github.com/open-policy-agent/opa/v1/plugins"
 
-	"github.com/authz-dev/authz/internal/server"
+	"github.com/authz-dev/authz/internal/tracing"
 )
 
 // gateTracing traces the gate's decisions with OPA's tracer provider, the one OPA builds from
 // its distributed_tracing configuration: the gate's spans go where OPA's own go, under the same
 // service name and sampling. Off when OPA has no distributed_tracing.
-func gateTracing(m *plugins.Manager) server.Tracing {
-	tp := m.TracerProvider()
-	if tp == nil { // a nil *TracerProvider in the interface would not read as "off"
-		return server.Tracing{}
-	}
-	return server.Tracing{Provider: tp}
+func gateTracing(m *plugins.Manager) tracing.Decisions {
+	return tracing.DecisionsOf(m.TracerProvider(), nil)
 }

@@ -24,6 +24,7 @@ import (
 
 	"github.com/authz-dev/authz/internal/coded"
 	"github.com/authz-dev/authz/internal/decision"
+	"github.com/authz-dev/authz/internal/decision/decisiontest"
 	"github.com/authz-dev/authz/internal/snapshot"
 	"github.com/authz-dev/authz/internal/testdrivers/liveness"
 )
@@ -105,8 +106,7 @@ func TestChaosWithHostileDrivers(t *testing.T) {
 		}
 	}()
 	waitStarted(t, h, &pidRecorder{pids: map[int]bool{}})
-	eng, err := decision.New(t.Context(), decision.Options{ConfigCheckTimeout: 2 * time.Second})
-	require.NoError(t, err)
+	eng := decisiontest.EmbeddedEngine(t, decision.Options{ConfigCheckTimeout: 2 * time.Second})
 
 	plugins := make([]string, 0, len(cfg.Plugins))
 	for _, p := range cfg.Plugins {

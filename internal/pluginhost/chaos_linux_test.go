@@ -16,6 +16,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/authz-dev/authz/internal/decision"
+	"github.com/authz-dev/authz/internal/decision/decisiontest"
 	"github.com/authz-dev/authz/internal/snapshot"
 	"github.com/authz-dev/authz/internal/testdrivers/identity"
 	"github.com/authz-dev/authz/internal/testutil"
@@ -78,8 +79,7 @@ func TestChaos(t *testing.T) {
 			_ = h.Close()
 		}
 	}()
-	eng, err := decision.New(t.Context(), decision.Options{ConfigCheckTimeout: 5 * time.Second})
-	require.NoError(t, err)
+	eng := decisiontest.EmbeddedEngine(t, decision.Options{ConfigCheckTimeout: 5 * time.Second})
 	plugins := []string{"holder", "flipflop", "swapped"}
 	requests := map[string]*snapshot.Request{}
 	for _, id := range plugins {

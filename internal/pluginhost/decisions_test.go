@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/authz-dev/authz/internal/decision"
+	"github.com/authz-dev/authz/internal/decision/decisiontest"
 	"github.com/authz-dev/authz/internal/snapshot"
 )
 
@@ -37,8 +38,7 @@ func TestDecisionsFromLiveDrivers(t *testing.T) {
 		driverPlugin(t, "lying", "-plugin-key", "acme.lying", "-driver-key", "lying", "-omit-method", "duplexChannelOpen"),
 	))
 	waitStarted(t, h, rec)
-	eng, err := decision.New(t.Context(), decision.Options{ConfigCheckTimeout: 5 * time.Second})
-	require.NoError(t, err)
+	eng := decisiontest.EmbeddedEngine(t, decision.Options{ConfigCheckTimeout: 5 * time.Second})
 	decide := func(req *snapshot.Request) decision.Document {
 		t.Helper()
 		doc, _, err := eng.Decide(t.Context(), req, h)

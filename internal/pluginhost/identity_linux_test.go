@@ -18,6 +18,7 @@ import (
 
 	"github.com/authz-dev/authz/internal/coded"
 	"github.com/authz-dev/authz/internal/decision"
+	"github.com/authz-dev/authz/internal/decision/decisiontest"
 	"github.com/authz-dev/authz/internal/snapshot"
 	"github.com/authz-dev/authz/internal/testdrivers/identity"
 	"github.com/authz-dev/authz/internal/testutil"
@@ -205,8 +206,7 @@ func TestDeadDriverWithChildHoldingPipes(t *testing.T) {
 func TestDeadWorkerDeniedAtOnce(t *testing.T) {
 	runParallel(t)
 	h, rec := startHost(t, testConfig(t, identityPlugin(t, "victim")))
-	eng, err := decision.New(t.Context(), decision.Options{ConfigCheckTimeout: 5 * time.Second})
-	require.NoError(t, err)
+	eng := decisiontest.EmbeddedEngine(t, decision.Options{ConfigCheckTimeout: 5 * time.Second})
 	req := leaseOn(t, "victim", identity.DriverKey, `{}`)
 	for i := range 5 {
 		waitFor(t, 30*time.Second, "a worker", func() bool { _, ok := h.Worker("victim"); return ok })

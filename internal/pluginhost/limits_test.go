@@ -16,6 +16,7 @@ import (
 	"github.com/authz-dev/authz/driverplugin"
 	"github.com/authz-dev/authz/internal/coded"
 	"github.com/authz-dev/authz/internal/decision"
+	"github.com/authz-dev/authz/internal/decision/decisiontest"
 	"github.com/authz-dev/authz/internal/snapshot"
 	"github.com/authz-dev/authz/internal/testutil"
 )
@@ -165,8 +166,7 @@ func TestHugePluginDoesNotStarveAnother(t *testing.T) {
 		settled(t, h, id)
 	}
 	rec.record(h)
-	eng, err := decision.New(t.Context(), decision.Options{ConfigCheckTimeout: 5 * time.Second})
-	require.NoError(t, err)
+	eng := decisiontest.EmbeddedEngine(t, decision.Options{ConfigCheckTimeout: 5 * time.Second})
 
 	small := leaseOn(t, "small", "example", `{}`)
 	doc, _, err := eng.Decide(t.Context(), small, h)

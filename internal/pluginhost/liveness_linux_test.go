@@ -16,6 +16,7 @@ import (
 
 	"github.com/authz-dev/authz/internal/coded"
 	"github.com/authz-dev/authz/internal/decision"
+	"github.com/authz-dev/authz/internal/decision/decisiontest"
 	"github.com/authz-dev/authz/internal/testdrivers/liveness"
 	"github.com/authz-dev/authz/internal/testutil"
 )
@@ -139,8 +140,7 @@ func TestStoppedWorkerIsDroppedAndRestarted(t *testing.T) {
 	stoppedAt := time.Now()
 	first := state(t, h, "stopped").Worker.Generation
 
-	eng, err := decision.New(t.Context(), decision.Options{ConfigCheckTimeout: 5 * time.Second})
-	require.NoError(t, err)
+	eng := decisiontest.EmbeddedEngine(t, decision.Options{ConfigCheckTimeout: 5 * time.Second})
 	grant := leaseOn(t, "stopped", "example", `{}`)
 	var reasons []string
 	var slowest time.Duration

@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/authz-dev/authz/internal/decision"
+	"github.com/authz-dev/authz/internal/decision/decisiontest"
 	"github.com/authz-dev/authz/internal/snapshot"
 	"github.com/authz-dev/authz/internal/specoracle"
 )
@@ -24,8 +25,7 @@ func TestManifestAtLimitsDecidesAsTheOracle(t *testing.T) {
 	h, rec := startHost(t, cfg)
 	require.Equal(t, StatusReady, settled(t, h, "big").Status)
 	rec.record(h)
-	eng, err := decision.New(t.Context(), decision.Options{Cache: decision.CacheOptions{Disabled: true}})
-	require.NoError(t, err)
+	eng := decisiontest.EmbeddedEngine(t, decision.Options{Cache: decision.CacheOptions{Disabled: true}})
 
 	pf, ok := h.Plugin("big")
 	require.True(t, ok)
@@ -87,7 +87,7 @@ func TestManifestAtLimitsDecidesAsTheOracle(t *testing.T) {
 			require.Equal(t, want.Code, got.Code)
 			require.Equal(t, want.Message, got.Message)
 			require.Equal(t, want.Reasons, got.Reasons)
-			require.Equal(t, want.Capabilities, got.Capabilities.Map())
+			require.Equal(t, want.Capabilities, decisiontest.CapabilityMap(got.Capabilities))
 		})
 	}
 }

@@ -20,6 +20,7 @@ import (
 
 	"github.com/authz-dev/authz/internal/coded"
 	"github.com/authz-dev/authz/internal/decision"
+	"github.com/authz-dev/authz/internal/decision/decisiontest"
 	"github.com/authz-dev/authz/internal/testutil"
 )
 
@@ -109,8 +110,7 @@ func TestReconfigureAddsRemovesAndKeeps(t *testing.T) {
 	assert.Equal(t, before.Worker.StartedAt, after.Worker.StartedAt)
 	assert.Equal(t, before.Restarts, after.Restarts)
 
-	eng, err := decision.New(t.Context(), decision.Options{ConfigCheckTimeout: 5 * time.Second})
-	require.NoError(t, err)
+	eng := decisiontest.EmbeddedEngine(t, decision.Options{ConfigCheckTimeout: 5 * time.Second})
 	doc, _, err := eng.Decide(t.Context(), leaseOn(t, "gone", "identity", `{}`), h)
 	require.NoError(t, err)
 	assert.False(t, doc.Allow)
@@ -321,8 +321,7 @@ func TestReconfigureNeverMixesGenerations(t *testing.T) {
 	lying := PluginConfig{ID: "p", Path: path, SHA256: sum, Args: []string{asDriver, "-plugin-key", "acme.lying", "-omit-method", "duplexChannelOpen"}}
 	h, rec := startHost(t, testConfig(t, honest))
 	waitStarted(t, h, rec)
-	eng, err := decision.New(t.Context(), decision.Options{ConfigCheckTimeout: 5 * time.Second})
-	require.NoError(t, err)
+	eng := decisiontest.EmbeddedEngine(t, decision.Options{ConfigCheckTimeout: 5 * time.Second})
 	req := leaseOn(t, "p", "example", `{}`)
 
 	var (

@@ -14,6 +14,8 @@ import (
 	"github.com/open-policy-agent/opa/v1/ast"
 	"github.com/open-policy-agent/opa/v1/bundle"
 	"github.com/open-policy-agent/opa/v1/loader/filter"
+
+	"github.com/authz-dev/authz/internal/policystate"
 )
 
 // Bounds of reading one bundle, from a file, a directory or a bundle server. They are checked
@@ -29,19 +31,16 @@ import (
 // parses, verifies and assembles the bundle as `opa run --bundle` does. Remote bundles are read
 // by OPA's downloader; their stream is checked before OPA reads it (remotebound.go).
 const (
-	// DefaultBundleEntryBytes bounds one file of a bundle, decompressed (OPA's
-	// size_limit_bytes of remote bundles, when the opa section does not set it).
-	DefaultBundleEntryBytes = 8 << 20
-	// DefaultBundleTotalBytes bounds a whole bundle, decompressed: its files, and for a
-	// tarball its tar headers and padding.
-	DefaultBundleTotalBytes = 8 << 20
+	// DefaultBundleEntryBytes bounds one file of a bundle, decompressed; DefaultBundleTotalBytes
+	// bounds a whole bundle (policystate).
+	DefaultBundleEntryBytes = policystate.DefaultBundleEntryBytes
+	DefaultBundleTotalBytes = policystate.DefaultBundleTotalBytes
 	// DefaultBundleEntries bounds the entries of a bundle (for a tarball, every tar header,
 	// directories included).
 	DefaultBundleEntries = 1024
 	// BundleReadBytes is the most a bundle being read holds before its signature is checked,
-	// with the default bounds: its decompressed files, and the buffer OPA's downloader sizes
-	// from an entry's header (within the bound of one file) before the entry arrives.
-	BundleReadBytes = DefaultBundleTotalBytes + DefaultBundleEntryBytes
+	// with the default bounds (policystate).
+	BundleReadBytes = policystate.BundleReadBytes
 	// maxBundlePathBytes and maxBundlePathDepth bound an entry's name: its path in the bundle
 	// becomes nested objects of the data document.
 	maxBundlePathBytes = 1024

@@ -49,7 +49,7 @@ func TestFileBundleWithLyingHeaderRefused(t *testing.T) {
 
 				// At start: refused, no policy.
 				require.NoError(t, os.WriteFile(path, lying, 0o600))
-				eng := decision.NewEmpty(decision.Options{})
+				eng := decision.New(decision.Options{})
 				src, err := New(cfg, eng, Options{})
 				require.NoError(t, err)
 				err = src.Start(t.Context())
@@ -59,7 +59,7 @@ func TestFileBundleWithLyingHeaderRefused(t *testing.T) {
 
 				// On reload (SIGHUP, --watch): refused, the active policy stays.
 				require.NoError(t, os.WriteFile(path, policytest.MakeBundle(t, spec), 0o600))
-				eng = decision.NewEmpty(decision.Options{})
+				eng = decision.New(decision.Options{})
 				src, err = New(cfg, eng, Options{})
 				require.NoError(t, err)
 				require.NoError(t, src.Start(t.Context()))

@@ -30,7 +30,7 @@ import (
 func startLogged(tb testing.TB, cfg Config, level hclog.Level) (*decision.Engine, *Source, *testutil.SyncBuffer) {
 	tb.Helper()
 	out := &testutil.SyncBuffer{}
-	eng := decision.NewEmpty(decision.Options{})
+	eng := decision.New(decision.Options{})
 	src, err := New(cfg, eng, Options{Logger: hclog.New(&hclog.LoggerOptions{Output: out, Level: level})})
 	require.NoError(tb, err)
 	require.NoError(tb, src.Start(tb.Context()))
@@ -142,7 +142,7 @@ func TestFileBundleRollbackRefused(t *testing.T) {
 			Sign: policytest.Signing{Key: a.Private, KeyID: DefaultVerificationKeyID, IssuedAt: iat}}), 0o600))
 	}
 	publish("v1", 2000)
-	eng := decision.NewEmpty(decision.Options{})
+	eng := decision.New(decision.Options{})
 	src, err := New(Config{Bundle: path, VerificationKey: pub}, eng, Options{})
 	require.NoError(t, err)
 	require.NoError(t, src.Start(t.Context()))
@@ -396,7 +396,7 @@ func TestRemoteOrderStateUnreadableStopsStart(t *testing.T) {
 	persist := t.TempDir()
 	testutil.WriteFile(t, persist, orderStateName, "{not json")
 	srv := policytest.NewBundleServer(t)
-	src, err := New(remoteConfig(srv, a.Public, true, persist), decision.NewEmpty(decision.Options{}), Options{})
+	src, err := New(remoteConfig(srv, a.Public, true, persist), decision.New(decision.Options{}), Options{})
 	require.NoError(t, err)
 	err = src.Start(t.Context())
 	var ce *coded.Error

@@ -20,6 +20,7 @@ import (
 	"github.com/open-policy-agent/opa/v1/keys"
 
 	"github.com/authz-dev/authz/internal/configcheck"
+	"github.com/authz-dev/authz/internal/policystate"
 )
 
 // Defaults of the verification flags, those of `opa run`.
@@ -53,9 +54,9 @@ type Config struct {
 
 // Origin kinds, the first word of Status.Origin.
 const (
-	OriginEmbedded = "embedded"
-	OriginFile     = "file"
-	OriginRemote   = "remote"
+	OriginEmbedded = policystate.OriginEmbedded
+	OriginFile     = policystate.OriginFile
+	OriginRemote   = policystate.OriginRemote
 )
 
 // provider is one kind of policy source: where the policy comes from and how a new one is

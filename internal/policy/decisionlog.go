@@ -3,31 +3,20 @@ package policy
 import (
 	"context"
 	"errors"
-	"time"
 
 	"github.com/open-policy-agent/opa/v1/metrics"
 	"github.com/open-policy-agent/opa/v1/plugins/logs"
 	opaserver "github.com/open-policy-agent/opa/v1/server"
 	"go.opentelemetry.io/otel/trace"
 
-	"github.com/authz-dev/authz/internal/coded"
+	"github.com/authz-dev/authz/internal/policystate"
 	"github.com/authz-dev/authz/internal/snapshot"
 )
 
-// Decision is one decision, as OPA's decision-log plugin records it.
-type Decision struct {
-	ID         string
-	Path       string // the decision's path below data, e.g. "authz/decision"
-	Timestamp  time.Time
-	Input      any
-	Result     any
-	Revision   string
-	RemoteAddr string
-	// Error is the evaluation failure's code when the decision could not be evaluated.
-	Error coded.Code
-	// Bundles are the active bundles and their revisions (filled in by the source that logs).
-	Bundles map[string]opaserver.BundleInfo
-}
+// Decision is one decision, as OPA's decision-log plugin records it. It is defined in
+// internal/policystate so that the HTTP server hands it over without depending on the policy
+// source.
+type Decision = policystate.Decision
 
 // DecisionLogs reports whether the opa section configures decision_logs.
 func (s *Source) DecisionLogs() bool { return s.remote != nil && s.remote.logs != nil }
@@ -74,7 +63,7 @@ func LogToOPA(ctx context.Context, lp *logs.Plugin, d Decision) error {
 		info.Bundles = map[string]opaserver.BundleInfo{}
 	}
 	if d.Error != "" {
-		info.Error = errors.New(string(d.Error))
+		info.Error = errors.New(d.Error)
 	}
 	// The decision's span, when it is traced: the entry leads to its trace, as OPA's own do.
 	if sc := trace.SpanContextFromContext(ctx); sc.IsValid() {

@@ -27,7 +27,7 @@ func TestDecisionLogBufferBoundedWhileCollectorDown(t *testing.T) {
 	down := "http://" + ln.Addr().String()
 	require.NoError(t, ln.Close()) // nothing listens there any more
 
-	eng := decision.NewEmpty(decision.Options{})
+	eng := decision.New(decision.Options{})
 	src, err := New(Config{OPA: map[string]any{
 		"services": map[string]any{"collector": map[string]any{"url": down}},
 		"decision_logs": map[string]any{"service": "collector", "reporting": map[string]any{"min_delay_seconds": 300, "max_delay_seconds": 600,

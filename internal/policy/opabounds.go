@@ -4,15 +4,13 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+
+	"github.com/authz-dev/authz/internal/policystate"
 )
 
 // DefaultDecisionLogBufferBytes is OPA's decision_logs.reporting.buffer_size_limit_bytes when
-// the opa section sets neither it nor another bound of the buffer (buffer_type "event",
-// max_decisions_per_second). OPA's default is no limit: while the collector is unreachable
-// the buffer of (compressed) decisions grows until the process runs out of memory. At the
-// limit OPA drops the oldest decisions and counts them
-// (decision_logs_dropped_buffer_size_limit_bytes_exceeded).
-const DefaultDecisionLogBufferBytes = 16 << 20
+// the opa section sets no bound of the buffer (policystate).
+const DefaultDecisionLogBufferBytes = policystate.DefaultDecisionLogBufferBytes
 
 // boundOPA applies authz's bounds to an opa section (raw JSON) before OPA's plugin manager
 // reads it: every bundle without size_limit_bytes gets DefaultBundleEntryBytes (OPA's default

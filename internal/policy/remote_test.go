@@ -54,7 +54,7 @@ func startSource(tb testing.TB, cfg Config) (*decision.Engine, *Source) {
 
 func startSourceWith(tb testing.TB, cfg Config, opts decision.Options) (*decision.Engine, *Source) {
 	tb.Helper()
-	eng := decision.NewEmpty(opts)
+	eng := decision.New(opts)
 	src, err := New(cfg, eng, Options{})
 	require.NoError(tb, err)
 	require.NoError(tb, src.Start(tb.Context()))
@@ -138,7 +138,7 @@ func TestRemotePersistedBundleServedAfterRestartWithoutServer(t *testing.T) {
 	src.Close(t.Context())
 	srv.Close() // the bundle server is gone
 
-	eng2 := decision.NewEmpty(decision.Options{})
+	eng2 := decision.New(decision.Options{})
 	src2, err := New(cfg, eng2, Options{})
 	require.NoError(t, err)
 	require.NoError(t, src2.Start(t.Context()))
@@ -180,7 +180,9 @@ func TestMeasurePublishToDecision(t *testing.T) {
 			for i := 1; i <= 5; i++ {
 				rev := "m-" + string(rune('0'+i))
 				body := policytest.MakeBundle(t, policytest.BundleSpec{Revision: rev})
-				time.Sleep(50 * time.Millisecond) // let the downloader go back to waiting
+				if mode.longPoll { // the downloader is back in its long poll: publishing answers it
+					policytest.WaitFor(t, "a long poll", 20*time.Second, func() bool { return srv.Waiting() > 0 })
+				}
 				start := time.Now()
 				srv.Publish(body)
 				for decideRevision(t, eng) != rev {
@@ -244,10 +246,10 @@ func TestMeasurePublishToDecision(t *testing.T) {
 					rev := fmt.Sprintf("s-%d", i+1)
 					srv.Publish(bodies[i])
 					policytest.WaitFor(t, "swap "+rev, 30*time.Second, func() bool { return eng.Revision() == rev })
-					time.Sleep(100 * time.Millisecond)
+					time.Sleep(100 * time.Millisecond) // the window measured on each revision, not a synchronisation
 				}
 			} else {
-				time.Sleep(time.Second)
+				time.Sleep(time.Second) // the window measured without swaps, not a synchronisation
 			}
 			stop.Store(true)
 			wg.Wait()
@@ -267,7 +269,7 @@ func TestMeasurePublishToDecision(t *testing.T) {
 func TestDecisionLogsBesideEmbeddedPolicy(t *testing.T) {
 	out := &testutil.SyncBuffer{}
 	logger := hclog.New(&hclog.LoggerOptions{Output: out, Level: hclog.Info})
-	eng := decision.NewEmpty(decision.Options{})
+	eng := decision.New(decision.Options{})
 	src, err := New(Config{OPA: map[string]any{"decision_logs": map[string]any{"console": true}}}, eng, Options{Logger: logger})
 	require.NoError(t, err)
 	require.NoError(t, src.Start(t.Context()))
@@ -280,7 +282,7 @@ func TestDecisionLogsBesideEmbeddedPolicy(t *testing.T) {
 	assert.Contains(t, out.String(), eng.Revision())
 
 	// Without decision_logs, nothing is handed over.
-	plain, err := New(Config{}, decision.NewEmpty(decision.Options{}), Options{})
+	plain, err := New(Config{}, decision.New(decision.Options{}), Options{})
 	require.NoError(t, err)
 	require.NoError(t, plain.Start(t.Context()))
 	assert.False(t, plain.DecisionLogs())

@@ -21,6 +21,7 @@ import (
 	"github.com/authz-dev/authz/internal/coded"
 	"github.com/authz-dev/authz/internal/decision"
 	"github.com/authz-dev/authz/internal/logtext"
+	"github.com/authz-dev/authz/internal/policystate"
 )
 
 // Options are the parts of a Source that are not configuration.
@@ -38,25 +39,9 @@ type Options struct {
 	TracerProvider *sdktrace.TracerProvider
 }
 
-// Status is the state of the policy: GET /v1/status. Bundles holds, per bundle, OPA's bundle
-// status (the shape of OPA's status API); an error of authz's own check of a bundle (entrypoint
-// missing) shows there too, with code POLICY_BUNDLE_CHECK.
-type Status struct {
-	// Revision is the active policy's revision: the manifest revision of its bundle (the
-	// revisions of several bundles joined as NAME=REVISION,...), or for the embedded policy
-	// and bundles without one a digest of their content ("sha256:…"). "" while none is active.
-	Revision string `json:"revision"`
-	// Origin says where the active policy came from: "embedded", "file:PATH" or
-	// "remote:NAME[,NAME…]".
-	Origin string `json:"origin"`
-	// ActivatedAt is when the active policy was activated (zero while none is).
-	ActivatedAt time.Time `json:"activated_at"`
-	// Bundles is the status of each configured bundle, by name.
-	Bundles map[string]*bundleplugin.Status `json:"bundles"`
-	// LastError is the last failure to activate a policy (any bundle), "" when there was none
-	// since the last activation.
-	LastError string `json:"last_error,omitempty"`
-}
+// Status is the state of the policy: GET /v1/status. It is defined in internal/policystate so
+// that the HTTP server reads it without depending on the policy source.
+type Status = policystate.Status
 
 // Source is the policy of one engine: it activates the first policy, then each new bundle, and
 // reports what is active. Create it with New, Start it, Close it after the service stopped.
@@ -84,7 +69,7 @@ type Source struct {
 type refusal struct{ code, msg string }
 
 // New checks cfg and returns a Source that will activate policy in eng (an engine made with
-// decision.NewEmpty). It starts nothing.
+// decision.New). It starts nothing.
 func New(cfg Config, eng *decision.Engine, opts Options) (*Source, error) {
 	if eng == nil {
 		return nil, errors.New("policy: an engine is required")
@@ -115,7 +100,7 @@ func New(cfg Config, eng *decision.Engine, opts Options) (*Source, error) {
 // (then the engine has no policy, and the service is not ready, until the first bundle is
 // activated). Close the source after the service stops.
 func Start(ctx context.Context, cfg Config, engineOpts decision.Options, opts Options) (*decision.Engine, *Source, error) {
-	eng := decision.NewEmpty(engineOpts)
+	eng := decision.New(engineOpts)
 	src, err := New(cfg, eng, opts)
 	if err != nil {
 		return nil, nil, err

@@ -14,6 +14,7 @@ import (
 
 	"github.com/authz-dev/authz/internal/coded"
 	"github.com/authz-dev/authz/internal/decision"
+	"github.com/authz-dev/authz/internal/decision/decisiontest"
 	"github.com/authz-dev/authz/internal/policy/policytest"
 	"github.com/authz-dev/authz/internal/snapshot"
 	"github.com/authz-dev/authz/internal/testutil"
@@ -76,7 +77,7 @@ func TestFileBundleSignatureShapesRefused(t *testing.T) {
 				policytest.WriteBundleDir(t, path, spec)
 			}
 			publish(policytest.BundleSpec{Revision: "good-0", Sign: good})
-			eng := decision.NewEmpty(decision.Options{})
+			eng := decision.New(decision.Options{})
 			src, err := New(Config{Bundle: path, VerificationKey: pub}, eng, Options{})
 			require.NoError(t, err)
 			require.NoError(t, src.Start(t.Context()))
@@ -114,7 +115,7 @@ func TestFileBundleCompileFailureAndMissingEntrypointRefused(t *testing.T) {
 	dir := t.TempDir()
 	path := filepath.Join(dir, "bundle.tar.gz")
 	require.NoError(t, os.WriteFile(path, policytest.MakeBundle(t, policytest.BundleSpec{Revision: "good"}), 0o600))
-	eng := decision.NewEmpty(decision.Options{})
+	eng := decision.New(decision.Options{})
 	src, err := New(Config{Bundle: path}, eng, Options{})
 	require.NoError(t, err)
 	require.NoError(t, src.Start(t.Context()))
@@ -145,7 +146,7 @@ func TestFileBundleRefusedAtStartLeavesNoPolicy(t *testing.T) {
 	dir := t.TempDir()
 	path := filepath.Join(dir, "bundle.tar.gz")
 	require.NoError(t, os.WriteFile(path, policytest.MakeBundle(t, policytest.BundleSpec{Revision: "unsigned"}), 0o600))
-	eng := decision.NewEmpty(decision.Options{})
+	eng := decision.New(decision.Options{})
 	src, err := New(Config{Bundle: path, VerificationKey: testutil.WriteFile(t, dir, "key.pem", a.Public)}, eng, Options{})
 	require.NoError(t, err)
 	require.Error(t, src.Start(t.Context()), "an unsigned bundle must not start the service")
@@ -156,7 +157,7 @@ func TestFileBundleRefusedAtStartLeavesNoPolicy(t *testing.T) {
 func TestWatchedBundleDirectoryEditTakesEffect(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), "bundle")
 	policytest.Untar(t, policytest.MakeBundle(t, policytest.BundleSpec{Revision: "v1", Modules: policytest.MarkerModules("M1")}), dir)
-	eng := decision.NewEmpty(decision.Options{})
+	eng := decision.New(decision.Options{})
 	src, err := New(Config{Bundle: dir, Watch: true}, eng, Options{WatchInterval: 20 * time.Millisecond})
 	require.NoError(t, err)
 	require.NoError(t, src.Start(t.Context()))
@@ -181,12 +182,11 @@ func TestWatchedBundleDirectoryEditTakesEffect(t *testing.T) {
 }
 
 func TestEmbeddedSourceKeepsTheEmbeddedRevision(t *testing.T) {
-	eng := decision.NewEmpty(decision.Options{})
+	eng := decision.New(decision.Options{})
 	src, err := New(Config{}, eng, Options{})
 	require.NoError(t, err)
 	require.NoError(t, src.Start(t.Context()))
-	ref, err := decision.New(t.Context(), decision.Options{})
-	require.NoError(t, err)
+	ref := decisiontest.EmbeddedEngine(t, decision.Options{})
 	assert.Equal(t, ref.Revision(), eng.Revision())
 	assert.Equal(t, OriginEmbedded, src.Status().Origin)
 	assert.Empty(t, eng.CacheStatus(), "the embedded policy keeps the decision cache on")
@@ -241,7 +241,7 @@ func TestActivationLogSaysWhetherTheCacheIsOn(t *testing.T) {
 		{opts: decision.Options{Cache: decision.CacheOptions{Disabled: true}}, want: `cache="off: the decision cache is turned off"`},
 	} {
 		out := &testutil.SyncBuffer{}
-		eng := decision.NewEmpty(tc.opts)
+		eng := decision.New(tc.opts)
 		src, err := New(Config{}, eng, Options{Logger: hclog.New(&hclog.LoggerOptions{Output: out})})
 		require.NoError(t, err)
 		require.NoError(t, src.Start(t.Context()))

@@ -216,7 +216,7 @@ func TestOPAPluginsTracedWithTheProvider(t *testing.T) {
 	t.Cleanup(func() { assert.NoError(t, tp.Shutdown(context.Background())) })
 	srv := policytest.NewBundleServer(t)
 	srv.Publish(policytest.MakeBundle(t, policytest.BundleSpec{Revision: "traced-0"}))
-	eng := decision.NewEmpty(decision.Options{})
+	eng := decision.New(decision.Options{})
 	src, err := New(remoteConfig(srv, "", false, ""), eng, Options{TracerProvider: tp})
 	require.NoError(t, err)
 	require.NoError(t, src.Start(t.Context()))

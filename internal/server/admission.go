@@ -8,7 +8,7 @@ import (
 
 	"github.com/authz-dev/authz/internal/coded"
 	"github.com/authz-dev/authz/internal/decision"
-	"github.com/authz-dev/authz/internal/policy"
+	"github.com/authz-dev/authz/internal/policystate"
 )
 
 // admission bounds the decision requests in progress, in two stages. A request is admitted
@@ -87,8 +87,8 @@ const (
 func (c Config) MemoryLimit() int64 {
 	return baseResidentBytes +
 		decision.DefaultCacheBytes +
-		policy.BundleReadBytes +
-		policy.DefaultDecisionLogBufferBytes +
+		policystate.BundleReadBytes +
+		policystate.DefaultDecisionLogBufferBytes +
 		int64(c.Limits.MaxReading)*c.MaxBodyBytes +
 		int64(c.Limits.MaxDeciding)*decidingBytesPerBodyByte*c.MaxBodyBytes +
 		int64(c.Limits.MaxConnections)*int64(c.HTTP.MaxHeaderBytes+connectionBufferBytes) +

@@ -8,6 +8,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/authz-dev/authz/internal/decision"
+	"github.com/authz-dev/authz/internal/decision/decisiontest"
 )
 
 // TestDecisionCacheMetricsAndLog: a repeated decision is a cache hit, and still gets its own
@@ -15,8 +16,7 @@ import (
 func TestDecisionCacheMetricsAndLog(t *testing.T) {
 	var logBuf lockedBuffer
 	// an engine of its own: the shared test engine's cache counts every other test's decisions
-	eng, err := decision.New(t.Context(), decision.Options{})
-	require.NoError(t, err)
+	eng := decisiontest.EmbeddedEngine(t, decision.Options{})
 	url := startHTTP(t, newServer(t, withDecider(eng), withDecisionLog(&logBuf)))
 	ids := map[string]bool{}
 	for range 3 {

@@ -7,7 +7,6 @@ import (
 	"io"
 	"mime"
 	"net/http"
-	"strconv"
 	"strings"
 	"time"
 
@@ -73,9 +72,11 @@ type route struct {
 	scope string
 }
 
-// routes builds the API. Paths match exactly as sent (no percent-decoding); for a known path
-// the access control (Host check, authentication, scope) comes first, then a wrong method is
-// 405 with an Allow header; an unknown path is 404; all as JSON errors.
+// routes builds the API: the table of its paths, matched exactly as sent (no
+// percent-decoding), and the Data API's paths (dataRoute), served through the middlewares of
+// serveRoutes. For a known path the access control (Host check, authentication, scope) comes
+// first, then a wrong method is 405 with an Allow header; an unknown path is 404; all as JSON
+// errors.
 func (s *Server) routes() http.Handler {
 	table := map[string]route{
 		pathAuthorize:    {http.MethodPost, s.decisionHandler(pathAuthorize), ScopeDecide},
@@ -96,60 +97,7 @@ func (s *Server) routes() http.Handler {
 			ErrorLog:      s.log.StandardLogger(nil),
 		}).ServeHTTP, ScopeInspect},
 	}
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		sw := &statusWriter{ResponseWriter: w}
-		// Route on the path as it was sent, not on its unescaped form: "/v1%2Fplugins" and
-		// "/%6detrics" name no endpoint, whatever they decode to.
-		path := r.URL.EscapedPath()
-		rt, known := table[path]
-		label := path
-		if !known {
-			label = "other"         // unknown paths share one label: the label set stays bounded
-			if path == r.URL.Path { // a path that needs unescaping names no endpoint
-				rt, label, known = s.dataRoute(path)
-			}
-		}
-		defer func() {
-			if p := recover(); p != nil {
-				if p == http.ErrAbortHandler { //nolint:errorlint // p is a recovered panic value; net/http compares it by identity too
-					panic(p)
-				}
-				s.log.Error("handler panicked", "path", path, "panic", p)
-				if sw.status == 0 {
-					writeError(sw, coded.Errorf(coded.Internal, "internal error; see the service log"))
-				}
-			}
-			s.metrics.requests.WithLabelValues(label, strconv.Itoa(sw.statusOr200())).Inc()
-		}()
-		// Access is checked before anything else of the request is read (its body included).
-		var denied error
-		if known {
-			denied = s.access.check(r, rt.scope)
-		}
-		switch {
-		case denied != nil:
-			if coded.CodeOf(denied) == coded.Unauthorized && s.cfg.Authentication.mode() == AuthToken {
-				sw.Header().Set("WWW-Authenticate", `Bearer realm="authz"`)
-			}
-			s.log.Debug("request refused", "path", path, "code", string(coded.CodeOf(denied)), "remote", r.RemoteAddr)
-			if rt.scope == ScopeDecide {
-				writeDecisionError(sw, denied)
-			} else {
-				writeError(sw, denied)
-			}
-		case !known:
-			writeError(sw, coded.Errorf(coded.NotFound, "no such endpoint %q: paths are matched exactly as sent, without percent-decoding; see docs/service.md for the API", path))
-		case r.Method == rt.method, rt.method == http.MethodGet && r.Method == http.MethodHead:
-			rt.handler(sw, r)
-		default:
-			allow := rt.method
-			if rt.method == http.MethodGet {
-				allow = "GET, HEAD"
-			}
-			sw.Header().Set("Allow", allow)
-			writeError(sw, coded.Errorf(coded.MethodNotAllowed, "%s %s is not allowed; use %s", r.Method, r.URL.Path, rt.method))
-		}
-	})
+	return s.serveRoutes(table) // middleware.go
 }
 
 // decisionHandler answers POST /v1/authorize (the decision document) and POST

@@ -67,7 +67,7 @@ func TestOPADecisionLogsBesideTheLocalLog(t *testing.T) {
 	mods := policytest.EmbeddedModules(t)
 	mods["system/log.rego"] = "package system.log\n\nmask contains \"/input/lease/id\"\n"
 	out := &testutil.SyncBuffer{}
-	eng := decision.NewEmpty(decision.Options{})
+	eng := decision.New(decision.Options{})
 	src, coll := opaLogged(t, "logged-1", mods, eng, true, hclog.New(&hclog.LoggerOptions{Output: out, Level: hclog.Info}))
 
 	local := &testutil.SyncBuffer{}
@@ -120,7 +120,7 @@ mask contains {"op": "upsert", "path": "/result/capabilities/reusableLeases", "v
 		{name: "cache off", cache: decision.CacheOptions{Disabled: true}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			eng := decision.NewEmpty(decision.Options{Cache: tc.cache})
+			eng := decision.New(decision.Options{Cache: tc.cache})
 			src, coll := opaLogged(t, "masked-1", mods, eng, false, hclog.NewNullLogger())
 
 			s, err := server.New(testConfig(), eng, staticFacts(t, "facts.json"), server.Options{Policy: src, DecisionLog: &testutil.SyncBuffer{}})

@@ -20,10 +20,10 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 	"github.com/prometheus/client_golang/prometheus"
-	"go.opentelemetry.io/otel/trace"
 
 	"github.com/authz-dev/authz/internal/decision"
 	"github.com/authz-dev/authz/internal/snapshot"
+	"github.com/authz-dev/authz/internal/tracing"
 	"github.com/authz-dev/authz/internal/watch"
 )
 
@@ -48,8 +48,8 @@ type Options struct {
 	// Policy, when not nil, reports where the active policy came from (GET /v1/status and the
 	// origin label of authz_policy_revision_info); the origin is "embedded" when nil.
 	Policy PolicyStatus
-	// Tracing, when its Provider is set, makes every decision a span (tracing.go).
-	Tracing Tracing
+	// Tracing, when its Provider is set, makes every decision a span (tracing.Decisions).
+	Tracing tracing.Decisions
 	// OPADecisionLog, when not nil, receives every decision for OPA's decision-log plugin,
 	// masked like the local log; Policy serves as it when it is an OPADecisionLogger.
 	OPADecisionLog OPADecisionLogger
@@ -75,8 +75,7 @@ type Server struct {
 	// decision-log plugin (nil when it is not configured).
 	opaMasks [][]string
 	// tracer opens decision spans; nil when tracing is off.
-	tracer       trace.Tracer
-	traceExclude func(path string) bool
+	tracer *tracing.DecisionTracer
 	// watches are the open watches of POST /v1/authorize/watch; unwatch stops the change
 	// listeners that feed them.
 	watches *watch.Hub
@@ -94,7 +93,7 @@ func New(cfg Config, d Decider, facts FactsSource, opts Options) (*Server, error
 		return nil, err
 	}
 	s := &Server{cfg: cfg, decider: d, facts: facts, log: opts.Logger, policy: opts.Policy,
-		tracer: newTracer(opts.Tracing), traceExclude: opts.Tracing.Exclude}
+		tracer: opts.Tracing.Tracer()}
 	if s.log == nil {
 		s.log = hclog.NewNullLogger()
 	}

@@ -47,7 +47,12 @@ func (r removeDriverAfter) Run() int {
 const masked = "[MASKED]"
 
 var engine = sync.OnceValues(func() (*decision.Engine, error) {
-	return decision.New(context.Background(), decision.Options{EvalTimeout: 5 * time.Second})
+	p, err := decision.EmbeddedPolicy()
+	if err != nil {
+		return nil, err
+	}
+	e := decision.New(decision.Options{EvalTimeout: 5 * time.Second})
+	return e, e.Activate(context.Background(), p)
 })
 
 func testEngine(t testing.TB) *decision.Engine {
@@ -486,7 +491,7 @@ func TestEvaluationFailure(t *testing.T) {
 		},
 		{
 			name:     "no policy loaded",
-			decider:  decision.NewEmpty(decision.Options{}),
+			decider:  decision.New(decision.Options{}),
 			wantCode: "DUPLEX_CHANNEL_CAPABILITY_DENIED",
 			wantErr:  "EVAL_NO_POLICY",
 		},
@@ -562,7 +567,7 @@ func TestHealthAndReadiness(t *testing.T) {
 		},
 		{
 			name:       "no policy",
-			decider:    decision.NewEmpty(decision.Options{}),
+			decider:    decision.New(decision.Options{}),
 			wantStatus: http.StatusServiceUnavailable,
 			wantBody:   map[string]any{"ready": false, "policyLoaded": false, "pluginsStarted": true},
 		},

@@ -8,7 +8,7 @@ import (
 
 	bundleplugin "github.com/open-policy-agent/opa/v1/plugins/bundle"
 
-	"github.com/authz-dev/authz/internal/policy"
+	"github.com/authz-dev/authz/internal/policystate"
 )
 
 // decisionPath is the path of every decision below data, whatever endpoint asked for it.
@@ -19,10 +19,8 @@ const pathStatus = "/v1/status"
 
 // PolicyStatus reports the state of the policy (*policy.Source is one).
 type PolicyStatus interface {
-	Status() policy.Status
+	Status() policystate.Status
 }
-
-var _ PolicyStatus = (*policy.Source)(nil)
 
 // handleStatus answers GET /v1/status: the active revision, where it came from, when it was
 // activated, and per bundle OPA's bundle status (with the last error).
@@ -30,12 +28,12 @@ func (s *Server) handleStatus(w http.ResponseWriter, _ *http.Request) {
 	writeJSON(w, http.StatusOK, s.policyStatus())
 }
 
-func (s *Server) policyStatus() policy.Status {
+func (s *Server) policyStatus() policystate.Status {
 	if s.policy != nil {
 		return s.policy.Status()
 	}
 	// A server made without a policy source serves whatever its decider has loaded.
-	return policy.Status{Revision: s.decider.Revision(), Origin: policy.OriginEmbedded, Bundles: map[string]*bundleplugin.Status{}}
+	return policystate.Status{Revision: s.decider.Revision(), Origin: policystate.OriginEmbedded, Bundles: map[string]*bundleplugin.Status{}}
 }
 
 // policyOrigin is the origin label of authz_policy_revision_info.
@@ -45,16 +43,14 @@ func (s *Server) policyOrigin() string {
 			return o
 		}
 	}
-	return policy.OriginEmbedded
+	return policystate.OriginEmbedded
 }
 
 // OPADecisionLogger hands decisions to OPA's decision-log plugin (*policy.Source is one).
 type OPADecisionLogger interface {
 	DecisionLogs() bool
-	LogDecision(ctx context.Context, d policy.Decision) error
+	LogDecision(ctx context.Context, d policystate.Decision) error
 }
-
-var _ OPADecisionLogger = (*policy.Source)(nil)
 
 // opaLogMasks parses the decision log's masks for the OPA decision log, when l logs decisions
 // through OPA: the masks of the local log apply there too, before OPA's system.log.mask.
@@ -88,8 +84,8 @@ func (s *Server) logToOPA(ctx context.Context, r *http.Request, start time.Time,
 	if err == nil {
 		// Not cancelled with the request: a caller that hangs up after its answer does not take
 		// the decision's log entry (and OPA's masking of it) with it.
-		err = l.LogDecision(context.WithoutCancel(ctx), policy.Decision{ID: e.DecisionID, Path: decisionPath,
-			Timestamp: start.UTC(), Input: e.Input, Result: result, Revision: e.Revision, RemoteAddr: r.RemoteAddr, Error: e.Error})
+		err = l.LogDecision(context.WithoutCancel(ctx), policystate.Decision{ID: e.DecisionID, Path: decisionPath,
+			Timestamp: start.UTC(), Input: e.Input, Result: result, Revision: e.Revision, RemoteAddr: r.RemoteAddr, Error: string(e.Error)})
 	}
 	if err != nil {
 		s.log.Error("OPA decision log: the decision could not be handed over", "decision_id", e.DecisionID, "error", err)

@@ -47,7 +47,7 @@ func TestStatusShowsRevisionOriginAndBundleErrors(t *testing.T) {
 }
 
 func TestReadyOnlyOncePolicyIsActive(t *testing.T) {
-	eng := decision.NewEmpty(decision.Options{})
+	eng := decision.New(decision.Options{})
 	src, err := policy.New(policy.Config{}, eng, policy.Options{})
 	require.NoError(t, err)
 	s, err := server.New(testConfig(), eng, staticFacts(t, "facts.json"), server.Options{Policy: src})

@@ -30,7 +30,7 @@ const (
 )
 
 // tracedServer serves the test facts with spans recorded in memory.
-func tracedServer(t testing.TB, tr server.Tracing, opts ...option) (string, *tracetest.SpanRecorder) {
+func tracedServer(t testing.TB, tr tracing.Decisions, opts ...option) (string, *tracetest.SpanRecorder) {
 	t.Helper()
 	rec := tracetest.NewSpanRecorder()
 	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec))
@@ -97,7 +97,7 @@ func TestDecisionSpanTree(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			url, rec := tracedServer(t, server.Tracing{})
+			url, rec := tracedServer(t, tracing.Decisions{})
 			a := postTraced(t, url+tt.path, tt.body(t), "00-"+callerTraceID+"-"+callerSpanID+"-01", "vendor=opaque")
 			require.Equal(t, http.StatusOK, a.status, "%s", a.body)
 			doc := a.json(t)
@@ -150,7 +150,7 @@ func TestDecisionSpanTree(t *testing.T) {
 }
 
 func TestDecisionSpanWithoutTraceparentStartsATrace(t *testing.T) {
-	url, rec := tracedServer(t, server.Tracing{})
+	url, rec := tracedServer(t, tracing.Decisions{})
 	a := postTraced(t, url+"/v1/authorize", fixture(t, nil), "", "")
 	require.Equal(t, http.StatusOK, a.status)
 	root := spansByName(t, rec.Ended())[tracing.SpanDecision]
@@ -160,7 +160,7 @@ func TestDecisionSpanWithoutTraceparentStartsATrace(t *testing.T) {
 }
 
 func TestDecisionSpanMalformedTraceparentIsIgnored(t *testing.T) {
-	url, rec := tracedServer(t, server.Tracing{})
+	url, rec := tracedServer(t, tracing.Decisions{})
 	a := postTraced(t, url+"/v1/authorize", fixture(t, nil), "00-not-a-trace-01", "")
 	require.Equal(t, http.StatusOK, a.status, "a bad traceparent never changes the decision")
 	root := spansByName(t, rec.Ended())[tracing.SpanDecision]
@@ -174,7 +174,7 @@ func TestDecisionSpanFollowsTheCallersSamplingFlag(t *testing.T) {
 	rec2 := tracetest.NewSpanRecorder()
 	tp := sdktrace.NewTracerProvider(sdktrace.WithSampler(sdktrace.ParentBased(sdktrace.AlwaysSample())), sdktrace.WithSpanProcessor(rec2))
 	t.Cleanup(func() { assert.NoError(t, tp.Shutdown(context.Background())) })
-	s, err := server.New(testConfig(), testEngine(t), staticFacts(t, "facts.json"), server.Options{Tracing: server.Tracing{Provider: tp}})
+	s, err := server.New(testConfig(), testEngine(t), staticFacts(t, "facts.json"), server.Options{Tracing: tracing.Decisions{Provider: tp}})
 	require.NoError(t, err)
 	t.Cleanup(func() { assert.NoError(t, s.Close()) })
 	url2 := startHTTP(t, s)
@@ -185,7 +185,7 @@ func TestDecisionSpanFollowsTheCallersSamplingFlag(t *testing.T) {
 }
 
 func TestDecisionSpanExcludedPath(t *testing.T) {
-	url, rec := tracedServer(t, server.Tracing{Exclude: func(p string) bool { return p == "/v1/capabilities" }})
+	url, rec := tracedServer(t, tracing.Decisions{Exclude: func(p string) bool { return p == "/v1/capabilities" }})
 	a := postTraced(t, url+"/v1/capabilities", fixture(t, nil), "00-"+callerTraceID+"-"+callerSpanID+"-01", "")
 	require.Equal(t, http.StatusOK, a.status)
 	assert.Empty(t, rec.Ended(), "exclude_paths leaves the path untraced")
@@ -196,7 +196,7 @@ func TestDecisionSpanExcludedPath(t *testing.T) {
 
 func TestDecisionSpanRecordsFailures(t *testing.T) {
 	t.Run("evaluation failed", func(t *testing.T) {
-		url, rec := tracedServer(t, server.Tracing{}, withDecider(failingDecider{err: coded.Errorf(coded.EvalTimeout, "evaluation took too long")}))
+		url, rec := tracedServer(t, tracing.Decisions{}, withDecider(failingDecider{err: coded.Errorf(coded.EvalTimeout, "evaluation took too long")}))
 		a := postTraced(t, url+"/v1/authorize", fixture(t, nil), "00-"+callerTraceID+"-"+callerSpanID+"-01", "")
 		require.Equal(t, http.StatusInternalServerError, a.status)
 		root := spansByName(t, rec.Ended())[tracing.SpanDecision]
@@ -208,7 +208,7 @@ func TestDecisionSpanRecordsFailures(t *testing.T) {
 		assert.Equal(t, "EVAL_TIMEOUT", root.Status().Description)
 	})
 	t.Run("decision log unavailable", func(t *testing.T) {
-		url, rec := tracedServer(t, server.Tracing{}, withDecisionLog(brokenWriter{}),
+		url, rec := tracedServer(t, tracing.Decisions{}, withDecisionLog(brokenWriter{}),
 			withConfig(func(c *server.Config) { c.DecisionLog.Path, c.DecisionLog.Required = "-", true }))
 		a := postTraced(t, url+"/v1/authorize", fixture(t, nil), "00-"+callerTraceID+"-"+callerSpanID+"-01", "")
 		require.Equal(t, http.StatusServiceUnavailable, a.status)
@@ -225,7 +225,7 @@ func TestDecisionSpanRecordsFailures(t *testing.T) {
 func BenchmarkAuthorizeTraced(b *testing.B) {
 	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(tracetest.NewSpanRecorder()))
 	b.Cleanup(func() { _ = tp.Shutdown(context.Background()) })
-	s, err := server.New(testConfig(), testEngine(b), staticFacts(b, "facts.json"), server.Options{Tracing: server.Tracing{Provider: tp}})
+	s, err := server.New(testConfig(), testEngine(b), staticFacts(b, "facts.json"), server.Options{Tracing: tracing.Decisions{Provider: tp}})
 	require.NoError(b, err)
 	h := s.Handler()
 	body := fixture(b, nil)
@@ -245,13 +245,13 @@ func BenchmarkAuthorizeTraced(b *testing.B) {
 // TestOPADecisionLogCarriesTheTrace: with decision_logs in the opa section, the decision's entry
 // in OPA's decision log carries the trace id and the span id of its authz.decision span.
 func TestOPADecisionLogCarriesTheTrace(t *testing.T) {
-	eng := decision.NewEmpty(decision.Options{})
+	eng := decision.New(decision.Options{})
 	src, coll := opaLogged(t, "traced-1", policytest.EmbeddedModules(t), eng, false, nil)
 
 	rec := tracetest.NewSpanRecorder()
 	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec))
 	t.Cleanup(func() { assert.NoError(t, tp.Shutdown(context.Background())) })
-	s, err := server.New(testConfig(), eng, staticFacts(t, "facts.json"), server.Options{Policy: src, DecisionLog: io.Discard, Tracing: server.Tracing{Provider: tp}})
+	s, err := server.New(testConfig(), eng, staticFacts(t, "facts.json"), server.Options{Policy: src, DecisionLog: io.Discard, Tracing: tracing.Decisions{Provider: tp}})
 	require.NoError(t, err)
 	t.Cleanup(func() { assert.NoError(t, s.Close()) })
 	url := startHTTP(t, s)

@@ -22,6 +22,7 @@ import (
 
 	"github.com/authz-dev/authz/internal/changes"
 	"github.com/authz-dev/authz/internal/decision"
+	"github.com/authz-dev/authz/internal/decision/decisiontest"
 	"github.com/authz-dev/authz/internal/policy/policytest"
 	"github.com/authz-dev/authz/internal/server"
 	"github.com/authz-dev/authz/internal/snapshot"
@@ -270,8 +271,7 @@ func TestWatchLimit(t *testing.T) {
 // switchableEngine is the embedded policy's engine with a second, deny-all, policy at hand.
 func newEngine(t testing.TB) *decision.Engine {
 	t.Helper()
-	e, err := decision.New(context.Background(), decision.Options{EvalTimeout: 5 * time.Second})
-	require.NoError(t, err)
+	e := decisiontest.EmbeddedEngine(t, decision.Options{EvalTimeout: 5 * time.Second})
 	return e
 }
 

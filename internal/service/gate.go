@@ -21,8 +21,13 @@ import (
 	"github.com/authz-dev/authz/internal/tracing"
 )
 
-// The live plugin host is the facts of a gate that runs plugins.
-var _ server.FactsSource = (*pluginhost.Host)(nil)
+// The live plugin host is the facts of a gate that runs plugins; the policy source is its policy
+// status and, when the opa section configures decision_logs, its OPA decision log.
+var (
+	_ server.FactsSource       = (*pluginhost.Host)(nil)
+	_ server.PolicyStatus      = (*policy.Source)(nil)
+	_ server.OPADecisionLogger = (*policy.Source)(nil)
+)
 
 // DefaultPartTimeout bounds the stop of each part of a gate after its HTTP server (the plugins,
 // the decision log, the policy source, the tracing flush): past it Close logs which part did
@@ -49,7 +54,7 @@ type GateOptions struct {
 	OPADecisionLog server.OPADecisionLogger
 	// Tracing, when not nil, traces the decisions with a tracer provider someone else owns and
 	// flushes (OPA's); else the gate builds the one of Config.Policy's distributed_tracing.
-	Tracing *server.Tracing
+	Tracing *tracing.Decisions
 	// StaticFacts, when not nil, is the facts file of Config.Facts already loaded.
 	StaticFacts *server.StaticFacts
 }
@@ -130,7 +135,7 @@ func NewGate(ctx context.Context, cfg Config, opts GateOptions) (_ *Gate, err er
 
 	// The face's tracer provider (OPA's), or the one of cfg's distributed_tracing, which the
 	// gate flushes at Close.
-	tr := server.Tracing{}
+	tr := tracing.Decisions{}
 	if opts.Tracing != nil {
 		tr = *opts.Tracing
 	} else {
@@ -138,7 +143,7 @@ func NewGate(ctx context.Context, cfg Config, opts GateOptions) (_ *Gate, err er
 			return nil, err
 		}
 		if g.export != nil {
-			tr = server.Tracing{Provider: g.export.Provider, Exclude: g.export.Exclude}
+			tr = g.export.Decisions()
 			g.closeTracing = func() { g.export.Shutdown(ctx) }
 		}
 	}

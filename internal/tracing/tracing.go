@@ -1,13 +1,14 @@
 // Package tracing holds what the decision path needs of OpenTelemetry: the names of its spans
-// and attributes, and Start, which opens a child span only under a recording parent. Without a
-// tracer provider (tracing not configured) nothing is recorded, allocated or exported: the
-// decision path costs what it cost before tracing existed. It also reads the distributed_tracing
-// section of the configuration (ParseConfig), builds its OTLP tracer provider (NewProvider) and
-// the export a service owns and flushes at shutdown (StartExport).
+// and attributes, the span of each decision under the caller's trace context (Decisions:
+// StartDecision, EndDecision), and Start, which opens a child span only under a recording
+// parent. Without a tracer provider (tracing not configured) nothing is recorded, allocated or
+// exported: the decision path costs what it cost before tracing existed. It also reads the
+// distributed_tracing section of the configuration (ParseConfig), builds its OTLP tracer
+// provider (NewProvider) and the export a service owns and flushes at shutdown (StartExport).
 //
 // The tree of one decision:
 //
-//	authz.decision            (internal/server; its parent is the caller's traceparent)
+//	authz.decision            (StartDecision; its parent is the caller's traceparent)
 //	├── authz.input           (internal/snapshot.Build: the input document)
 //	│   └── authz.config_check (the driver's ConfigValid, when the decision consults it)
 //	└── authz.evaluate        (internal/decision: the policy, or the decision cache)

@@ -211,6 +211,7 @@ type BundleServer struct {
 	etag    string
 	changed chan struct{}
 	served  int
+	waiting int // long polls held now
 }
 
 func NewBundleServer(tb testing.TB) *BundleServer {
@@ -231,6 +232,13 @@ func (s *BundleServer) Publish(body []byte) {
 	s.changed = make(chan struct{})
 }
 
+// Waiting is the number of long polls the server holds now, waiting for a new bundle.
+func (s *BundleServer) Waiting() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.waiting
+}
+
 func (s *BundleServer) serve(w http.ResponseWriter, r *http.Request) {
 	wait := 0
 	for _, p := range strings.Split(r.Header.Get("Prefer"), ";") {
@@ -245,6 +253,14 @@ func (s *BundleServer) serve(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "application/vnd.openpolicyagent.bundles")
 	}
 	if body != nil && strings.Contains(r.Header.Get("If-None-Match"), etag) && wait > 0 {
+		s.mu.Lock()
+		s.waiting++
+		s.mu.Unlock()
+		defer func() {
+			s.mu.Lock()
+			s.waiting--
+			s.mu.Unlock()
+		}()
 		select {
 		case <-changed:
 		case <-time.After(time.Duration(wait) * time.Second):

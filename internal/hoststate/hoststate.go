@@ -3,11 +3,7 @@
 // does not depend on the host.
 package hoststate
 
-import (
-	"time"
-
-	"github.com/authz-dev/authz/internal/coded"
-)
+import "time"
 
 // PluginState is a plugin's state as GET /v1/plugins shows it (the JSON names) and as the
 // service log and tests read it.
@@ -17,8 +13,8 @@ type PluginState struct {
 	Status string `json:"status"`
 	// LastErrorCode is the code of the plugin's last failure (coded.PinMismatch,
 	// coded.StartTimeout, …; "" when none): all that API callers see of it.
-	LastErrorCode coded.Code `json:"lastError"`
-	Restarts      uint64     `json:"restarts"`
+	LastErrorCode string `json:"lastError"`
+	Restarts      uint64 `json:"restarts"`
 	// PinDrift is true when the binary at the plugin's path no longer has its pinned SHA-256
 	// (an in-place upgrade, a tampered file): the running worker still runs the pinned bytes,
 	// and the next start will fail with PIN_MISMATCH until the pin is updated.

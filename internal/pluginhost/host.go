@@ -512,7 +512,7 @@ func (h *Host) Plugins() []PluginState {
 	for _, m := range plugins {
 		v := m.state.Load()
 		ps := PluginState{ID: m.cfg.ID, Key: v.key, Status: v.status, Restarts: v.restarts,
-			LastError: v.lastError, LastErrorCode: v.lastErrorCode, PinDrift: v.pinDrift}
+			LastError: v.lastError, LastErrorCode: string(v.lastErrorCode), PinDrift: v.pinDrift}
 		if w := v.worker; w != nil && w.alive() {
 			ps.Worker = &WorkerState{PID: w.pid, Generation: w.generation, StartedAt: w.startedAt, SupportedMethods: slices.Clone(w.methods),
 				Containment: w.proc.containment()}

@@ -69,7 +69,7 @@ func runDecide(ctx context.Context, args []string, stdin io.Reader, stdout, stde
 		fmt.Fprint(stderr, decision.Explain(doc, input, evalErr))
 	}
 	if evalErr != nil {
-		return &exitError{code: 1, msg: "decide: the decision could not be evaluated (" + coded.CodeOf(evalErr) + ": " + evalErr.Error() + "); the printed document denies"}
+		return &exitError{code: 1, msg: "decide: the decision could not be evaluated (" + string(coded.CodeOf(evalErr)) + ": " + evalErr.Error() + "); the printed document denies"}
 	}
 	return nil
 }

@@ -47,7 +47,7 @@ func TestPluginLastErrorShowsOnlyAReasonCode(t *testing.T) {
 	require.NoError(t, json.Unmarshal([]byte(body), &answer))
 	require.Len(t, answer.Plugins, 1)
 	assert.Equal(t, "acme.pinned", answer.Plugins[0]["id"])
-	assert.Equal(t, coded.PinMismatch, answer.Plugins[0]["lastError"])
+	assert.Equal(t, string(coded.PinMismatch), answer.Plugins[0]["lastError"])
 	assert.NotContains(t, body, driver)
 	assert.NotContains(t, body, pin)
 	c.CloseIdleConnections()

@@ -60,7 +60,7 @@ func TestRunRefusesBundleRollback(t *testing.T) {
 				return true
 			}
 			_, b := bundleStatus(gate)
-			return b != nil && b["code"] == coded.PolicyBundleRollback && strings.Contains(b["message"].(string), "1970-01-01T00:16:40Z")
+			return b != nil && b["code"] == string(coded.PolicyBundleRollback) && strings.Contains(b["message"].(string), "1970-01-01T00:16:40Z")
 		}
 	}
 
@@ -78,7 +78,7 @@ func TestRunRefusesBundleRollback(t *testing.T) {
 	assert.Contains(t, st["last_error"], coded.PolicyBundleRollback)
 	assert.Equal(t, "v2000", b["active_revision"], "the revision the gate decides with")
 	assert.Contains(t, b["message"], "issued at 1970-01-01T00:16:40Z, before the active bundle (issued at 1970-01-01T00:33:20Z)")
-	log := testutil.WaitLogged(t, ar.Stderr, regexp.MustCompile(`((?:\[WARN\]|"@level":"warn").*`+coded.PolicyBundleRollback+`.*)`), 10*time.Second)
+	log := testutil.WaitLogged(t, ar.Stderr, regexp.MustCompile(`((?:\[WARN\]|"@level":"warn").*`+string(coded.PolicyBundleRollback)+`.*)`), 10*time.Second)
 	assert.Contains(t, log, "1970-01-01T00:16:40Z")
 	assert.Contains(t, log, "1970-01-01T00:33:20Z")
 	status, _ := testutil.GetJSON(t, c, gate+"/health/ready")

@@ -252,7 +252,7 @@ func replayLine(ctx context.Context, eng *decision.Engine, line int, raw []byte)
 	doc, err := eng.Evaluate(ctx, snapshot.Input(input))
 	r.after = doc
 	if err != nil {
-		r.failedNow = coded.CodeOf(err)
+		r.failedNow = string(coded.CodeOf(err))
 	}
 	return r
 }

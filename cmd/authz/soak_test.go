@@ -101,7 +101,7 @@ func TestServeSoak(t *testing.T) {
 			mu.Lock()
 			answered[doc.DecisionID]++
 			mu.Unlock()
-		case resp.StatusCode == http.StatusServiceUnavailable && doc.Code == coded.Overloaded:
+		case resp.StatusCode == http.StatusServiceUnavailable && doc.Code == string(coded.Overloaded):
 			overloaded.Add(1)
 		case doc.Code == "DECISION_LOG_UNAVAILABLE":
 			logRefused.Add(1)

@@ -12,10 +12,17 @@ import (
 	"fmt"
 )
 
+// Code is a stable error code, defined once in codes.go. It goes out as its string: in JSON,
+// metric labels, log fields and a plugin's lastError.
+type Code string
+
+// String returns the code as it goes out.
+func (c Code) String() string { return string(c) }
+
 // Error is a failure with a stable code. Its message is the cause's: the code is for
 // programs, the message for people (and says what to do next).
 type Error struct {
-	Code string
+	Code Code
 	Err  error
 }
 
@@ -26,12 +33,12 @@ func (e *Error) Error() string { return e.Err.Error() }
 func (e *Error) Unwrap() error { return e.Err }
 
 // Errorf returns an error with code whose cause is fmt.Errorf(format, args...), so %w wraps.
-func Errorf(code, format string, args ...any) *Error {
+func Errorf(code Code, format string, args ...any) *Error {
 	return &Error{Code: code, Err: fmt.Errorf(format, args...)}
 }
 
 // CodeOf returns the code of the outermost *Error in err's chain, or "" when there is none.
-func CodeOf(err error) string {
+func CodeOf(err error) Code {
 	if e, ok := errors.AsType[*Error](err); ok {
 		return e.Code
 	}

@@ -1,6 +1,7 @@
 package coded_test
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -16,7 +17,7 @@ func TestCodeOf(t *testing.T) {
 	tests := []struct {
 		name string
 		err  error
-		want string
+		want coded.Code
 	}{
 		{name: "nil", err: nil, want: ""},
 		{name: "plain", err: io.EOF, want: ""},
@@ -39,4 +40,34 @@ func TestErrorKeepsMessageAndCause(t *testing.T) {
 	var ce *coded.Error
 	require.ErrorAs(t, fmt.Errorf("parse: %w", err), &ce)
 	assert.Equal(t, coded.BadRequest, ce.Code)
+}
+
+func TestCodeRoundTrips(t *testing.T) {
+	err := fmt.Errorf("decide: %w", coded.Errorf(coded.EvalTimeout, "ran out of time"))
+	code := coded.CodeOf(err)
+	assert.Equal(t, coded.EvalTimeout, code, "CodeOf returns the Code the error was made with")
+	assert.Equal(t, "EVAL_TIMEOUT", code.String())
+	assert.Equal(t, "EVAL_TIMEOUT", fmt.Sprint(code))
+
+	// A Code goes out in JSON as the plain string it names, and reads back as the same Code.
+	typed, err2 := json.Marshal(struct {
+		Code coded.Code `json:"code"`
+	}{code})
+	require.NoError(t, err2)
+	plain, err2 := json.Marshal(struct {
+		Code string `json:"code"`
+	}{"EVAL_TIMEOUT"})
+	require.NoError(t, err2)
+	assert.JSONEq(t, string(plain), string(typed))
+	assert.Equal(t, `{"code":"EVAL_TIMEOUT"}`, string(typed))
+	var back struct {
+		Code coded.Code `json:"code"`
+	}
+	require.NoError(t, json.Unmarshal(plain, &back))
+	assert.Equal(t, coded.EvalTimeout, back.Code)
+
+	// Marshalled from an interface value (as loggers and encoders of any do), too.
+	asAny, err2 := json.Marshal(map[string]any{"code": code})
+	require.NoError(t, err2)
+	assert.Equal(t, `{"code":"EVAL_TIMEOUT"}`, string(asAny))
 }

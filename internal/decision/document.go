@@ -111,7 +111,7 @@ func FailedDocument(operation string) Document {
 // returned beside err, the fail-closed deny of FailedDocument, keeping the decision id and the
 // revision of doc; code is err's code (EVAL_ERROR when it has none). Every face that decides
 // answers a failure through it.
-func FailClosed(operation string, doc Document, err error) (failed Document, code string) {
+func FailClosed(operation string, doc Document, err error) (failed Document, code coded.Code) {
 	code = coded.CodeOf(err)
 	if code == "" {
 		code = coded.EvalError

@@ -46,7 +46,7 @@ const allFalse = `{"reusableLeases": false, "nativeSyncIn": false, "nativeSyncOu
 	"incrementalSessionOutput": false, "concurrentSyncOperations": false,
 	"duplexCommandStream": false, "runnerWebSocketIngress": false}`
 
-func assertFailClosed(t testing.TB, doc Document, err error, code, op string) {
+func assertFailClosed(t testing.TB, doc Document, err error, code coded.Code, op string) {
 	t.Helper()
 	require.Error(t, err)
 	assert.Equal(t, code, coded.CodeOf(err), "error: %v", err)
@@ -81,7 +81,7 @@ func TestResultsReadFailClosed(t *testing.T) {
 	tests := []struct {
 		name   string
 		policy string
-		code   string
+		code   coded.Code
 	}{
 		{name: "undefined", code: coded.EvalUndefined, policy: `package authz
 decision := {"allow": true} if input.nope`},

@@ -191,7 +191,7 @@ func (g *gate) load(ctx context.Context) (msg string, err error) {
 	}
 	switch {
 	case legacy:
-		return noPolicy("OPA's deprecated bundle section is set: the gate takes its policy from the bundles section or --bundle; move the bundle there. Every decision denies (" + coded.EvalNoPolicy + ")")
+		return noPolicy("OPA's deprecated bundle section is set: the gate takes its policy from the bundles section or --bundle; move the bundle there. Every decision denies (" + string(coded.EvalNoPolicy) + ")")
 	case len(missing) > 0:
 		return noPolicy(fmt.Sprintf("OPA's store records bundle(s) %s, which the gate did not see activated: every decision denies (%s)", strings.Join(missing, ", "), coded.EvalNoPolicy))
 	case len(waiting) > 0:
@@ -423,10 +423,10 @@ func (g *gate) Status() policy.Status {
 			b = &bundleplugin.Status{Name: n}
 			st.Bundles[n] = b
 		}
-		b.Code, b.Message, b.Errors = coded.PolicyBundleRollback, g.refused[n], nil
+		b.Code, b.Message, b.Errors = string(coded.PolicyBundleRollback), g.refused[n], nil
 		b.ActiveRevision = pol.bundles[n].Revision
 		if st.LastError == "" {
-			st.LastError = coded.PolicyBundleRollback + ": " + g.refused[n]
+			st.LastError = string(coded.PolicyBundleRollback) + ": " + g.refused[n]
 		}
 	}
 	g.orderMu.Unlock()

@@ -8,9 +8,6 @@ import (
 	"github.com/authz-dev/authz/internal/server"
 )
 
-// opaWriteAPIOff is the code of a write to OPA's API refused because opaWriteAPI is off.
-const opaWriteAPIOff = "OPA_WRITE_API_OFF"
-
 // guardOPA wraps every handler of OPA's own server (OPA's plugin manager puts it around each
 // route): the gate's Host check against DNS rebinding, and, unless plugins.authz.opaWriteAPI
 // is true, a refusal of OPA's write APIs (PUT, PATCH and DELETE, on any path).
@@ -23,7 +20,7 @@ func (g *gate) guardOPA(next http.Handler) http.Handler {
 			return
 		}
 		if !st.writeAPI && isOPAWrite(r) {
-			writeOPAError(w, http.StatusForbidden, opaWriteAPIOff,
+			writeOPAError(w, http.StatusForbidden, coded.OPAWriteAPIOff,
 				"OPA's policy and data write APIs are off under authz run: the policy comes from the configured bundles; set plugins.authz.opaWriteAPI: true to open them for OPA's own queries")
 			return
 		}
@@ -44,8 +41,8 @@ func isOPAWrite(r *http.Request) bool {
 }
 
 // writeOPAError answers as OPA's server answers an error: {"code": ..., "message": ...}.
-func writeOPAError(w http.ResponseWriter, status int, code, msg string) {
+func writeOPAError(w http.ResponseWriter, status int, code coded.Code, msg string) {
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(status)
-	_ = json.NewEncoder(w).Encode(map[string]string{"code": code, "message": msg})
+	_ = json.NewEncoder(w).Encode(map[string]string{"code": string(code), "message": msg})
 }

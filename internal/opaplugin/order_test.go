@@ -56,8 +56,8 @@ func TestGateOrderKeptInPersistenceDirectory(t *testing.T) {
 	assert.Contains(t, st.Message, coded.PolicyBundleRollback)
 	status, header, _ := post(t, "http://"+p.Addr().String()+"/v1/authorize", reqJSON)
 	assert.Equal(t, http.StatusInternalServerError, status)
-	assert.Equal(t, coded.EvalNoPolicy, header.Get("X-Authz-Error"))
-	assert.Equal(t, coded.PolicyBundleRollback, p.gate.Status().Bundles["authz"].Code)
+	assert.Equal(t, string(coded.EvalNoPolicy), header.Get("X-Authz-Error"))
+	assert.Equal(t, string(coded.PolicyBundleRollback), p.gate.Status().Bundles["authz"].Code)
 
 	dir2 := t.TempDir()
 	testutil.WriteFile(t, dir2, "authz-bundle-order.json", `{"issued_at": {"authz": 2000}}`)

@@ -332,7 +332,7 @@ func TestGateWaitsForConfiguredBundle(t *testing.T) {
 	reqJSON, _ := specexamples.NewFixture().JSON()
 	status, header, doc := post(t, gateURL+"/v1/authorize", reqJSON)
 	assert.Equal(t, http.StatusInternalServerError, status)
-	assert.Equal(t, coded.EvalNoPolicy, header.Get("X-Authz-Error"))
+	assert.Equal(t, string(coded.EvalNoPolicy), header.Get("X-Authz-Error"))
 	assert.Equal(t, false, doc["allow"])
 	resp, err := http.Get(gateURL + "/health/ready")
 	require.NoError(t, err)

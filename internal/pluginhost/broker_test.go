@@ -66,7 +66,7 @@ func TestBrokerFloodIsRefused(t *testing.T) {
 	st := state(t, h, "flood")
 	assert.Contains(t, st.LastError, "go-plugin broker messages")
 	assert.Contains(t, st.LastError, "ended by the host")
-	assert.Equal(t, coded.BrokerRefused, st.LastErrorCode)
+	assert.Equal(t, string(coded.BrokerRefused), st.LastErrorCode)
 	assert.Less(t, maxGoroutines, goroutines0+300, "host goroutines stay bounded")
 	assert.Equal(t, StatusReady, state(t, h, "honest").Status)
 }

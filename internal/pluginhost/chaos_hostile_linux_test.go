@@ -302,7 +302,7 @@ func TestChaosWithHostileDrivers(t *testing.T) {
 				cancel()
 				a.valid = valid
 				if err != nil {
-					a.code, a.errLen = coded.CodeOf(err), len(err.Error())
+					a.code, a.errLen = string(coded.CodeOf(err)), len(err.Error())
 				}
 				mu.Lock()
 				answers = append(answers, a)

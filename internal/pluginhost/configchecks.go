@@ -422,7 +422,7 @@ func (cc *configChecks) settle(pc *pluginChecks, probe bool, v breakerVerdict, c
 
 // warn logs a failed check at WARN, at most once per logEvery per plugin, with the count of
 // the lines left out since the last. err's driver text is already escaped and cut.
-func (c *pendingCheck) warn(pc *pluginChecks, code string, err error) {
+func (c *pendingCheck) warn(pc *pluginChecks, code coded.Code, err error) {
 	cc := c.h.checks
 	now := time.Now()
 	cc.mu.Lock()
@@ -434,7 +434,7 @@ func (c *pendingCheck) warn(pc *pluginChecks, code string, err error) {
 	suppressed := pc.suppressed
 	pc.lastLog, pc.suppressed = now, 0
 	cc.mu.Unlock()
-	args := []any{"driverKey", capText(c.key.driverKey, checkTextBytes), "generation", c.key.generation, "code", code, "error", err.Error()}
+	args := []any{"driverKey", capText(c.key.driverKey, checkTextBytes), "generation", c.key.generation, "code", string(code), "error", err.Error()}
 	if suppressed > 0 {
 		args = append(args, "suppressed", suppressed)
 	}

@@ -35,6 +35,7 @@ import (
 
 	"github.com/authz-dev/authz/driverplugin"
 	"github.com/authz-dev/authz/internal/changes"
+	"github.com/authz-dev/authz/internal/coded"
 	"github.com/authz-dev/authz/internal/hoststate"
 	"github.com/authz-dev/authz/internal/snapshot"
 )
@@ -109,7 +110,7 @@ type managed struct {
 type pluginView struct {
 	status        string
 	lastError     string
-	lastErrorCode string // the code of lastError (coded.PinMismatch, …)
+	lastErrorCode coded.Code // the code of lastError (coded.PinMismatch, …)
 	key           string
 	drivers       []driverplugin.EnvironmentDriver // last valid manifest
 	restarts      uint64
@@ -511,7 +512,7 @@ func (h *Host) Plugins() []PluginState {
 	for _, m := range plugins {
 		v := m.state.Load()
 		ps := PluginState{ID: m.cfg.ID, Key: v.key, Status: v.status, Restarts: v.restarts,
-			LastError: v.lastError, LastErrorCode: v.lastErrorCode, PinDrift: v.pinDrift}
+			LastError: v.lastError, LastErrorCode: string(v.lastErrorCode), PinDrift: v.pinDrift}
 		if w := v.worker; w != nil && w.alive() {
 			ps.Worker = &WorkerState{PID: w.pid, Generation: w.generation, StartedAt: w.startedAt, SupportedMethods: slices.Clone(w.methods),
 				Containment: w.proc.containment()}

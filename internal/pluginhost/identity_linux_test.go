@@ -122,7 +122,7 @@ func TestWritableBinaryIsRefused(t *testing.T) {
 	st := state(t, h, "writable")
 	assert.Contains(t, st.LastError, "plugin directory "+dir+" is writable by group or others")
 	assert.Contains(t, st.LastError, "chmod go-w")
-	assert.Equal(t, coded.UnsafeBinary, st.LastErrorCode)
+	assert.Equal(t, string(coded.UnsafeBinary), st.LastErrorCode)
 	waitFor(t, 30*time.Second, "the allowed plugin ready", func() bool { return state(t, h, "allowed").Status == StatusReady })
 	rec.record(h)
 }
@@ -159,7 +159,7 @@ func TestHostTalksOnlyToTheVerifiedProcess(t *testing.T) {
 				require.Nil(t, pf.Worker)
 				if st.Restarts >= 2 && st.Status == StatusError {
 					assert.Contains(t, st.LastError, tt.wantErr)
-					assert.Equal(t, coded.IdentityRefused, st.LastErrorCode, "last error: %s", st.LastError)
+					assert.Equal(t, string(coded.IdentityRefused), st.LastErrorCode, "last error: %s", st.LastError)
 					break
 				}
 				require.True(t, time.Now().Before(deadline), "no second failed start in time: %+v", st)

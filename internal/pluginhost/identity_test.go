@@ -63,7 +63,7 @@ func TestPluginKeyCollisionIsRefused(t *testing.T) {
 	imp := state(t, h, "impostor")
 	assert.Equal(t, StatusError, imp.Status)
 	assert.Contains(t, imp.LastError, `the driver reports plugin key "example.sandbox", which is configured for plugin "owner"`)
-	assert.Equal(t, coded.KeyConflict, imp.LastErrorCode)
+	assert.Equal(t, string(coded.KeyConflict), imp.LastErrorCode)
 	assert.Empty(t, imp.Key)
 	_, ok := h.Worker("impostor")
 	assert.False(t, ok)
@@ -77,12 +77,12 @@ func TestPluginKeyCollisionIsRefused(t *testing.T) {
 	assert.Equal(t, StatusReady, winner.Status)
 	assert.Equal(t, StatusError, loser.Status)
 	assert.Contains(t, loser.LastError, `the driver reports plugin key "bounds.same", which plugin "`+winner.ID+`" already reports`)
-	assert.Equal(t, coded.KeyConflict, loser.LastErrorCode)
+	assert.Equal(t, string(coded.KeyConflict), loser.LastErrorCode)
 
 	ren := state(t, h, "renamed")
 	assert.Equal(t, StatusError, ren.Status)
 	assert.Contains(t, ren.LastError, `the driver reports plugin key "acme.real", but plugin "renamed" is configured with key "acme.expected"`)
-	assert.Equal(t, coded.KeyConflict, ren.LastErrorCode)
+	assert.Equal(t, string(coded.KeyConflict), ren.LastErrorCode)
 
 	for k, n := range keysShown(h) {
 		assert.Equal(t, 1, n, "key %q", k)
@@ -116,7 +116,7 @@ func TestConfiguredKeyWinsOverAnEarlierDriver(t *testing.T) {
 			require.Equal(t, 1, n, "key %q shown %d times", k, n)
 		}
 		imp := state(t, h, "impostor")
-		return state(t, h, "owner").Status != StatusInstalled && imp.Status == StatusError && imp.LastErrorCode == coded.KeyConflict
+		return state(t, h, "owner").Status != StatusInstalled && imp.Status == StatusError && imp.LastErrorCode == string(coded.KeyConflict)
 	})
 	rec.record(h)
 	own := state(t, h, "owner")

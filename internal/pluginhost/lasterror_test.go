@@ -34,7 +34,7 @@ func TestLastErrorCodes(t *testing.T) {
 		plugin func(t *testing.T) PluginConfig
 		start  time.Duration
 		kill   bool // SIGKILL the first worker and wait for the restart
-		want   string
+		want   coded.Code
 		// wantErr matches the last error, where the code alone does not say which failure it was.
 		wantErr string
 	}{
@@ -78,7 +78,7 @@ func TestLastErrorCodes(t *testing.T) {
 				waitFor(t, 30*time.Second, "status error", func() bool { return state(t, h, "p").Status == StatusError })
 			}
 			st := state(t, h, "p")
-			assert.Equal(t, tt.want, st.LastErrorCode, "last error: %s", st.LastError)
+			assert.Equal(t, string(tt.want), st.LastErrorCode, "last error: %s", st.LastError)
 			if tt.wantErr != "" {
 				assert.Regexp(t, tt.wantErr, st.LastError)
 			}
@@ -109,5 +109,5 @@ func TestPluginStderrAtDefaultLevel(t *testing.T) {
 	})
 	assert.Regexp(t, `\[INFO\]\s+pluginhost\.p: acme driver: DAYTONA_API_URL is not set`, logs.String())
 	assert.NotContains(t, logs.String(), "chatter", "a line that says [DEBUG] stays at debug")
-	assert.Equal(t, coded.HandshakeFailed, state(t, h, "p").LastErrorCode)
+	assert.Equal(t, string(coded.HandshakeFailed), state(t, h, "p").LastErrorCode)
 }

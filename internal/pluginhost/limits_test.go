@@ -80,7 +80,7 @@ func TestDriverBeyondLimitsIsRefused(t *testing.T) {
 			assert.Equal(t, StatusError, st.Status)
 			assert.Contains(t, st.LastError, tt.wantErr)
 			assert.Contains(t, st.LastError, `see "Limits" in docs/drivers.md`)
-			assert.Equal(t, coded.LimitExceeded, st.LastErrorCode)
+			assert.Equal(t, string(coded.LimitExceeded), st.LastErrorCode)
 			assert.LessOrEqual(t, len(st.LastError), defaultMaxLastErrorBytes+64)
 			assert.Nil(t, st.Worker)
 			_, ok := h.Worker(id)
@@ -107,7 +107,7 @@ func TestUnknownCapabilitiesAreSummarised(t *testing.T) {
 	many := settled(t, h, "many")
 	assert.Equal(t, StatusError, many.Status)
 	assert.Contains(t, many.LastError, "sandboxCapabilities has 100001 keys, more than the limit of 32")
-	assert.Equal(t, coded.LimitExceeded, many.LastErrorCode)
+	assert.Equal(t, string(coded.LimitExceeded), many.LastErrorCode)
 
 	var warnings, lines int
 	for _, l := range strings.Split(logged.String(), "\n") {
@@ -215,7 +215,7 @@ func TestHugePluginDoesNotStarveAnother(t *testing.T) {
 	huge := state(t, h, "huge")
 	assert.Equal(t, StatusError, huge.Status)
 	assert.Contains(t, huge.LastError, "than the limit of", "refused for its methods or its message size")
-	assert.Equal(t, coded.LimitExceeded, huge.LastErrorCode)
+	assert.Equal(t, string(coded.LimitExceeded), huge.LastErrorCode)
 }
 
 // BenchmarkCheckBoundsAtTheLimits is the per-start cost of checking a driver at every limit.

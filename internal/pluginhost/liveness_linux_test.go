@@ -166,7 +166,7 @@ func TestStoppedWorkerIsDroppedAndRestarted(t *testing.T) {
 	after := readyWorker(t, h, rec, "stopped", first)
 	t.Logf("stopped → next generation ready after %s", time.Since(stoppedAt))
 	assert.NotEqual(t, pid, after.Worker.PID)
-	assert.Equal(t, coded.WorkerUnresponsive, after.LastErrorCode)
+	assert.Equal(t, string(coded.WorkerUnresponsive), after.LastErrorCode)
 	assert.Contains(t, after.LastError, "health check")
 	assert.False(t, processExists(pid), "the stopped worker was killed and reaped")
 }
@@ -207,7 +207,7 @@ func TestMainThreadExitIsRestarted(t *testing.T) {
 
 	after := readyWorker(t, h, rec, "headless", w.Generation)
 	t.Logf("main thread gone → next generation ready after %s", time.Since(leaderGone))
-	assert.Equal(t, coded.WorkerUnresponsive, after.LastErrorCode)
+	assert.Equal(t, string(coded.WorkerUnresponsive), after.LastErrorCode)
 	assert.Contains(t, after.LastError, "main thread")
 	waitFor(t, stopBound, "the old worker reaped", func() bool { return !processExists(w.PID) })
 }

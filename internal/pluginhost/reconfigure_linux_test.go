@@ -159,7 +159,7 @@ func TestReconfigureRepinsToNewBinary(t *testing.T) {
 	assert.Equal(t, []string{"p"}, changes.Changed)
 	waitFor(t, 30*time.Second, "a pin mismatch", func() bool {
 		st := state(t, h, "p")
-		return st.Status == StatusError && st.LastErrorCode == coded.PinMismatch
+		return st.Status == StatusError && st.LastErrorCode == string(coded.PinMismatch)
 	})
 	assert.False(t, processExists(after.Worker.PID))
 	assert.Nil(t, state(t, h, "p").Worker)
@@ -267,7 +267,7 @@ func TestReconfigureKeepsKeysUnique(t *testing.T) {
 			}
 		}
 		require.LessOrEqual(t, shown, 1, "no listing shows a key twice")
-		return state(t, h, "claimer").Status == StatusReady && state(t, h, "holder").LastErrorCode == coded.KeyConflict
+		return state(t, h, "claimer").Status == StatusReady && state(t, h, "holder").LastErrorCode == string(coded.KeyConflict)
 	})
 	st := readyWorker(t, h, rec, "claimer", 0)
 	assert.Equal(t, "acme.shared", st.Key)

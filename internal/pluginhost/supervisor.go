@@ -51,7 +51,7 @@ func (h *Host) supervise(ctx context.Context, m *managed) {
 			}
 			lastError := capText(err.Error(), h.cfg.Limits.MaxLastErrorBytes)
 			code := startErrorCode(err)
-			m.log.Error("plugin failed to start", "attempt", attempt+1, "retry_in", backoff.peek(), "code", code, "error", lastError)
+			m.log.Error("plugin failed to start", "attempt", attempt+1, "retry_in", backoff.peek(), "code", string(code), "error", lastError)
 			m.update(func(v *pluginView) {
 				v.status = StatusError
 				v.lastError, v.lastErrorCode = lastError, code
@@ -130,7 +130,7 @@ func (h *Host) supervise(ctx context.Context, m *managed) {
 
 // startErrorCode is the code of a failure to start a worker: the error's own, else
 // coded.StartFailed.
-func startErrorCode(err error) string {
+func startErrorCode(err error) coded.Code {
 	if code := coded.CodeOf(err); code != "" {
 		return code
 	}

@@ -91,7 +91,7 @@ func TestRemoteRollbackRefusedAcrossRestart(t *testing.T) {
 	refusedOrActive := func(src *Source, eng *decision.Engine, rev string) func() bool {
 		return func() bool {
 			st := src.Status().Bundles["authz"]
-			return eng.Revision() == rev || st != nil && st.Code == coded.PolicyBundleRollback
+			return eng.Revision() == rev || st != nil && st.Code == string(coded.PolicyBundleRollback)
 		}
 	}
 
@@ -103,7 +103,7 @@ func TestRemoteRollbackRefusedAcrossRestart(t *testing.T) {
 	policytest.WaitFor(t, "the older bundle to be refused", 20*time.Second, refusedOrActive(src, eng, "v0-old-buggy"))
 	assert.Equal(t, "v1", decideRevision(t, eng), "a bundle issued before the active one must not replace it")
 	st := src.Status()
-	assert.Equal(t, coded.PolicyBundleRollback, st.Bundles["authz"].Code)
+	assert.Equal(t, string(coded.PolicyBundleRollback), st.Bundles["authz"].Code)
 	assert.Contains(t, st.Bundles["authz"].Message, "issued at 1970-01-01T00:16:40Z, before the active bundle")
 	assert.Contains(t, st.LastError, coded.PolicyBundleRollback)
 	assert.Contains(t, out.String(), coded.PolicyBundleRollback)
@@ -122,7 +122,7 @@ func TestRemoteRollbackRefusedAcrossRestart(t *testing.T) {
 	srv.Publish(policytest.MakeBundle(t, policytest.BundleSpec{Revision: "no-iat", Sign: sign(0)}))
 	policytest.WaitFor(t, "the bundle without iat to be refused", 20*time.Second, func() bool {
 		st := src2.Status().Bundles["authz"]
-		return eng2.Revision() == "no-iat" || st.Code == coded.PolicyBundleRollback && strings.Contains(st.Message, "no iat")
+		return eng2.Revision() == "no-iat" || st.Code == string(coded.PolicyBundleRollback) && strings.Contains(st.Message, "no iat")
 	})
 	assert.Equal(t, "v1", decideRevision(t, eng2))
 
@@ -163,7 +163,7 @@ func TestFileBundleRollbackRefused(t *testing.T) {
 			assert.Equal(t, coded.PolicyBundleRollback, ce.Code)
 			assert.Contains(t, err.Error(), tc.want)
 			assert.Equal(t, "v1", decideRevision(t, eng))
-			assert.Equal(t, coded.PolicyBundleRollback, src.Status().Bundles[path].Code)
+			assert.Equal(t, string(coded.PolicyBundleRollback), src.Status().Bundles[path].Code)
 		})
 	}
 	publish("v0-resigned", 3000)

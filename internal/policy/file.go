@@ -87,10 +87,10 @@ func (s *Source) loadFile(ctx context.Context) error {
 	}
 	st.SetRequest()
 	s.watched = fingerprint(path)
-	fail := func(code string, err error) error {
+	fail := func(code coded.Code, err error) error {
 		// The error quotes the bundle's entry names: it is shown and logged cleaned.
 		e := &coded.Error{Code: code, Err: cleanedError{fmt.Errorf("%s: %w", path, err)}}
-		st.Code, st.Message, st.Errors = code, e.Err.Error(), nil
+		st.Code, st.Message, st.Errors = string(code), e.Err.Error(), nil
 		s.status.LastError = e.Error()
 		if rev := s.eng.Revision(); rev != "" {
 			s.log.Error("bundle refused; the active policy stays", "bundle", path, "active_revision", rev, "error", e.Error())

@@ -400,14 +400,14 @@ func (r *remote) servedLocked(names []string, revs map[string]string) {
 
 // refuseLocked records authz's refusal of names (OPA activated them in its store, the engine
 // keeps its policy); s.mu is held.
-func (r *remote) refuseLocked(names []string, code string, err error) {
+func (r *remote) refuseLocked(names []string, code coded.Code, err error) {
 	s := r.s
 	msg := logtext.Clean(err.Error())
 	for _, n := range names {
-		s.checks[n] = refusal{code: code, msg: msg}
+		s.checks[n] = refusal{code: string(code), msg: msg}
 	}
-	s.status.LastError = code + ": " + msg
-	s.log.Error("bundle refused; the active policy stays", "bundles", names, "active_revision", s.eng.Revision(), "code", code, "error", msg)
+	s.status.LastError = string(code) + ": " + msg
+	s.log.Error("bundle refused; the active policy stays", "bundles", names, "active_revision", s.eng.Revision(), "code", string(code), "error", msg)
 }
 
 // withoutBundleState is data without the ETags of OPA's record of the bundles

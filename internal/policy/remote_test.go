@@ -105,7 +105,7 @@ func TestRemoteCompileFailureAndMissingEntrypointRefused(t *testing.T) {
 		want    string
 	}{
 		{"compile failure", map[string]string{"authz/decision.rego": "package authz\n\ndecision if { undefined_var }\n"}, "bundle_error", "compiling"},
-		{"missing entrypoint", map[string]string{"authz/decision.rego": "package authz\n\nsomething := true\n"}, coded.PolicyBundleCheck, "does not define data.authz.decision"},
+		{"missing entrypoint", map[string]string{"authz/decision.rego": "package authz\n\nsomething := true\n"}, string(coded.PolicyBundleCheck), "does not define data.authz.decision"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			rev := "good-" + string(rune('0'+i))

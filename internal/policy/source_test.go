@@ -98,7 +98,7 @@ func TestFileBundleSignatureShapesRefused(t *testing.T) {
 					assert.Equal(t, "good-0", decideRevision(t, eng), "the refused bundle must not replace the active one")
 					st := src.Status()
 					assert.Equal(t, "good-0", st.Revision)
-					assert.Equal(t, coded.PolicyBundleLoad, st.Bundles[path].Code)
+					assert.Equal(t, string(coded.PolicyBundleLoad), st.Bundles[path].Code)
 					assert.Contains(t, st.LastError, sh.want)
 				})
 			}

@@ -64,10 +64,10 @@ func TestAdmissionBoundsRequestsInProgress(t *testing.T) {
 	waited := time.Since(start)
 	require.Equal(t, http.StatusServiceUnavailable, a.status, "%s", a.body)
 	m := a.json(t)
-	assert.Equal(t, coded.Overloaded, m["code"])
+	assert.Equal(t, string(coded.Overloaded), m["code"])
 	assert.Equal(t, false, m["allow"])
 	assert.Equal(t, "1", a.header.Get("Retry-After"))
-	assert.Equal(t, coded.Overloaded, a.header.Get("X-Authz-Error"))
+	assert.Equal(t, string(coded.Overloaded), a.header.Get("X-Authz-Error"))
 	assert.GreaterOrEqual(t, waited, 200*time.Millisecond, "it waited for a slot first")
 	assert.Equal(t, http.StatusOK, get(t, base+"/health").status, "other endpoints are not held up")
 

@@ -98,7 +98,7 @@ func TestTokenAuthentication(t *testing.T) {
 		header     map[string]string
 		wantDecide int
 		wantInsp   int
-		wantCode   string
+		wantCode   coded.Code
 	}{
 		{name: "no token", wantDecide: 401, wantInsp: 401, wantCode: coded.Unauthorized},
 		{name: "unknown token", header: bearer("n0t-a-token-0123456789"), wantDecide: 401, wantInsp: 401, wantCode: coded.Unauthorized},

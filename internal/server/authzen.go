@@ -100,7 +100,7 @@ func answerOf(doc decision.Document, evalCode string) authzenAnswer {
 // refusedAnswer is the answer of an evaluation of an evaluations request that is not a valid
 // request: no decision was made, and it denies.
 func refusedAnswer(err error) authzenAnswer {
-	return authzenAnswer{Context: authzenContext{Code: coded.CodeOf(err), Message: err.Error(), Reasons: []string{}}}
+	return authzenAnswer{Context: authzenContext{Code: string(coded.CodeOf(err)), Message: err.Error(), Reasons: []string{}}}
 }
 
 // withDefaults fills the members e lacks from the evaluations request's top level.
@@ -265,7 +265,7 @@ func (s *Server) handleAuthZENEvaluations(w http.ResponseWriter, r *http.Request
 			logged := true
 			err := s.deciding(r, e.withDefaults(batch.authzenEvaluation).request, func(req *snapshot.Request, facts snapshot.Facts) {
 				doc, evalCode, ok := s.decide(r, pathAuthZENEvaluations, req, facts)
-				a, logged = answerOf(doc, evalCode), ok
+				a, logged = answerOf(doc, string(evalCode)), ok
 			})
 			switch {
 			case errors.Is(err, errNotAdmitted):
@@ -276,7 +276,7 @@ func (s *Server) handleAuthZENEvaluations(w http.ResponseWriter, r *http.Request
 			case !logged:
 				// The required decision log could not record it: nothing of this request may
 				// be used.
-				w.Header().Set(headerError, coded.DecisionLogUnavailable)
+				w.Header().Set(headerError, string(coded.DecisionLogUnavailable))
 				writeDecisionError(w, coded.Errorf(coded.DecisionLogUnavailable,
 					"a decision could not be recorded in the decision log, which this service requires; nothing is granted until the log is writable again"))
 				return

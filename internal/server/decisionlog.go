@@ -13,6 +13,7 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 
+	"github.com/authz-dev/authz/internal/coded"
 	"github.com/authz-dev/authz/internal/decision"
 )
 
@@ -30,7 +31,7 @@ type logEntry struct {
 	Revision   string            `json:"revision"`
 	LatencyNS  int64             `json:"latency_ns"`
 	// Error is the evaluation failure's code (EVAL_TIMEOUT, ...) when the decision failed.
-	Error string `json:"error,omitempty"`
+	Error coded.Code `json:"error,omitempty"`
 	// WatchID names the watch (POST /v1/authorize/watch) whose event the decision is.
 	WatchID string `json:"watch_id,omitempty"`
 }

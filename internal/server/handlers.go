@@ -33,15 +33,15 @@ const (
 // apiError is every answer that is not a decision: {"code": ..., "message": ...}, the wire
 // shape of a *coded.Error.
 type apiError struct {
-	Code    string `json:"code"`
-	Message string `json:"message"`
+	Code    coded.Code `json:"code"`
+	Message string     `json:"message"`
 	// Allow is set (to false) only on answers of decision endpoints that carry no decision
 	// document, so that a client reading "allow" from any answer reads false.
 	Allow *bool `json:"allow,omitempty"`
 }
 
 // httpStatus is the HTTP status of each code the API answers with.
-var httpStatus = map[string]int{
+var httpStatus = map[coded.Code]int{
 	coded.BadRequest:             http.StatusBadRequest,
 	coded.Unauthorized:           http.StatusUnauthorized,
 	coded.Forbidden:              http.StatusForbidden,
@@ -209,13 +209,13 @@ func (s *Server) answerNotDecided(w http.ResponseWriter, r *http.Request, err er
 func (s *Server) answerDecision(w http.ResponseWriter, r *http.Request, path string, req *snapshot.Request, facts snapshot.Facts) (doc decision.Document, status int, ok bool) {
 	doc, evalCode, ok := s.decide(r, path, req, facts)
 	if !ok {
-		w.Header().Set(headerError, coded.DecisionLogUnavailable)
+		w.Header().Set(headerError, string(coded.DecisionLogUnavailable))
 		writeDecisionError(w, coded.Errorf(coded.DecisionLogUnavailable,
 			"the decision could not be recorded in the decision log, which this service requires; nothing is granted until the log is writable again"))
 		return doc, 0, false
 	}
 	if evalCode != "" {
-		w.Header().Set(headerError, evalCode)
+		w.Header().Set(headerError, string(evalCode))
 		return doc, http.StatusInternalServerError, true
 	}
 	return doc, http.StatusOK, true
@@ -235,13 +235,13 @@ type dataAnswer struct {
 // decide makes and records one decision. evalCode is the failure's code when the decision
 // could not be evaluated (the document is then the fail-closed deny). ok is false when the
 // decision log is required and its line could not be written: the decision must not be used.
-func (s *Server) decide(r *http.Request, path string, req *snapshot.Request, facts snapshot.Facts) (doc decision.Document, evalCode string, ok bool) {
+func (s *Server) decide(r *http.Request, path string, req *snapshot.Request, facts snapshot.Facts) (doc decision.Document, evalCode coded.Code, ok bool) {
 	return s.decideFor(r, path, req, facts, "")
 }
 
 // decideFor is decide for the first decision of a watch (watchID not empty), whose log record
 // names the watch.
-func (s *Server) decideFor(r *http.Request, path string, req *snapshot.Request, facts snapshot.Facts, watchID string) (doc decision.Document, evalCode string, ok bool) {
+func (s *Server) decideFor(r *http.Request, path string, req *snapshot.Request, facts snapshot.Facts, watchID string) (doc decision.Document, evalCode coded.Code, ok bool) {
 	start := time.Now()
 	ctx, span := s.startDecisionSpan(r, path, req) // tracing.go; nil span when tracing is off
 	doc, in, err := s.decider.Decide(ctx, req, facts)
@@ -251,7 +251,7 @@ func (s *Server) decideFor(r *http.Request, path string, req *snapshot.Request, 
 		// "Failures" document: it never grants.
 		doc, evalCode = decision.FailClosed(req.Operation, doc, err)
 		s.log.Warn("decision could not be evaluated; answered with a deny",
-			"decision_id", doc.DecisionID, "operation", req.Operation, "code", evalCode, "error", err)
+			"decision_id", doc.DecisionID, "operation", req.Operation, "code", string(evalCode), "error", err)
 	}
 	if doc.DecisionID == "" {
 		doc.DecisionID = decision.NewDecisionID()
@@ -283,7 +283,7 @@ func (s *Server) decideFor(r *http.Request, path string, req *snapshot.Request, 
 			// Nothing is granted until the log is writable again, watched grants included.
 			s.watches.RevokeAll(decision.ReasonLogUnavailable, coded.DecisionLogUnavailable)
 			// Counted as what the client was answered: a deny, never the decision it replaced.
-			s.metrics.observeDecision(req.Operation, false, coded.DecisionLogUnavailable, evalCode, latency)
+			s.metrics.observeDecision(req.Operation, false, string(coded.DecisionLogUnavailable), evalCode, latency)
 			endDecisionSpan(span, doc, evalCode, false)
 			return doc, evalCode, false
 		}
@@ -301,7 +301,7 @@ func (s *Server) answerOverloaded(w http.ResponseWriter, r *http.Request) {
 	if r.ProtoMajor == 1 {
 		w.Header().Set("Connection", "close")
 	}
-	w.Header().Set(headerError, coded.Overloaded)
+	w.Header().Set(headerError, string(coded.Overloaded))
 	writeDecisionError(w, s.admit.overloaded())
 }
 

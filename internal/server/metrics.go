@@ -8,6 +8,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
+	"github.com/authz-dev/authz/internal/coded"
 	"github.com/authz-dev/authz/internal/decision"
 )
 
@@ -66,11 +67,11 @@ func newMetrics(d Decider, facts FactsSource, origin func() string) *metrics {
 	return m
 }
 
-func (m *metrics) observeDecision(op string, allow bool, code, evalErr string, d time.Duration) {
+func (m *metrics) observeDecision(op string, allow bool, code string, evalErr coded.Code, d time.Duration) {
 	m.decisions.WithLabelValues(op, strconv.FormatBool(allow), code).Inc()
 	m.latency.WithLabelValues(op).Observe(d.Seconds())
 	if evalErr != "" {
-		m.evalFailures.WithLabelValues(op, evalErr).Inc()
+		m.evalFailures.WithLabelValues(op, string(evalErr)).Inc()
 	}
 }
 

@@ -120,7 +120,7 @@ func (s *Server) checkAccess(next routedHandler) routedHandler {
 		if coded.CodeOf(denied) == coded.Unauthorized && s.cfg.Authentication.mode() == AuthToken {
 			w.Header().Set("WWW-Authenticate", `Bearer realm="authz"`)
 		}
-		s.log.Debug("request refused", "path", to.path, "code", coded.CodeOf(denied), "remote", r.RemoteAddr)
+		s.log.Debug("request refused", "path", to.path, "code", string(coded.CodeOf(denied)), "remote", r.RemoteAddr)
 		if to.route.scope == ScopeDecide {
 			writeDecisionError(w, denied)
 		} else {

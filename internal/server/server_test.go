@@ -341,12 +341,12 @@ func TestCapabilities(t *testing.T) {
 	assert.Equal(t, want, caps)
 }
 
-func requireAPIError(t testing.TB, a answer, status int, code string) {
+func requireAPIError(t testing.TB, a answer, status int, code coded.Code) {
 	t.Helper()
 	require.Equal(t, status, a.status, "body %s", a.body)
 	assert.Equal(t, "application/json", a.header.Get("Content-Type"))
 	m := a.json(t)
-	assert.Equal(t, code, m["code"])
+	assert.Equal(t, string(code), m["code"])
 	assert.NotEmpty(t, m["message"])
 	assert.NotEqual(t, true, m["allow"], "an error never grants")
 }
@@ -359,7 +359,7 @@ func TestBadRequests(t *testing.T) {
 		contentType string
 		body        string
 		wantStatus  int
-		wantCode    string
+		wantCode    coded.Code
 		wantInMsg   string
 	}{
 		{name: "not JSON", path: "/v1/authorize", body: `{"operation":`, wantStatus: 400, wantCode: "BAD_REQUEST", wantInMsg: "not valid JSON"},
@@ -435,7 +435,7 @@ func TestMethodNotAllowedAndNotFound(t *testing.T) {
 		method     string
 		path       string
 		wantStatus int
-		wantCode   string
+		wantCode   coded.Code
 		wantAllow  string
 	}{
 		{name: "GET authorize", method: http.MethodGet, path: "/v1/authorize", wantStatus: 405, wantCode: "METHOD_NOT_ALLOWED", wantAllow: "POST"},

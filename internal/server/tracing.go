@@ -6,6 +6,7 @@ import (
 
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/authz-dev/authz/internal/coded"
 	"github.com/authz-dev/authz/internal/decision"
 	"github.com/authz-dev/authz/internal/snapshot"
 	"github.com/authz-dev/authz/internal/tracing"
@@ -21,7 +22,7 @@ func (s *Server) startDecisionSpan(r *http.Request, path string, req *snapshot.R
 // endDecisionSpan records what the caller was answered and ends the span: the decision, or,
 // when the required decision log could not record it (answered is false), the deny that
 // replaced it.
-func endDecisionSpan(span trace.Span, doc decision.Document, evalCode string, answered bool) {
+func endDecisionSpan(span trace.Span, doc decision.Document, evalCode coded.Code, answered bool) {
 	tracing.EndDecision(span, tracing.Outcome{DecisionID: doc.DecisionID, Allow: doc.Allow, Code: doc.Code,
 		Revision: doc.Revision, EvalError: evalCode, LogFailed: !answered})
 }

@@ -64,12 +64,12 @@ func (s *Server) handleWatch(w http.ResponseWriter, r *http.Request) {
 		doc, evalCode, ok := s.decideFor(r, pathWatch, req, facts, watchID)
 		switch {
 		case !ok:
-			w.Header().Set(headerError, coded.DecisionLogUnavailable)
+			w.Header().Set(headerError, string(coded.DecisionLogUnavailable))
 			writeDecisionError(w, coded.Errorf(coded.DecisionLogUnavailable,
 				"the decision could not be recorded in the decision log, which this service requires; nothing is granted until the log is writable again"))
 			return
 		case evalCode != "":
-			w.Header().Set(headerError, evalCode)
+			w.Header().Set(headerError, string(evalCode))
 			writeJSON(w, http.StatusInternalServerError, doc)
 			return
 		}
@@ -223,13 +223,13 @@ func (s *Server) answerNoWatch(w http.ResponseWriter, r *http.Request, err error
 	switch {
 	case errors.Is(err, watch.ErrLimit):
 		w.Header().Set("Retry-After", "1")
-		w.Header().Set(headerError, coded.WatchLimit)
+		w.Header().Set(headerError, string(coded.WatchLimit))
 		writeDecisionError(w, coded.Errorf(coded.WatchLimit,
 			"%d watches are open, the most this service allows (limits.maxWatches, lowered to what ulimit -n leaves beside the connections); close one, retry after the time in Retry-After, or raise the limit",
 			s.watches.MaxWatches()))
 	case errors.Is(err, watch.ErrBytes):
 		w.Header().Set("Retry-After", "1")
-		w.Header().Set(headerError, coded.WatchLimit)
+		w.Header().Set(headerError, string(coded.WatchLimit))
 		writeDecisionError(w, coded.Errorf(coded.WatchLimit,
 			"the open watches hold %d bytes of request bodies, the most limits.maxWatchBytes allows; close a watch, retry after the time in Retry-After, send a smaller request, or raise the limit",
 			s.cfg.Limits.MaxWatchBytes))
@@ -237,7 +237,7 @@ func (s *Server) answerNoWatch(w http.ResponseWriter, r *http.Request, err error
 		if r.ProtoMajor == 1 {
 			w.Header().Set("Connection", "close")
 		}
-		w.Header().Set(headerError, coded.Stopping)
+		w.Header().Set(headerError, string(coded.Stopping))
 		writeDecisionError(w, coded.Errorf(coded.Stopping, "the service is stopping: open the watch again on a running instance"))
 	default:
 		writeDecisionError(w, coded.Errorf(coded.Internal, "the watch could not be opened: %v", err))

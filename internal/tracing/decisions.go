@@ -78,7 +78,7 @@ type Outcome struct {
 	Code       string
 	Revision   string
 	// EvalError is the code of the evaluation's failure, "" when the policy was evaluated.
-	EvalError string
+	EvalError coded.Code
 	// LogFailed: the required decision log could not record the decision, and the caller was
 	// answered a deny with DECISION_LOG_UNAVAILABLE instead of it.
 	LogFailed bool
@@ -92,7 +92,7 @@ func EndDecision(span trace.Span, o Outcome) {
 	}
 	allow, code := o.Allow, o.Code
 	if o.LogFailed {
-		allow, code = false, coded.DecisionLogUnavailable
+		allow, code = false, string(coded.DecisionLogUnavailable)
 	}
 	span.SetAttributes(
 		AttrDecisionID.String(o.DecisionID),
@@ -102,10 +102,10 @@ func EndDecision(span trace.Span, o Outcome) {
 	)
 	switch {
 	case o.EvalError != "":
-		span.SetAttributes(AttrError.String(o.EvalError))
-		span.SetStatus(codes.Error, o.EvalError)
+		span.SetAttributes(AttrError.String(string(o.EvalError)))
+		span.SetStatus(codes.Error, string(o.EvalError))
 	case o.LogFailed:
-		span.SetStatus(codes.Error, coded.DecisionLogUnavailable)
+		span.SetStatus(codes.Error, string(coded.DecisionLogUnavailable))
 	}
 	span.End()
 }

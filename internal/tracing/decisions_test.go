@@ -113,14 +113,14 @@ func TestEndDecisionRecordsFailures(t *testing.T) {
 	t.Run("evaluation failed", func(t *testing.T) {
 		dt, rec := recordedDecisions(t, nil)
 		_, span := dt.StartDecision(decisionRequest("/v1/authorize", ""), "/v1/authorize", "op", "p")
-		tracing.EndDecision(span, tracing.Outcome{DecisionID: "d", Code: coded.EvalTimeout, EvalError: coded.EvalTimeout})
+		tracing.EndDecision(span, tracing.Outcome{DecisionID: "d", Code: string(coded.EvalTimeout), EvalError: coded.EvalTimeout})
 		require.Len(t, rec.Ended(), 1)
 		s := rec.Ended()[0]
 		a := spanAttrs(s)
 		assert.False(t, a[tracing.AttrAllow].AsBool())
-		assert.Equal(t, coded.EvalTimeout, a[tracing.AttrError].AsString())
+		assert.Equal(t, string(coded.EvalTimeout), a[tracing.AttrError].AsString())
 		assert.Equal(t, codes.Error, s.Status().Code)
-		assert.Equal(t, coded.EvalTimeout, s.Status().Description)
+		assert.Equal(t, string(coded.EvalTimeout), s.Status().Description)
 	})
 	t.Run("decision log unavailable", func(t *testing.T) {
 		dt, rec := recordedDecisions(t, nil)
@@ -130,9 +130,9 @@ func TestEndDecisionRecordsFailures(t *testing.T) {
 		s := rec.Ended()[0]
 		a := spanAttrs(s)
 		assert.False(t, a[tracing.AttrAllow].AsBool(), "the span records the deny the caller was answered")
-		assert.Equal(t, coded.DecisionLogUnavailable, a[tracing.AttrCode].AsString())
+		assert.Equal(t, string(coded.DecisionLogUnavailable), a[tracing.AttrCode].AsString())
 		assert.NotContains(t, a, tracing.AttrError, "the policy was evaluated")
 		assert.Equal(t, codes.Error, s.Status().Code)
-		assert.Equal(t, coded.DecisionLogUnavailable, s.Status().Description)
+		assert.Equal(t, string(coded.DecisionLogUnavailable), s.Status().Description)
 	})
 }

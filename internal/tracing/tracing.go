@@ -67,8 +67,8 @@ func End(span trace.Span, err error) {
 		if code == "" {
 			code = coded.EvalError
 		}
-		span.SetAttributes(AttrError.String(code))
-		span.SetStatus(codes.Error, code)
+		span.SetAttributes(AttrError.String(string(code)))
+		span.SetStatus(codes.Error, string(code))
 	}
 	span.End()
 }

@@ -43,6 +43,6 @@ func TestStartOpensAChildOfTheRecordingSpan(t *testing.T) {
 	assert.Equal(t, tracing.SpanEvaluate, spans[0].Name())
 	assert.Equal(t, parent.SpanContext().SpanID(), spans[0].Parent().SpanID())
 	assert.Equal(t, codes.Error, spans[0].Status().Code)
-	assert.Equal(t, coded.EvalUndefined, spans[0].Status().Description)
-	assert.Equal(t, coded.EvalError, spans[1].Status().Description, "an error without a code is an evaluation error")
+	assert.Equal(t, string(coded.EvalUndefined), spans[0].Status().Description)
+	assert.Equal(t, string(coded.EvalError), spans[1].Status().Description, "an error without a code is an evaluation error")
 }

@@ -100,7 +100,7 @@ type Event struct {
 	// the service made itself (stopping).
 	Input snapshot.Input
 	// EvalCode is the failure's code when the decision could not be evaluated.
-	EvalCode string
+	EvalCode coded.Code
 	// Latency is how long the decision took.
 	Latency time.Duration
 }
@@ -292,14 +292,14 @@ func (h *Hub) Add(res *Reservation, req *snapshot.Request, body []byte, first de
 // RevokeAll revokes every open watch with the fail-closed deny of its operation carrying
 // reason (evalCode names the failure in its record): the service can no longer stand behind any
 // grant it watches (a required decision log that fails). New watches may open.
-func (h *Hub) RevokeAll(reason, evalCode string) {
+func (h *Hub) RevokeAll(reason string, evalCode coded.Code) {
 	h.RevokeIf(func(any) bool { return true }, reason, evalCode)
 }
 
 // RevokeIf revokes, as RevokeAll does, the open watches whose tag (SetTag; nil when none)
 // drop reports true for: those the service can no longer stand behind for a reason of their own
 // (the token that opened them was revoked). drop must be quick and must not block.
-func (h *Hub) RevokeIf(drop func(tag any) bool, reason, evalCode string) int {
+func (h *Hub) RevokeIf(drop func(tag any) bool, reason string, evalCode coded.Code) int {
 	h.mu.Lock()
 	n := 0
 	for _, g := range h.groups {
@@ -452,7 +452,7 @@ func (h *Hub) redecide(g *group) {
 		// Whatever the decider returned beside its error, the watch ends on the fail-closed deny.
 		ev.Doc, ev.EvalCode = decision.FailClosed(g.operation, doc, err)
 		h.opts.Logger.Warn("a watched decision could not be evaluated; its watches are revoked",
-			"operation", g.operation, "code", ev.EvalCode, "error", err)
+			"operation", g.operation, "code", string(ev.EvalCode), "error", err)
 	}
 	ev.Doc.DecisionID = ""
 	if ev.Doc.Reasons == nil {

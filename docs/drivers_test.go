@@ -91,7 +91,7 @@ func TestDocumentedOutOfTreeDriver(t *testing.T) {
 	require.NoError(t, os.Mkdir(mod, 0o755))
 	// GOFLAGS=-mod=mod lets the go command complete go.mod from the module cache; GOWORK=off
 	// keeps any workspace of the machine out of it.
-	env := append(os.Environ(), "GOWORK=off", "GOFLAGS=-mod=mod")
+	env := append(testutil.EnvWithoutRace(os.Environ()), "GOWORK=off", "GOFLAGS=-mod=mod")
 
 	sh(t, mod, blocks["setup"], env)
 	require.NoError(t, os.WriteFile(filepath.Join(mod, "main.go"), []byte(blocks["main.go"]), 0o644))

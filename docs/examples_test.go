@@ -133,11 +133,11 @@ func authzBinary(t testing.TB) string {
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 		defer cancel()
-		cmd := exec.CommandContext(ctx, "go", "build", "-o", filepath.Join(binDir, "authz"), "./cmd/authz")
-		cmd.Dir = ".."
-		if out, err := cmd.CombinedOutput(); err != nil {
-			buildErr = fmt.Errorf("go build ./cmd/authz: %w\n%s", err, out)
+		if _, buildErr = testutil.Go(ctx, "..", "build", "-o", filepath.Join(binDir, "authz"), "./cmd/authz"); buildErr != nil {
+			return
 		}
+		// The blocks call `go tool opa`: it is built here, before a block's time runs.
+		_, buildErr = testutil.Go(ctx, "..", "tool", "-n", "opa")
 	})
 	require.NoError(t, buildErr)
 	return filepath.Join(binDir, "authz")
@@ -263,7 +263,7 @@ func TestDocumentedShellBlocks(t *testing.T) {
 	dir := blockWorkDir(t)
 	log := filepath.Join(t.TempDir(), "decisions.log")
 	addr := serveForBlocks(t, authz, dir, log)
-	env := append(os.Environ(), "PATH="+filepath.Dir(authz)+string(os.PathListSeparator)+os.Getenv("PATH"), "GOWORK=off")
+	env := append(testutil.EnvWithoutRace(os.Environ()), "PATH="+filepath.Dir(authz)+string(os.PathListSeparator)+os.Getenv("PATH"), "GOWORK=off")
 
 	var ran, notRun, elsewhere int
 	for _, b := range blocks {

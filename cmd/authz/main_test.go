@@ -1,14 +1,16 @@
 package main
 
 import (
+	"context"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"sync"
 	"testing"
 
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
+
+	"github.com/authz-dev/authz/internal/testutil"
 )
 
 // TestMain fails the package when a test leaves a goroutine behind (a server, a plugin client).
@@ -46,7 +48,7 @@ func authzBinary(t testing.TB) string {
 			return
 		}
 		binPath = filepath.Join(binDir, "authz")
-		out, err := exec.Command("go", "build", "-o", binPath, ".").CombinedOutput()
+		out, err := testutil.Go(context.Background(), "", "build", "-o", binPath, ".")
 		if err != nil {
 			binErr = err
 			binPath = string(out)
@@ -69,7 +71,7 @@ func runBinary(t testing.TB) string {
 	bin := authzBinary(t)
 	opaOnce.Do(func() {
 		var out []byte
-		out, opaErr = exec.Command("go", "build", "-o", filepath.Join(binDir, opaBinary), "../authz-opa").CombinedOutput()
+		out, opaErr = testutil.Go(context.Background(), "", "build", "-o", filepath.Join(binDir, opaBinary), "../authz-opa")
 		opaOut = string(out)
 	})
 	require.NoError(t, opaErr, "go build ../authz-opa: %s", opaOut)

@@ -1,11 +1,10 @@
 package testutil
 
 import (
+	"context"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
-	"strings"
 )
 
 // testDriverPackage is the program of every test-only driver (internal/testdrivers/testdriver).
@@ -22,11 +21,9 @@ func BuildTestDriver(dir string) (string, error) {
 		return "", err
 	}
 	path := filepath.Join(out, "testdriver")
-	// go test puts its own toolchain first on the test's PATH.
-	cmd := exec.Command("go", "build", "-o", path, testDriverPackage)
-	if b, err := cmd.CombinedOutput(); err != nil {
+	if _, err := Go(context.Background(), "", "build", "-o", path, testDriverPackage); err != nil {
 		_ = os.RemoveAll(out)
-		return "", fmt.Errorf("build the test driver (%s): %w: %s", testDriverPackage, err, strings.TrimSpace(string(b)))
+		return "", fmt.Errorf("build the test driver: %w", err)
 	}
 	return path, nil
 }

@@ -55,7 +55,7 @@ type Options struct {
 	OPADecisionLog OPADecisionLogger
 }
 
-// Server answers the HTTP API. Create it with New, serve it with Serve or Run, and Close it
+// Server answers the HTTP API. Create it with New, serve it with Serve, and Close it
 // when it is no longer served.
 type Server struct {
 	cfg     Config

@@ -2,6 +2,7 @@ package configcheck_test
 
 import (
 	"errors"
+	"fmt"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -38,4 +39,76 @@ func TestProblems(t *testing.T) {
 			assert.Equal(t, tt.want, p.Err().Error())
 		})
 	}
+}
+
+// TestUnder: Under names every field of a configuration below the field that holds it, from
+// the errors' structure: through nested joins and the name a *DocumentError tells, whatever
+// the messages hold (a newline included); an error that names no field follows "prefix: "
+// with its message kept whole.
+func TestUnder(t *testing.T) {
+	problems := func(add func(p *configcheck.Problems)) error {
+		var p configcheck.Problems
+		add(&p)
+		return p.Err()
+	}
+	tests := []struct {
+		name string
+		err  error
+		want string
+	}{
+		{name: "a field", err: problems(func(p *configcheck.Problems) { p.Add("addr", "%q: want host:port", "x") }),
+			want: `plugins.authz.addr: "x": want host:port`},
+		{name: "nested joins", err: problems(func(p *configcheck.Problems) {
+			p.Add("evalTimeout", "must be positive")
+			p.Include(problems(func(p *configcheck.Problems) {
+				p.Add("plugins[0].id", "must not be empty")
+				p.Include(problems(func(p *configcheck.Problems) { p.Add("tls.key", "must be set together with tls.cert") }))
+			}))
+			p.Add("log.level", "must be one of trace, debug, info, warn, error, off")
+		}), want: "plugins.authz.evalTimeout: must be positive\nplugins.authz.plugins[0].id: must not be empty\n" +
+			"plugins.authz.tls.key: must be set together with tls.cert\nplugins.authz.log.level: must be one of trace, debug, info, warn, error, off"},
+		{name: "a message holding a newline", err: problems(func(p *configcheck.Problems) {
+			p.Add("opa", "first line\nsecond line")
+			p.Add("addr", "must be set")
+		}), want: "plugins.authz.opa: first line\nsecond line\nplugins.authz.addr: must be set"},
+		{name: "a field told with the configuration's name",
+			err:  &configcheck.DocumentError{Name: "config", Err: &configcheck.FieldError{Field: "evalTimeout", Line: 3, Err: errors.New("cannot unmarshal")}},
+			want: "plugins.authz.evalTimeout (line 3): cannot unmarshal"},
+		{name: "a value at several fields",
+			err:  &configcheck.FieldError{Field: "configCheckTimeout", Or: []string{"evalTimeout"}, Line: 1, Err: errors.New("cannot unmarshal")},
+			want: "plugins.authz.configCheckTimeout or plugins.authz.evalTimeout (line 1): cannot unmarshal"},
+		{name: "a problem of the whole configuration", err: errors.New("line 3: did not find expected key"),
+			want: "plugins.authz: line 3: did not find expected key"},
+		{name: "told with the configuration's name", err: &configcheck.DocumentError{Name: "config", Err: errors.New("line 3: did not find expected key")},
+			want: "plugins.authz: line 3: did not find expected key"},
+		{name: "other errors that wrap several keep their words",
+			err:  fmt.Errorf("%w and %w", &configcheck.FieldError{Field: "a", Err: errors.New("x")}, &configcheck.FieldError{Field: "b", Err: errors.New("y")}),
+			want: "plugins.authz: a: x and b: y"},
+		{name: "another wrapper keeps its words", err: fmt.Errorf("read: %w", &configcheck.FieldError{Field: "addr", Err: errors.New("must be set")}),
+			want: "plugins.authz: read: addr: must be set"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			before := tt.err.Error()
+			got := configcheck.Under("plugins.authz", tt.err)
+			require.Error(t, got)
+			assert.Equal(t, tt.want, got.Error())
+			assert.Equal(t, before, tt.err.Error(), "err is left as it was")
+		})
+	}
+	assert.NoError(t, configcheck.Under("plugins.authz", nil))
+}
+
+// TestUnderKeepsTheCause: the moved problems wrap the original ones, so errors.Is and
+// errors.As find the cause and the field's new name.
+func TestUnderKeepsTheCause(t *testing.T) {
+	cause := errors.New("no such file")
+	var p configcheck.Problems
+	p.Add("addr", "must be set")
+	p.Include(&configcheck.FieldError{Field: "plugins[0].path", Err: cause})
+	err := configcheck.Under("plugins.authz", &configcheck.DocumentError{Name: "config", Err: p.Err()})
+	assert.ErrorIs(t, err, cause)
+	var fe *configcheck.FieldError
+	require.ErrorAs(t, err, &fe)
+	assert.Equal(t, "plugins.authz.addr", fe.Field)
 }

@@ -11,6 +11,7 @@ import (
 
 	"go.yaml.in/yaml/v3"
 
+	"github.com/authz-dev/authz/internal/configcheck"
 	"github.com/authz-dev/authz/internal/policy"
 	"github.com/authz-dev/authz/internal/server"
 	"github.com/authz-dev/authz/internal/service"
@@ -131,25 +132,35 @@ var fieldNames = func() []string {
 }()
 
 // parseConfig reads the plugins.authz section (the JSON OPA hands a plugin, or YAML) over the
-// defaults and checks it. Every error names its field below plugins.authz.
+// defaults and checks it. Every error names its field below plugins.authz (configcheck.Under).
 func parseConfig(raw []byte, plugins bool) (*Config, error) {
+	cfg, err := parseSection(raw, plugins)
+	if err != nil {
+		return nil, configcheck.Under(section, err)
+	}
+	return cfg, nil
+}
+
+// parseSection is parseConfig with the errors naming the fields of the section itself
+// ("addr: ..."), as the authz serve configuration's do.
+func parseSection(raw []byte, plugins bool) (*Config, error) {
 	var present map[string]any
 	if len(bytes.TrimSpace(raw)) > 0 {
 		if err := yaml.Unmarshal(raw, &present); err != nil {
-			return nil, fmt.Errorf("%s: must be an object with the fields %s (%s)", section, strings.Join(fieldNames, ", "),
+			return nil, fmt.Errorf("must be an object with the fields %s (%s)", strings.Join(fieldNames, ", "),
 				strings.Join(strings.Fields(err.Error()), " "))
 		}
 	}
-	var errs []error
+	var p configcheck.Problems
 	for _, k := range slices.Sorted(maps.Keys(present)) {
 		if !slices.Contains(fieldNames, k) {
-			errs = append(errs, fmt.Errorf("%s.%s: unknown field; the fields are %s", section, k, strings.Join(fieldNames, ", ")))
+			p.Add(k, "unknown field; the fields are %s", strings.Join(fieldNames, ", "))
 		}
 	}
 	if _, ok := present["facts"]; ok {
 		for _, other := range []string{"plugins", "builtinProviders"} {
 			if _, both := present[other]; both {
-				errs = append(errs, fmt.Errorf("%s.%s: must not be set together with %s.facts: a facts file replaces the driver plugins and their built-in providers; remove one of the two", section, other, section))
+				p.Add(other, "must not be set together with %s.facts: a facts file replaces the driver plugins and their built-in providers; remove one of the two", section)
 			}
 		}
 	}
@@ -157,32 +168,30 @@ func parseConfig(raw []byte, plugins bool) (*Config, error) {
 	if v, ok := present[writeAPIField]; ok {
 		b, isBool := v.(bool)
 		if !isBool {
-			errs = append(errs, fmt.Errorf("%s.%s: must be true or false; got %v", section, writeAPIField, v))
+			p.Add(writeAPIField, "must be true or false; got %v", v)
 		}
 		writeAPI = b
 		delete(present, writeAPIField)
 		rest, err := yaml.Marshal(present)
-		if err != nil {
-			errs = append(errs, fmt.Errorf("%s: %w", section, err))
-		}
+		p.Include(err)
 		raw = rest
 	}
-	if len(errs) > 0 {
-		return nil, errors.Join(errs...)
+	if err := p.Err(); err != nil {
+		return nil, err
 	}
 
 	sc, err := service.ParseConfig(bytes.NewReader(raw))
 	if err != nil {
-		return nil, renameConfigErr(err)
+		return nil, err
 	}
 	if _, ok := present["addr"]; !ok {
 		sc.Server.Addr = defaultAddr
 	}
 	if sc, err = sc.Resolve(); err != nil {
-		return nil, renameConfigErr(err)
+		return nil, err
 	}
 	if err := sc.Validate(); err != nil {
-		return nil, renameConfigErr(err)
+		return nil, err
 	}
 	cfg := &Config{Config: sc, OPAWriteAPI: writeAPI}
 	if log, ok := present["log"].(map[string]any); ok {
@@ -191,27 +200,12 @@ func parseConfig(raw []byte, plugins bool) (*Config, error) {
 	switch {
 	case sc.Facts != "":
 		if cfg.staticFacts, err = server.LoadStaticFacts(sc.Facts); err != nil {
-			return nil, fmt.Errorf("%s.facts: %s: %w", section, sc.Facts, err)
+			return nil, &configcheck.FieldError{Field: "facts", Err: fmt.Errorf("%s: %w", sc.Facts, err)}
 		}
 	case !plugins:
-		return nil, fmt.Errorf("%s.facts: required: this build runs no driver plugins, so the gate needs a static facts file", section)
+		return nil, &configcheck.FieldError{Field: "facts", Err: errors.New("required: this build runs no driver plugins, so the gate needs a static facts file")}
 	}
 	return cfg, nil
-}
-
-// renameConfigErr names the fields of an `authz serve` configuration error below plugins.authz:
-// "plugins[0].sha256: ..." becomes "plugins.authz.plugins[0].sha256: ...".
-func renameConfigErr(err error) error {
-	var out []string
-	for line := range strings.SplitSeq(err.Error(), "\n") {
-		line = strings.TrimPrefix(line, "config: ")
-		if strings.HasPrefix(line, "line ") {
-			out = append(out, section+": "+line)
-			continue
-		}
-		out = append(out, section+"."+line)
-	}
-	return errors.New(strings.Join(out, "\n"))
 }
 
 // equal reports whether two configurations would run the same gate.

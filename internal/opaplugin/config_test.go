@@ -1,6 +1,9 @@
 package opaplugin
 
 import (
+	"os"
+	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -59,4 +62,41 @@ func TestFollowLogFormat(t *testing.T) {
 			assert.Equal(t, tt.want, cfg.Log.JSON)
 		})
 	}
+}
+
+// TestParseConfigNamesFieldsBelowSection: every problem of the section names its field below
+// plugins.authz, a value refused at several fields names each of them there, and a problem of
+// the section as a whole follows "plugins.authz: ".
+func TestParseConfigNamesFieldsBelowSection(t *testing.T) {
+	facts := specFactsFile(t)
+	for _, tt := range []struct {
+		name string
+		raw  string
+		want string
+	}{
+		{name: "a value refused at two fields of one line", raw: `{"facts": "` + facts + `", "evalTimeout": 5, "configCheckTimeout": 5}`,
+			want: "plugins.authz.evalTimeout or plugins.authz.configCheckTimeout (line 1): cannot unmarshal !!int `5` into time.Duration"},
+		{name: "a second YAML document", raw: "facts: " + facts + "\n---\naddr: 127.0.0.1:0\n",
+			want: "plugins.authz: more than one YAML document: write one mapping"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := parseConfig([]byte(tt.raw), false)
+			require.Error(t, err)
+			for line := range strings.SplitSeq(err.Error(), "\n") {
+				assert.Equal(t, tt.want, line)
+			}
+		})
+	}
+}
+
+// TestParseConfigNamesThePluginPathBelowSection: a plugin path that cannot be made absolute
+// (the working directory is gone) is named below plugins.authz.
+func TestParseConfigNamesThePluginPathBelowSection(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "gone")
+	require.NoError(t, os.Mkdir(dir, 0o700))
+	t.Chdir(dir)
+	require.NoError(t, os.Remove(dir))
+	_, err := parseConfig([]byte(`{"plugins": [{"id": "x", "path": "drivers/x", "sha256": "`+strings.Repeat("0", 64)+`"}]}`), true)
+	require.Error(t, err)
+	assert.Regexp(t, `^plugins\.authz\.plugins\[0\]\.path: \S`, err.Error())
 }

@@ -231,7 +231,7 @@ func (c Config) Resolve() (Config, error) {
 			if self == "" {
 				var err error
 				if self, selfSum, err = selfExecutable(); err != nil {
-					return c, fmt.Errorf("plugins[%d].path: %w", i, err)
+					return c, &configcheck.FieldError{Field: fmt.Sprintf("plugins[%d].path", i), Err: err}
 				}
 			}
 			p.Path = self
@@ -241,7 +241,7 @@ func (c Config) Resolve() (Config, error) {
 		case p.Path != "" && !filepath.IsAbs(p.Path):
 			abs, err := filepath.Abs(p.Path)
 			if err != nil {
-				return c, fmt.Errorf("plugins[%d].path: %w", i, err)
+				return c, &configcheck.FieldError{Field: fmt.Sprintf("plugins[%d].path", i), Err: err}
 			}
 			p.Path = abs
 		}

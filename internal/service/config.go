@@ -125,11 +125,13 @@ func warnReadableFile(log hclog.Logger, path string) {
 // ParseConfig reads a YAML configuration over DefaultConfig. Unknown fields are rejected; an
 // empty document gives the defaults. The result is neither resolved nor validated: Run does
 // both. Errors name the field, e.g.
-// "config: evalTimeout (line 3): cannot unmarshal !!int `5` into time.Duration".
+// "config: evalTimeout (line 3): cannot unmarshal !!int `5` into time.Duration": each is a
+// *configcheck.DocumentError named config, around a *configcheck.FieldError when it names a
+// field (configcheck.Under names them below an enclosing configuration's field).
 func ParseConfig(r io.Reader) (Config, error) {
 	src, err := io.ReadAll(r)
 	if err != nil {
-		return Config{}, fmt.Errorf("config: %w", err)
+		return Config{}, configErr(err)
 	}
 	cfg := DefaultConfig()
 	dec := yaml.NewDecoder(bytes.NewReader(src))
@@ -142,11 +144,11 @@ func ParseConfig(r io.Reader) (Config, error) {
 		if errors.As(err, &te) {
 			return Config{}, namedTypeErrors(src, te)
 		}
-		return Config{}, fmt.Errorf("config: %w", err)
+		return Config{}, configErr(err)
 	}
 	var extra any
 	if err := dec.Decode(&extra); !errors.Is(err, io.EOF) {
-		return Config{}, errors.New("config: more than one YAML document: write one mapping")
+		return Config{}, configErr(errors.New("more than one YAML document: write one mapping"))
 	}
 	if cfg.Host.BuiltinProviders == nil {
 		cfg.Host.BuiltinProviders = map[string]map[string]any{}
@@ -205,6 +207,9 @@ func (c Config) validateTimeouts(v *configcheck.Problems) {
 	}
 }
 
+// configErr tells err with the configuration's name: "config: ...".
+func configErr(err error) error { return &configcheck.DocumentError{Name: "config", Err: err} }
+
 var yamlErrLine = regexp.MustCompile("^line ([0-9]+): (.*)$")
 var yamlErrValue = regexp.MustCompile("`([^`]*)`")
 
@@ -216,7 +221,7 @@ func namedTypeErrors(src []byte, te *yaml.TypeError) error {
 	for _, e := range te.Errors {
 		m := yamlErrLine.FindStringSubmatch(e)
 		if m == nil {
-			errs = append(errs, fmt.Errorf("config: %s", e))
+			errs = append(errs, configErr(errors.New(e)))
 			continue
 		}
 		line, _ := strconv.Atoi(m[1])
@@ -240,15 +245,15 @@ func namedTypeErrors(src []byte, te *yaml.TypeError) error {
 			// A collection was refused: the outermost field on the line holds it.
 			cands = cands[:1]
 		}
-		names := make([]string, len(cands))
-		for i, c := range cands {
-			names[i] = c.path
-		}
-		if len(names) == 0 {
-			errs = append(errs, fmt.Errorf("config: line %d: %s", line, msg))
+		if len(cands) == 0 {
+			errs = append(errs, configErr(fmt.Errorf("line %d: %s", line, msg)))
 			continue
 		}
-		errs = append(errs, fmt.Errorf("config: %s (line %d): %s", strings.Join(names, " or "), line, msg))
+		fe := &configcheck.FieldError{Field: cands[0].path, Line: line, Err: errors.New(msg)}
+		for _, c := range cands[1:] {
+			fe.Or = append(fe.Or, c.path)
+		}
+		errs = append(errs, configErr(fe))
 	}
 	return errors.Join(errs...)
 }

@@ -1,9 +1,12 @@
 package service_test
 
 import (
+	"errors"
+	"io"
 	"path/filepath"
 	"strings"
 	"testing"
+	"testing/iotest"
 	"time"
 
 	"github.com/stretchr/testify/assert"
@@ -154,6 +157,32 @@ plugins:
 			}
 			require.NoError(t, err)
 			tt.check(t, c)
+		})
+	}
+}
+
+// TestParseConfigErrorsWhole: each error of ParseConfig, whole: told with the name config,
+// naming the field and line when the file tells them, one per line.
+func TestParseConfigErrorsWhole(t *testing.T) {
+	tests := []struct {
+		name string
+		r    io.Reader
+		want string
+	}{
+		{name: "unreadable", r: iotest.ErrReader(errors.New("disk on fire")), want: "config: disk on fire"},
+		{name: "not YAML", r: strings.NewReader("addr: [\n"), want: "config: yaml: line 1: did not find expected node content"},
+		{name: "two documents", r: strings.NewReader("addr: a:1\n---\naddr: b:2\n"), want: "config: more than one YAML document: write one mapping"},
+		{name: "a field", r: strings.NewReader("addr: a:1\nevalTimeout: 5\n"), want: "config: evalTimeout (line 2): cannot unmarshal !!int `5` into time.Duration"},
+		{name: "a value at two fields of one line", r: strings.NewReader("{evalTimeout: 5, configCheckTimeout: 5}\n"),
+			want: "config: evalTimeout or configCheckTimeout (line 1): cannot unmarshal !!int `5` into time.Duration\n" +
+				"config: evalTimeout or configCheckTimeout (line 1): cannot unmarshal !!int `5` into time.Duration"},
+		{name: "a line that names no field", r: strings.NewReader("5\n"), want: "config: line 1: cannot unmarshal !!int `5` into service.Config"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := service.ParseConfig(tt.r)
+			require.Error(t, err)
+			assert.Equal(t, tt.want, err.Error())
 		})
 	}
 }

@@ -231,6 +231,7 @@ func dataQuery(r *http.Request) (pretty bool, err error) {
 func (s *Server) readDataBody(w http.ResponseWriter, r *http.Request) ([]byte, error) {
 	r2 := r.Clone(r.Context())
 	r2.Header.Del("Content-Type")
+	r2.Header.Del("Content-Encoding") // decoded below
 	body, err := s.readBody(w, r2)
 	if err != nil {
 		return nil, err

@@ -134,6 +134,12 @@ func (s *Server) decisionHandler(path string) http.HandlerFunc {
 func (s *Server) admitted(w http.ResponseWriter, r *http.Request, read func(http.ResponseWriter, *http.Request) ([]byte, error),
 	parse func(body []byte) (*snapshot.Request, error), serve func(req *snapshot.Request, facts snapshot.Facts)) {
 	s.withBody(w, r, read, func(body []byte) {
+		// Access is checked again once the body is in: a token revoked (Reload) while the
+		// body was being sent decides nothing.
+		if denied := s.access.check(r, ScopeDecide); denied != nil {
+			s.refuse(w, r, r.URL.EscapedPath(), ScopeDecide, denied)
+			return
+		}
 		s.answerNotDecided(w, r, s.deciding(r, func() (*snapshot.Request, error) { return parse(body) }, serve))
 	})
 }
@@ -314,6 +320,11 @@ func (s *Server) readBody(w http.ResponseWriter, r *http.Request) ([]byte, error
 		if err != nil || !isJSONMediaType(mt) {
 			return nil, coded.Errorf(coded.UnsupportedMediaType, "Content-Type %q is not JSON: send application/json", ct)
 		}
+	}
+	// The body is decided as sent: one that says it is encoded is refused, never read as if
+	// it were not (an intermediary that decodes it would see another request).
+	if enc := strings.ToLower(strings.TrimSpace(r.Header.Get("Content-Encoding"))); enc != "" && enc != "identity" {
+		return nil, coded.Errorf(coded.UnsupportedMediaType, "Content-Encoding %q is not supported on this endpoint: send the body as is", r.Header.Get("Content-Encoding"))
 	}
 	limit := s.cfg.MaxBodyBytes
 	tooLarge := coded.Errorf(coded.RequestTooLarge, "request body is larger than the limit of %d bytes", limit)

@@ -117,15 +117,20 @@ func (s *Server) checkAccess(next routedHandler) routedHandler {
 			next(w, r, to)
 			return
 		}
-		if coded.CodeOf(denied) == coded.Unauthorized && s.cfg.Authentication.mode() == AuthToken {
-			w.Header().Set("WWW-Authenticate", `Bearer realm="authz"`)
-		}
-		s.log.Debug("request refused", "path", to.path, "code", string(coded.CodeOf(denied)), "remote", r.RemoteAddr)
-		if to.route.scope == ScopeDecide {
-			writeDecisionError(w, denied)
-		} else {
-			writeError(w, denied)
-		}
+		s.refuse(w, r, to.path, to.route.scope, denied)
+	}
+}
+
+// refuse answers a request the access control refused (denied, from access.check).
+func (s *Server) refuse(w http.ResponseWriter, r *http.Request, path, scope string, denied error) {
+	if coded.CodeOf(denied) == coded.Unauthorized && s.cfg.Authentication.mode() == AuthToken {
+		w.Header().Set("WWW-Authenticate", `Bearer realm="authz"`)
+	}
+	s.log.Debug("request refused", "path", path, "code", string(coded.CodeOf(denied)), "remote", r.RemoteAddr)
+	if scope == ScopeDecide {
+		writeDecisionError(w, denied)
+	} else {
+		writeError(w, denied)
 	}
 }
 

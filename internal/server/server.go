@@ -226,8 +226,10 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 		WriteTimeout:      s.cfg.HTTP.WriteTimeout,
 		IdleTimeout:       s.cfg.HTTP.IdleTimeout,
 		MaxHeaderBytes:    s.cfg.HTTP.MaxHeaderBytes,
-		TLSConfig:         s.tls,
-		ErrorLog:          s.log.StandardLogger(&hclog.StandardLoggerOptions{InferLevels: true}),
+		// "OPTIONS *" goes to the route table too (404), not to net/http's own answer.
+		DisableGeneralOptionsHandler: true,
+		TLSConfig:                    s.tls,
+		ErrorLog:                     s.log.StandardLogger(&hclog.StandardLoggerOptions{InferLevels: true}),
 	}
 	scheme := "http"
 	if s.tls != nil {

@@ -79,10 +79,17 @@ func (s *Server) handleWatch(w http.ResponseWriter, r *http.Request) {
 				s.answerNoWatch(w, r, err)
 				return
 			}
-			// Access is checked for as long as the watch is open: Reload revokes the watches
-			// whose token it no longer accepts.
+			// Access is checked for as long as the watch is open: Reload re-reads the tokens,
+			// then revokes the watches whose token it no longer accepts. Access is checked
+			// again once the watch is among them, so a Reload that ran before is seen too.
 			tok, _ := bearerToken(r)
 			ww.SetTag(watchCredential{token: tok})
+			if denied := s.access.check(r, ScopeDecide); denied != nil {
+				ww.Close()
+				ww = nil
+				s.refuse(w, r, pathWatch, ScopeDecide, denied)
+				return
+			}
 		}
 		decided, first = true, doc
 	})

@@ -134,18 +134,14 @@ func (s *Server) decisionHandler(path string) http.HandlerFunc {
 func (s *Server) admitted(w http.ResponseWriter, r *http.Request, read func(http.ResponseWriter, *http.Request) ([]byte, error),
 	parse func(body []byte) (*snapshot.Request, error), serve func(req *snapshot.Request, facts snapshot.Facts)) {
 	s.withBody(w, r, read, func(body []byte) {
-		// Access is checked again once the body is in: a token revoked (Reload) while the
-		// body was being sent decides nothing.
-		if denied := s.access.check(r, ScopeDecide); denied != nil {
-			s.refuse(w, r, r.URL.EscapedPath(), ScopeDecide, denied)
-			return
-		}
 		s.answerNotDecided(w, r, s.deciding(r, func() (*snapshot.Request, error) { return parse(body) }, serve))
 	})
 }
 
 // withBody reads the body of a decision request with read and hands it to serve, holding a
-// reading slot from before the first byte is read until serve returns.
+// reading slot from before the first byte is read until serve returns. Access is checked
+// again once the body is in: a token revoked (Reload) while the body was being sent decides
+// nothing.
 func (s *Server) withBody(w http.ResponseWriter, r *http.Request, read func(http.ResponseWriter, *http.Request) ([]byte, error), serve func(body []byte)) {
 	release := s.admit.acquire(r.Context(), s.admit.reading)
 	if release == nil {
@@ -156,6 +152,10 @@ func (s *Server) withBody(w http.ResponseWriter, r *http.Request, read func(http
 	body, err := read(w, r)
 	if err != nil {
 		writeError(w, err)
+		return
+	}
+	if denied := s.access.check(r, ScopeDecide); denied != nil {
+		s.refuse(w, r, r.URL.EscapedPath(), ScopeDecide, denied)
 		return
 	}
 	serve(body)

@@ -23,7 +23,7 @@ import (
 // and again once the body is in, so a token that a Reload revoked while the body was being sent
 // is refused: no decision, and no watch that would keep a grant open past the revocation.
 func TestTokenRevokedWhileTheBodyIsSentDecidesNothing(t *testing.T) {
-	for _, path := range []string{"/v1/authorize", "/v1/authorize/watch", "/v1/capabilities", "/access/v1/evaluation"} {
+	for _, path := range []string{"/v1/authorize", "/v1/authorize/watch", "/v1/capabilities", "/access/v1/evaluation", "/access/v1/evaluations", "/v1/data/authz/decision", "/"} {
 		t.Run(path, func(t *testing.T) {
 			tokens := writeTokens(t, decideToken+" decide\n"+bothToken+" decide,inspect\n")
 			s := newServer(t, withFacts(newChangingFacts(t)), withConfig(func(c *server.Config) {
@@ -34,8 +34,11 @@ func TestTokenRevokedWhileTheBodyIsSentDecidesNothing(t *testing.T) {
 			u, err := url.Parse(base)
 			require.NoError(t, err)
 			body := fixture(t, nil)
-			if strings.HasPrefix(path, "/access/") {
+			switch {
+			case strings.HasPrefix(path, "/access/"):
 				body = mustJSON(t, toAuthZEN(t, []byte(body)))
+			case strings.HasPrefix(path, "/v1/data/"):
+				body = `{"input": ` + body + `}`
 			}
 
 			conn, err := net.DialTimeout("tcp", u.Host, 5*time.Second)

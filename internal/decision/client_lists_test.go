@@ -18,7 +18,7 @@ import (
 var updateClients = flag.Bool("update-clients", false, "rewrite the TypeScript client's CAPABILITY_KEYS from decision.CapabilityKeys")
 
 // typeScriptClient is the TypeScript client's source, which holds its list of capabilities.
-const typeScriptClient = "../../clients/typescript/src/index.ts"
+const typeScriptClient = "../../clients/typescript/src/contract.ts"
 
 // typeScriptCapabilityList matches the TypeScript client's CAPABILITY_KEYS declaration.
 var typeScriptCapabilityList = regexp.MustCompile(`(?s)export const CAPABILITY_KEYS = \[\n.*?\] as const;`)

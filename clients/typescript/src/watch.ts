@@ -10,7 +10,7 @@
  */
 import type * as http from "node:http";
 
-import type { AuthzClientOptions, AuthzGateError, Decision, GateRequest, NoDecisionCode } from "./index.js";
+import type { AuthzClientOptions, AuthzGateError, Decision, GateRequest, NoDecisionCode } from "./contract.js";
 
 /** What a watch is told of its grant. */
 export interface WatchHandlers {

@@ -9,6 +9,7 @@ import (
 	"maps"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 
 	"github.com/google/uuid"
@@ -27,6 +28,7 @@ import (
 	"github.com/authz-dev/authz/internal/coded"
 	"github.com/authz-dev/authz/internal/decision"
 	"github.com/authz-dev/authz/internal/logtext"
+	"github.com/authz-dev/authz/internal/snapshot"
 )
 
 // remote runs OPA's plugin manager over the opa section: the bundle plugin downloads (ETag
@@ -52,6 +54,8 @@ type remote struct {
 	persistDir string          // OPA's persistence directory, when signed bundles exist
 	tmpDir     string          // a private persistence directory to remove at stop, or ""
 	pending    *pendingPolicy  // compiled and checked, waiting for its order check; s.mu
+	rule       BundleRule      // which bundles may activate, and the gate's (gatebundle.go)
+	store      storage.Store   // the manager's store, whose activations rule governs
 }
 
 // remoteProvider is the bundles of the opa section, downloaded and activated by OPA's plugin
@@ -76,6 +80,11 @@ func (p remoteProvider) reload(ctx context.Context) error {
 // serves: OPA's active revision is the one in its store, where a bundle that failed authz's
 // check is too.
 func (p remoteProvider) status(st *Status) {
+	for n := range p.s.checks {
+		if st.Bundles[n] == nil { // refused at start, before OPA reported on it
+			st.Bundles[n] = &bundleplugin.Status{Name: n}
+		}
+	}
 	for n, b := range st.Bundles {
 		if c := p.s.checks[n]; c.code != "" {
 			b.Code, b.Message, b.Errors = c.code, c.msg, nil
@@ -159,28 +168,39 @@ func startRemote(ctx context.Context, s *Source, bundles bool) (*remote, error) 
 	}
 	lg := &opaLogger{l: s.log.Named("opa")}
 	store := inmem.New()
+	if bundles {
+		if r.rule, err = s.cfg.bundleRule(); err != nil {
+			r.removeTmp()
+			return nil, err
+		}
+		// Every activation into the store passes the rule first, a persisted bundle loaded
+		// inside Start included: a refused bundle is never activated, nor persisted.
+		ensureAdmitting()
+		r.store = store
+		SetStoreRule(store, r.rule, r.onAdmit)
+	}
 	mgr, err := plugins.New(raw, id, store, append(managerTracing(s.opts.TracerProvider, bundleBoundOption{lim}), // tracing.go, remotebound.go
 		plugins.Logger(lg), plugins.ConsoleLogger(lg), plugins.WithEnableVersionCheck(false))...)
 	if err != nil {
-		r.removeTmp()
+		r.abandon()
 		return nil, fmt.Errorf("opa: %w", err)
 	}
 	if err := mgr.Init(ctx); err != nil {
-		r.removeTmp()
+		r.abandon()
 		return nil, fmt.Errorf("opa: %w", err)
 	}
 	// Discovery without a discovery block is how `opa run` creates the bundle, decision-log
 	// and status plugins of the configuration.
 	disco, err := discovery.New(mgr)
 	if err != nil {
-		r.removeTmp()
+		r.abandon()
 		return nil, fmt.Errorf("opa: %w", err)
 	}
 	mgr.Register(discovery.Name, disco)
 	r.mgr, r.logs = mgr, logs.Lookup(mgr)
 	if bundles {
 		if r.bp = bundleplugin.Lookup(mgr); r.bp == nil {
-			r.removeTmp()
+			r.abandon()
 			return nil, errors.New("opa: no bundles configured")
 		}
 		// Both are registered before Start: a persisted bundle is activated inside Start.
@@ -231,6 +251,15 @@ func (r *remote) onActivate(ctx context.Context, txn storage.Transaction) {
 	store := r.mgr.Store
 	c := r.mgr.GetCompiler()
 	names, err := bundle.ReadBundleNamesFromStore(ctx, store, txn)
+	var mods map[string]*ast.Module // with other bundles: the gate's bundle's modules only
+	if r.rule.Multi {
+		// The gate decides on its bundle only: the other bundles' modules and data are OPA's
+		// (its decision-log rules aside, which only the gate's bundle may provide).
+		if !slices.Contains(names, r.rule.Gate) {
+			return // not activated yet: nothing of the gate's has changed
+		}
+		names = []string{r.rule.Gate}
+	}
 	revs, manifestRevs := map[string]string{}, map[string]string{}
 	for _, n := range names {
 		rev, rerr := bundle.ReadBundleRevisionFromStore(ctx, store, txn, n)
@@ -240,7 +269,10 @@ func (r *remote) onActivate(ctx context.Context, txn storage.Transaction) {
 		revs[n], manifestRevs[n] = logtext.Clean(rev), rev
 	}
 	var data map[string]any
-	if err == nil {
+	switch {
+	case err == nil && r.rule.Multi:
+		mods, data, err = gateContent(ctx, store, txn, c, r.rule.Gate)
+	case err == nil:
 		var v any
 		if v, err = store.Read(ctx, txn, storage.RootPath); err == nil {
 			var ok bool
@@ -254,22 +286,30 @@ func (r *remote) onActivate(ctx context.Context, txn storage.Transaction) {
 	// A policy still pending is settled before this newer one takes its place: it may be a
 	// bundle loaded from the persistence directory, whose persisted copy is still in place.
 	r.settleLocked(false)
+	sources := moduleSources(c)
+	if mods != nil {
+		sources = moduleSourcesOf(mods)
+	}
 	for _, n := range names {
 		if revs[n] == "" {
-			revs[n] = decision.ContentRevision(moduleSources(c), nil)
+			revs[n] = decision.ContentRevision(sources, nil)
 		}
 	}
 	origin, rev := OriginRemote+":"+strings.Join(sortedNames(revs), ","), decision.JoinRevisions(revs)
 	var digest string
 	if err == nil {
-		digest = contentDigest(origin, rev, moduleSources(c), withoutBundleState(data))
+		digest = contentDigest(origin, rev, sources, withoutBundleState(data))
 	}
 	// The same content again (a server without ETag, a new ETag for the same bundle) is not
 	// compiled nor activated again: the active policy and its decision cache stay. Its
 	// signature is still ordered: it is what OPA persisted.
 	var p *decision.Policy
 	if err == nil && !s.unchangedLocked(digest) {
-		p, err = decision.CompiledPolicy(c, data, rev)
+		if mods != nil {
+			p, err = decision.CompileModules(mods, data, rev)
+		} else {
+			p, err = decision.CompiledPolicy(c, data, rev)
+		}
 	}
 	if err != nil {
 		r.pending = nil
@@ -435,6 +475,81 @@ func withoutBundleState(data map[string]any) map[string]any {
 	return out
 }
 
+// gateContent is the content of the gate's bundle in the store: the compiled modules whose
+// package lies within its roots, and the data at its roots (the roots of the bundles in the
+// store are disjoint, and a bundle's modules lie within its roots).
+func gateContent(ctx context.Context, store storage.Store, txn storage.Transaction, c *ast.Compiler, gate string) (map[string]*ast.Module, map[string]any, error) {
+	roots, err := bundle.ReadBundleRootsFromStore(ctx, store, txn, gate)
+	if err != nil {
+		return nil, nil, fmt.Errorf("bundle %s: read its roots: %w", gate, err)
+	}
+	mods := map[string]*ast.Module{}
+	if c != nil {
+		for id, m := range c.Modules {
+			if bundle.RootPathsContain(roots, packagePath(m)) {
+				mods[id] = m.Copy()
+			}
+		}
+	}
+	data := map[string]any{}
+	for _, root := range roots {
+		segs := strings.Split(strings.Trim(root, "/"), "/")
+		v, err := store.Read(ctx, txn, storage.Path(segs))
+		switch {
+		case storage.IsNotFound(err):
+			continue
+		case err != nil:
+			return nil, nil, fmt.Errorf("bundle %s: read its data at %s: %w", gate, root, err)
+		}
+		if err := setAt(data, segs, snapshot.CopyDocument(v)); err != nil {
+			return nil, nil, fmt.Errorf("bundle %s: data at %s: %w", gate, root, err)
+		}
+	}
+	return mods, data, nil
+}
+
+// packagePath is the package of m as a root path (authz/decision for package authz.decision).
+func packagePath(m *ast.Module) string {
+	if m.Package == nil {
+		return ""
+	}
+	var segs []string
+	for _, t := range m.Package.Path[1:] { // after data
+		s, ok := t.Value.(ast.String)
+		if !ok {
+			return ""
+		}
+		segs = append(segs, string(s))
+	}
+	return strings.Join(segs, "/")
+}
+
+// setAt sets doc at segs to v, making the objects on the way.
+func setAt(doc map[string]any, segs []string, v any) error {
+	for _, k := range segs[:len(segs)-1] {
+		next, ok := doc[k].(map[string]any)
+		if !ok {
+			if _, set := doc[k]; set {
+				return fmt.Errorf("%s is not an object", k)
+			}
+			next = map[string]any{}
+			doc[k] = next
+		}
+		doc = next
+	}
+	doc[segs[len(segs)-1]] = v
+	return nil
+}
+
+// moduleSourcesOf are the sources of mods (for a content revision).
+func moduleSourcesOf(mods map[string]*ast.Module) map[string]string {
+	out := make(map[string]string, len(mods))
+	for id, m := range mods {
+		out[id] = m.String()
+	}
+	return out
+}
+
 // moduleSources are the sources of the compiled modules (for a content revision).
 func moduleSources(c *ast.Compiler) map[string]string {
 	out := map[string]string{}
@@ -490,7 +605,35 @@ func (r *remote) stop(ctx context.Context) {
 	if r.mgr != nil {
 		r.mgr.Stop(ctx)
 	}
+	if r.store != nil {
+		ClearStoreRule(r.store)
+	}
 	r.removeTmp()
+}
+
+// abandon undoes what a start that failed before the manager started set up.
+func (r *remote) abandon() {
+	if r.store != nil {
+		ClearStoreRule(r.store)
+	}
+	r.removeTmp()
+}
+
+// onAdmit hears the rule's verdict on a bundle about to be activated: a refusal is recorded
+// as the bundle's code (POLICY_BUNDLE_ROOTS) in the status, an admission clears one.
+func (r *remote) onAdmit(name string, err error) {
+	s := r.s
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err == nil {
+		if s.checks[name].code == string(coded.PolicyBundleRoots) {
+			delete(s.checks, name)
+		}
+		return
+	}
+	msg := logtext.Clean(err.Error())
+	s.checks[name] = refusal{code: string(coded.PolicyBundleRoots), msg: msg}
+	s.status.LastError = string(coded.PolicyBundleRoots) + ": " + msg
 }
 
 // removeTmp removes the private persistence directory, if one was made.

@@ -1,12 +1,16 @@
 package policy
 
 import (
+	"io"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
+	dto "github.com/prometheus/client_model/go"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -99,7 +103,6 @@ func TestSecondBundleCannotBecomeTheGatesPolicy(t *testing.T) {
 	assert.False(t, src.Ready())
 	st := src.Status()
 	assert.Contains(t, st.Bundles["data"].Message, "give bundle data a .manifest whose roots leave them out")
-	assert.Contains(t, st.LastError, coded.PolicyBundleRoots)
 
 	dataSrv.Publish(policytest.MakeBundle(t, policytest.BundleSpec{Revision: "no-manifest", Modules: grantAll(), Sign: dataSigned(t)}))
 	policytest.WaitFor(t, "the second bundle without roots to be refused", 20*time.Second, refused(`the root "" is all of data`))
@@ -177,4 +180,69 @@ func TestBundleRuleAdmit(t *testing.T) {
 			assert.Equal(t, coded.PolicyBundleRoots, coded.CodeOf(err), c.name)
 		}
 	}
+}
+
+// trickleServer answers every bundle request with its headers, then body one byte every
+// 50 ms: a download of a valid bundle that takes minutes.
+func trickleServer(tb testing.TB, body []byte) *httptest.Server {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/gzip")
+		w.WriteHeader(http.StatusOK)
+		for _, c := range body {
+			if _, err := w.Write([]byte{c}); err != nil {
+				return
+			}
+			w.(http.Flusher).Flush()
+			select {
+			case <-r.Context().Done():
+				return
+			case <-time.After(50 * time.Millisecond):
+			}
+		}
+	}))
+	tb.Cleanup(srv.Close)
+	return srv
+}
+
+// TestTricklingDownloadIsCut: a bundle server that sends its headers, then one byte every
+// 50 ms, is cut once the download averages under the minimum rate after the grace, and
+// retried; /v1/status shows the stall and authz_bundle_operations_total counts it.
+func TestTricklingDownloadIsCut(t *testing.T) {
+	t.Parallel()
+	srv := trickleServer(t, policytest.MakeBundle(t, policytest.BundleSpec{Revision: "slow", Roots: []string{"authz"}}))
+	cfg := Config{OPA: map[string]any{
+		"services": map[string]any{"bundles": map[string]any{"url": srv.URL}},
+		"bundles": map[string]any{"authz": map[string]any{"service": "bundles", "resource": "/bundles/authz.tar.gz",
+			"polling": map[string]any{"min_delay_seconds": 1, "max_delay_seconds": 1}}},
+	}}
+	eng := decision.New(decision.Options{})
+	src, err := New(cfg, eng, Options{downloadTimes: downloadTimes{stall: 5 * time.Second, grace: 300 * time.Millisecond, minRate: 1024}})
+	require.NoError(t, err)
+	require.NoError(t, src.Start(t.Context()))
+	t.Cleanup(func() { src.Close(t.Context()) })
+
+	failed := func() float64 {
+		var m dto.Metric
+		require.NoError(t, src.ops.WithLabelValues("authz", opDownload, outcomeFailed, "stalled").Write(&m))
+		return m.GetCounter().GetValue()
+	}
+	policytest.WaitFor(t, "the trickling download to be cut twice", 20*time.Second, func() bool { return failed() >= 2 })
+	st := src.Status().Bundles["authz"]
+	require.NotNil(t, st)
+	assert.Contains(t, st.Message, "under the minimum of 1024 bytes a second")
+	assert.Contains(t, st.Message, "bundle download too slow, cut")
+	assert.Empty(t, eng.Revision())
+}
+
+// TestStalledBodyIsCut: a body that sends nothing after its headers is cut after the stall
+// bound, even inside the grace; a Read blocked in it returns.
+func TestStalledBodyIsCut(t *testing.T) {
+	t.Parallel()
+	pr, pw := io.Pipe()
+	t.Cleanup(func() { pw.Close() })
+	b := newTimedBody(pr, downloadTimes{stall: 100 * time.Millisecond, grace: time.Hour, minRate: 1})
+	defer b.Close()
+	_, err := b.Read(make([]byte, 10))
+	require.ErrorIs(t, err, errDownloadStalled)
+	assert.Contains(t, err.Error(), "no byte for 100ms (0 bytes in")
 }

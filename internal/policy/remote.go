@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/google/uuid"
 	"github.com/hashicorp/go-hclog"
@@ -50,12 +51,15 @@ type remote struct {
 	logs *logs.Plugin         // nil without decision_logs
 	ctx  context.Context      // of activations
 
-	signed     map[string]bool // bundles with a signing block: ordered
-	persistDir string          // OPA's persistence directory, when signed bundles exist
-	tmpDir     string          // a private persistence directory to remove at stop, or ""
-	pending    *pendingPolicy  // compiled and checked, waiting for its order check; s.mu
-	rule       BundleRule      // which bundles may activate, and the gate's (gatebundle.go)
-	store      storage.Store   // the manager's store, whose activations rule governs
+	signed     map[string]bool      // bundles with a signing block: ordered
+	persistDir string               // OPA's persistence directory, when signed bundles exist
+	tmpDir     string               // a private persistence directory to remove at stop, or ""
+	pending    *pendingPolicy       // compiled and checked, waiting for its order check; s.mu
+	rule       BundleRule           // which bundles may activate, and the gate's (gatebundle.go)
+	store      storage.Store        // the manager's store, whose activations rule governs
+	quiet      *opaQuiet            // what the log keeps quiet (remotelog.go)
+	lastRev    map[string]string    // per bundle: its manifest revision at its last activation; s.mu
+	changedAt  map[string]time.Time // per bundle: when an activation last brought something new; s.mu
 }
 
 // remoteProvider is the bundles of the opa section, downloaded and activated by OPA's plugin
@@ -91,6 +95,13 @@ func (p remoteProvider) status(st *Status) {
 		}
 		if rev, ok := p.s.served[n]; ok {
 			b.ActiveRevision = rev
+		}
+		// OPA's time is that of its last activation in its store, the same bundle again at
+		// every download from a server without ETag: shown is when something new was.
+		if r := p.s.remote; r != nil {
+			if at, ok := r.changedAt[n]; ok {
+				b.LastSuccessfulActivation = at
+			}
 		}
 	}
 }
@@ -159,14 +170,15 @@ func startRemote(ctx context.Context, s *Source, bundles bool) (*remote, error) 
 	if id == "" {
 		id = uuid.NewString()
 	}
-	r := &remote{s: s, ctx: context.WithoutCancel(ctx), signed: map[string]bool{}}
+	r := &remote{s: s, ctx: context.WithoutCancel(ctx), signed: map[string]bool{}, quiet: newOPAQuiet(),
+		lastRev: map[string]string{}, changedAt: map[string]time.Time{}}
 	if bundles {
 		if raw, err = r.orderedDocument(raw); err != nil {
 			r.removeTmp()
 			return nil, err
 		}
 	}
-	lg := &opaLogger{l: s.log.Named("opa")}
+	lg := &opaLogger{l: s.log.Named("opa"), quiet: r.quiet}
 	store := inmem.New()
 	if bundles {
 		if r.rule, err = s.cfg.bundleRule(); err != nil {
@@ -179,7 +191,7 @@ func startRemote(ctx context.Context, s *Source, bundles bool) (*remote, error) 
 		r.store = store
 		SetStoreRule(store, r.rule, r.onAdmit)
 	}
-	mgr, err := plugins.New(raw, id, store, append(managerTracing(s.opts.TracerProvider, bundleBoundOption{lim}), // tracing.go, remotebound.go
+	mgr, err := plugins.New(raw, id, store, append(managerTracing(s.opts.TracerProvider, bundleBoundOption{lim: lim, times: s.opts.downloadTimes}), // tracing.go, remotebound.go
 		plugins.Logger(lg), plugins.ConsoleLogger(lg), plugins.WithEnableVersionCheck(false))...)
 	if err != nil {
 		r.abandon()
@@ -253,6 +265,20 @@ func (r *remote) onActivate(ctx context.Context, txn storage.Transaction) {
 	names, err := bundle.ReadBundleNamesFromStore(ctx, store, txn)
 	var mods map[string]*ast.Module // with other bundles: the gate's bundle's modules only
 	if r.rule.Multi {
+		// The other bundles are OPA's: one is new when its manifest revision changed.
+		for _, n := range names {
+			if n == r.rule.Gate {
+				continue
+			}
+			rev, _ := bundle.ReadBundleRevisionFromStore(ctx, store, txn, n)
+			s.mu.Lock()
+			fresh := rev == "" || rev != r.lastRev[n]
+			if fresh {
+				r.lastRev[n], r.changedAt[n] = rev, time.Now().UTC()
+			}
+			s.mu.Unlock()
+			r.quiet.setFresh(n, fresh)
+		}
 		// The gate decides on its bundle only: the other bundles' modules and data are OPA's
 		// (its decision-log rules aside, which only the gate's bundle may provide).
 		if !slices.Contains(names, r.rule.Gate) {
@@ -315,6 +341,9 @@ func (r *remote) onActivate(ctx context.Context, txn storage.Transaction) {
 		r.pending = nil
 		r.refuseLocked(names, coded.PolicyBundleCheck, err)
 		return
+	}
+	for _, n := range names {
+		r.quiet.setFresh(n, p != nil) // nil: the same content again
 	}
 	r.pending = &pendingPolicy{p: p, origin: origin, digest: digest, names: names, revs: revs, manifestRevs: manifestRevs}
 	if len(r.signed) == 0 {
@@ -379,6 +408,9 @@ func (r *remote) settleLocked(final bool) {
 		if err := s.activateLocked(r.ctx, pend.p, pend.origin, pend.digest); err != nil {
 			r.refuseLocked(pend.names, coded.PolicyBundleCheck, err)
 			return
+		}
+		for _, n := range pend.names {
+			r.changedAt[n] = s.status.ActivatedAt
 		}
 	}
 	r.servedLocked(pend.names, pend.revs)
@@ -568,17 +600,53 @@ func (r *remote) onStatus(st map[string]*bundleplugin.Status) {
 	s := r.s
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	seen := map[string]time.Time{}
 	for n, b := range st {
 		cp := cleanStatus(b)
 		prev := s.status.Bundles[n]
-		if cp.Code != "" && (prev == nil || prev.Message != cp.Message) {
-			s.status.LastError = cp.Code + ": " + cp.Message
-			s.log.Error("bundle refused; the active policy stays", "bundle", n, "active_revision", s.eng.Revision(), "code", cp.Code, "error", cp.Message)
+		if prev != nil {
+			seen[n] = prev.LastRequest
+		}
+		if cp.Code == "" {
+			r.quiet.recovered(n)
+		}
+		if changed := prev == nil || prev.Message != cp.Message; cp.Code != "" && (changed || transient(cp.Message)) {
+			code := cp.Code
+			if c := s.checks[n]; c.code != "" {
+				code = c.code
+			}
+			if changed {
+				s.status.LastError = code + ": " + cp.Message
+			}
+			r.logFailureLocked(n, code, cp.Message) // a transient failure again: rate-limited
 		}
 		s.status.Bundles[n] = cp
 	}
 	// OPA reports a download once it has activated and persisted the bundle.
 	r.settleLocked(true)
+	for _, n := range sortedNames(st) {
+		s.countLocked(n, s.status.Bundles[n], seen[n])
+	}
+}
+
+// logFailureLocked logs the failure of bundle n OPA reported: nothing for a download the stop
+// cancelled, a WARN at most once a minute per bundle for a transient download failure (OPA
+// retries it), an ERROR for anything else (a bundle refused); s.mu is held.
+func (r *remote) logFailureLocked(n, code, msg string) {
+	s := r.s
+	args := []any{"bundle", n, "active_revision", s.eng.Revision(), "code", code, "error", msg}
+	switch {
+	case r.quiet.canceled(msg):
+		s.log.Debug("bundle download cancelled by the stop", args...)
+	case transient(msg) && s.checks[n].code == "":
+		if r.quiet.warnNow(n) {
+			s.log.Warn("bundle download failed; the active policy stays and OPA retries with back-off (logged at most once a minute per bundle)", args...)
+		} else {
+			s.log.Debug("bundle download failed; the active policy stays and OPA retries with back-off", args...)
+		}
+	default:
+		s.log.Error("bundle refused; the active policy stays", args...)
+	}
 }
 
 // trigger downloads now (SIGHUP) every bundle whose download is triggered by hand. A polled
@@ -602,6 +670,7 @@ func (r *remote) trigger(ctx context.Context) error {
 }
 
 func (r *remote) stop(ctx context.Context) {
+	r.quiet.stopping.Store(true) // the downloads the stop cancels are not failures
 	if r.mgr != nil {
 		r.mgr.Stop(ctx)
 	}
@@ -681,6 +750,8 @@ func cleanError(err error) error {
 type opaLogger struct {
 	l      hclog.Logger
 	fields []any
+	name   string    // the bundle the lines are of (OPA's field name), "" for none
+	quiet  *opaQuiet // what to keep quiet; nil: nothing
 }
 
 func (o *opaLogger) args() []any { return o.fields }
@@ -689,13 +760,25 @@ func (o *opaLogger) Debug(f string, a ...any) {
 	o.l.Debug(logtext.Clean(fmt.Sprintf(f, a...)), o.args()...)
 }
 func (o *opaLogger) Info(f string, a ...any) {
-	o.l.Info(logtext.Clean(fmt.Sprintf(f, a...)), o.args()...)
+	msg := fmt.Sprintf(f, a...)
+	// From a server without ETag, every poll downloads and activates the bundle again.
+	if o.quiet != nil && msg == "Bundle loaded and activated successfully." && !o.quiet.isFresh(o.name) {
+		o.l.Debug(logtext.Clean(msg+" Nothing new."), o.args()...)
+		return
+	}
+	o.l.Info(logtext.Clean(msg), o.args()...)
 }
 func (o *opaLogger) Warn(f string, a ...any) {
 	o.l.Warn(logtext.Clean(fmt.Sprintf(f, a...)), o.args()...)
 }
 func (o *opaLogger) Error(f string, a ...any) {
-	o.l.Error(logtext.Clean(fmt.Sprintf(f, a...)), o.args()...)
+	msg := fmt.Sprintf(f, a...)
+	// A download's failure is logged once by the source (logFailureLocked), at its level.
+	if o.quiet != nil && strings.HasPrefix(msg, "Bundle load failed: ") && (o.quiet.canceled(msg) || transient(msg)) {
+		o.l.Debug(logtext.Clean(msg), o.args()...)
+		return
+	}
+	o.l.Error(logtext.Clean(msg), o.args()...)
 }
 
 func (o *opaLogger) WithFields(m map[string]any) logging.Logger {
@@ -703,7 +786,11 @@ func (o *opaLogger) WithFields(m map[string]any) logging.Logger {
 	for _, k := range sortedNames(m) {
 		f = append(f, logtext.Clean(k), cleanField(m[k]))
 	}
-	return &opaLogger{l: o.l, fields: f}
+	name := o.name
+	if n, ok := m["name"].(string); ok {
+		name = n
+	}
+	return &opaLogger{l: o.l, fields: f, name: name, quiet: o.quiet}
 }
 
 // cleanField is a field of OPA's log as logged: numbers and booleans as they are, strings

@@ -4,6 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"io"
+	"os"
+	"path/filepath"
 	"testing"
 	"time"
 
@@ -21,10 +23,16 @@ import (
 // bundle "authz" (bound to key release) from gateSrv and a second bundle "data" (bound to key
 // datateam) from dataSrv, with the plugin of raw registered; neither is started.
 func twoBundleManager(t *testing.T, gateSrv, dataSrv *policytest.BundleServer, raw string) (*plugins.Manager, *Plugin, error) {
+	return twoBundleManagerPersisted(t, gateSrv, dataSrv, raw, "")
+}
+
+// twoBundleManagerPersisted is twoBundleManager with both bundles persisted in persist, when
+// it is not "".
+func twoBundleManagerPersisted(t *testing.T, gateSrv, dataSrv *policytest.BundleServer, raw, persist string) (*plugins.Manager, *Plugin, error) {
 	t.Helper()
 	a, b := policytest.Keys(t)
 	polling := map[string]any{"min_delay_seconds": 1, "max_delay_seconds": 1}
-	doc, err := json.Marshal(map[string]any{
+	opa := map[string]any{
 		"services": map[string]any{"gate": map[string]any{"url": gateSrv.URL}, "data": map[string]any{"url": dataSrv.URL}},
 		"keys": map[string]any{
 			"release":  map[string]any{"key": a.Public, "algorithm": "RS256"},
@@ -34,7 +42,14 @@ func twoBundleManager(t *testing.T, gateSrv, dataSrv *policytest.BundleServer, r
 			"authz": map[string]any{"service": "gate", "resource": "/authz.tar.gz", "signing": map[string]any{"keyid": "release"}, "polling": polling},
 			"data":  map[string]any{"service": "data", "resource": "/data.tar.gz", "signing": map[string]any{"keyid": "datateam"}, "polling": polling},
 		},
-	})
+	}
+	if persist != "" {
+		opa["persistence_directory"] = persist
+		for _, v := range opa["bundles"].(map[string]any) {
+			v.(map[string]any)["persist"] = true
+		}
+	}
+	doc, err := json.Marshal(opa)
 	require.NoError(t, err)
 	m, err := plugins.New(doc, "test", inmem.New())
 	require.NoError(t, err)
@@ -97,4 +112,33 @@ func TestRunGateDecidesOnlyWithItsBundle(t *testing.T) {
 	})
 	assert.Equal(t, "release-1", p.gate.Revision())
 	assert.Equal(t, plugins.StateOK, m.PluginStatus()[Name].State)
+}
+
+// TestRunPersistedSecondBundleNotActivated: a second bundle on disk in OPA's persistence
+// directory whose roots reach authz (as an earlier version let OPA persist it) is not
+// activated when OPA loads it at start: it is not in OPA's store, the gate shows
+// POLICY_BUNDLE_ROOTS for it and adopts the persisted gate's bundle.
+func TestRunPersistedSecondBundleNotActivated(t *testing.T) {
+	a, b := policytest.Keys(t)
+	gateSrv, dataSrv := policytest.NewBundleServer(t), policytest.NewBundleServer(t)
+	persist := t.TempDir()
+	write := func(name string, spec policytest.BundleSpec) {
+		p := filepath.Join(persist, "bundles", name, "bundle.tar.gz")
+		require.NoError(t, os.MkdirAll(filepath.Dir(p), 0o700))
+		require.NoError(t, os.WriteFile(p, policytest.MakeBundle(t, spec), 0o600))
+	}
+	write("data", policytest.BundleSpec{Revision: "grant-all", Roots: []string{"authz"},
+		Modules: map[string]string{"authz/decision.rego": grantAllModule}, Sign: policytest.Signing{Key: b.Private, KeyID: "datateam"}})
+	write("authz", policytest.BundleSpec{Revision: "release-1", Roots: []string{"authz"}, Sign: policytest.Signing{Key: a.Private, KeyID: "release"}})
+
+	m, p, err := twoBundleManagerPersisted(t, gateSrv, dataSrv, `{"addr": "127.0.0.1:0", "facts": "`+specFactsFile(t)+`", "gateBundle": "authz"}`, persist)
+	require.NoError(t, err)
+	require.NoError(t, m.Start(t.Context()))
+	t.Cleanup(func() { p.Stop(context.Background()) })
+	policytest.WaitFor(t, "the persisted gate's bundle", 20*time.Second, func() bool { return p.gate.Revision() != "" })
+	assert.Equal(t, "release-1", p.gate.Revision())
+	names, err := storeBundleNames(t.Context(), m.Store)
+	require.NoError(t, err)
+	assert.Equal(t, []string{"authz"}, names, "the persisted second bundle is not activated in OPA's store")
+	assert.Equal(t, string(coded.PolicyBundleRoots), p.gate.Status().Bundles["data"].Code)
 }

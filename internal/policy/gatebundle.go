@@ -9,6 +9,7 @@ import (
 
 	"github.com/open-policy-agent/opa/v1/bundle"
 	"github.com/open-policy-agent/opa/v1/storage"
+	"github.com/open-policy-agent/opa/v1/storage/inmem"
 
 	"github.com/authz-dev/authz/internal/coded"
 )
@@ -156,5 +157,12 @@ func ensureAdmitting() {
 		}
 		bundle.RegisterActivator(admitActivatorID, admitActivator{})
 		bundle.RegisterDefaultBundleActivator(admitActivatorID)
+		// With an activator registered, OPA's rego package takes the store of a query that
+		// names none from the registered store function (a nil one would panic): the
+		// in-memory store, as without. OPA's bundle readers then default to lazy loading;
+		// authz's own bundle reads set their mode (readBundleWithin).
+		if bundle.BundleExtStore == nil {
+			bundle.RegisterStoreFunc(func() storage.Store { return inmem.New() })
+		}
 	})
 }

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/open-policy-agent/opa/v1/rego"
 	dto "github.com/prometheus/client_model/go"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -245,4 +246,13 @@ func TestStalledBodyIsCut(t *testing.T) {
 	_, err := b.Read(make([]byte, 10))
 	require.ErrorIs(t, err, errDownloadStalled)
 	assert.Contains(t, err.Error(), "no byte for 100ms (0 bytes in")
+}
+
+// TestAdmittingLeavesRegoWorking: once the remote source's activator is registered, a query
+// that names no store still runs (OPA's rego takes the registered store function).
+func TestAdmittingLeavesRegoWorking(t *testing.T) {
+	ensureAdmitting()
+	rs, err := rego.New(rego.Query("x := 1")).Eval(t.Context())
+	require.NoError(t, err)
+	require.Len(t, rs, 1)
 }

@@ -27,7 +27,7 @@ const (
 func newBundleOps() *prometheus.CounterVec {
 	return prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "authz_bundle_operations_total",
-		Help: "Remote bundle downloads and activations, by bundle (as configured), operation (download, activate), outcome (download: ok, unchanged, failed; activate: ok, refused) and reason (none; download: stalled, too_large, signature, http_status, unreachable, other; activate: roots, rollback, check, load, other).",
+		Help: "Remote bundle downloads and activations, by bundle (as configured), operation (download, activate), outcome (download: ok, unchanged, failed; activate: ok, unchanged, refused) and reason (none; download: stalled, too_large, signature, http_status, unreachable, other; activate: roots, rollback, check, load, other).",
 	}, []string{"bundle", "operation", "outcome", "reason"})
 }
 
@@ -38,8 +38,9 @@ func (s *Source) Describe(ch chan<- *prometheus.Desc) { s.ops.Describe(ch) }
 func (s *Source) Collect(ch chan<- prometheus.Metric) { s.ops.Collect(ch) }
 
 // countLocked counts what OPA's status of bundle n says happened since the status seen
-// before (seen: the LastRequest of that one); s.mu is held.
-func (s *Source) countLocked(n string, st *bundleplugin.Status, seen time.Time) {
+// before (seen: the LastRequest of that one); fresh is whether an activation brought
+// something new; s.mu is held.
+func (s *Source) countLocked(n string, st *bundleplugin.Status, seen time.Time, fresh bool) {
 	if st.LastRequest.IsZero() || !st.LastRequest.After(seen) {
 		return
 	}
@@ -54,8 +55,10 @@ func (s *Source) countLocked(n string, st *bundleplugin.Status, seen time.Time) 
 			s.ops.WithLabelValues(n, opActivate, outcomeRefused, activateReason(c.code)).Inc()
 		} else if st.Code != "" {
 			s.ops.WithLabelValues(n, opActivate, outcomeRefused, "other").Inc()
-		} else {
+		} else if fresh {
 			s.ops.WithLabelValues(n, opActivate, outcomeOK, reasonNone).Inc()
+		} else { // the same content again (a server without ETag)
+			s.ops.WithLabelValues(n, opActivate, outcomeUnchanged, reasonNone).Inc()
 		}
 	}
 }

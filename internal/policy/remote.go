@@ -625,7 +625,7 @@ func (r *remote) onStatus(st map[string]*bundleplugin.Status) {
 	// OPA reports a download once it has activated and persisted the bundle.
 	r.settleLocked(true)
 	for _, n := range sortedNames(st) {
-		s.countLocked(n, s.status.Bundles[n], seen[n])
+		s.countLocked(n, s.status.Bundles[n], seen[n], r.quiet.isFresh(n))
 	}
 }
 

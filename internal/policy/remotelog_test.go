@@ -93,6 +93,8 @@ func TestNoETagServerLogsOnlyNewActivations(t *testing.T) {
 		return served.Load() >= n+2 && opsCount(t, src, "authz", opDownload, outcomeOK, reasonNone) >= 3
 	})
 	assert.Equal(t, 1, strings.Count(out.String(), "Bundle loaded and activated successfully."), "%s", out.String())
+	assert.InDelta(t, 1, opsCount(t, src, "authz", opActivate, outcomeOK, reasonNone), 0, "one activation brought something new")
+	assert.GreaterOrEqual(t, opsCount(t, src, "authz", opActivate, outcomeUnchanged, reasonNone), 2.0)
 	st := src.Status()
 	assert.Equal(t, first.ActivatedAt, st.ActivatedAt)
 	assert.Equal(t, first.Bundles["authz"].LastSuccessfulActivation, st.Bundles["authz"].LastSuccessfulActivation,

@@ -1,7 +1,9 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
+	"io"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -164,4 +166,104 @@ func TestDecideWithBundle(t *testing.T) {
 			assert.Equal(t, true, doc["allow"])
 		})
 	}
+}
+
+// twoBundleServeConfig is a configuration file whose opa section downloads the gate's bundle
+// "authz" from gateURL, bound to key release, and a second bundle "data" from dataURL, bound
+// to key datateam; gateBundle names the gate's bundle unless it is "".
+func twoBundleServeConfig(t *testing.T, dir, gateURL, dataURL, gateBundle string) string {
+	t.Helper()
+	a, b := policytest.Keys(t)
+	polling := map[string]any{"long_polling_timeout_seconds": 10, "min_delay_seconds": 1, "max_delay_seconds": 2}
+	cfg := map[string]any{
+		"opa": map[string]any{
+			"services": map[string]any{"gate": map[string]any{"url": gateURL}, "data": map[string]any{"url": dataURL}},
+			"keys": map[string]any{
+				"release":  map[string]any{"key": a.Public, "algorithm": "RS256"},
+				"datateam": map[string]any{"key": b.Public, "algorithm": "RS256"},
+			},
+			"bundles": map[string]any{
+				"authz": map[string]any{"service": "gate", "resource": "/authz.tar.gz", "signing": map[string]any{"keyid": "release"}, "polling": polling},
+				"data":  map[string]any{"service": "data", "resource": "/data.tar.gz", "signing": map[string]any{"keyid": "datateam"}, "polling": polling},
+			},
+		},
+	}
+	if gateBundle != "" {
+		cfg["gateBundle"] = gateBundle
+	}
+	raw, err := json.Marshal(cfg) // JSON is YAML
+	require.NoError(t, err)
+	return testutil.WriteFile(t, dir, "config-"+gateBundle+".yaml", string(raw))
+}
+
+// TestServeSecondBundleCannotGrant: `authz serve` with two keys and two remote bundles. Without
+// gateBundle the start is refused with the line to add. With it, a second bundle validly
+// signed by its own key, with roots ["authz"] and a grant-all decision, served before the
+// gate's bundle, is refused (POLICY_BUNDLE_ROOTS in /v1/status, counted in
+// authz_bundle_operations_total): the service stays not ready and denies; the gate's bundle,
+// served next, is activated and decides.
+func TestServeSecondBundleCannotGrant(t *testing.T) {
+	t.Parallel()
+	a, b := policytest.Keys(t)
+	gateSrv, dataSrv := policytest.NewBundleServer(t), policytest.NewBundleServer(t)
+	dir := t.TempDir()
+	facts := testutil.WriteFile(t, dir, "facts.json", specFacts)
+
+	var stdout, stderr strings.Builder
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second) // bounded, should it start
+	defer cancel()
+	err := run(ctx, []string{"serve", "--config", twoBundleServeConfig(t, dir, gateSrv.URL, dataSrv.URL, ""), "--facts", facts},
+		strings.NewReader(""), &stdout, &stderr)
+	var ee *exitError
+	require.ErrorAs(t, err, &ee)
+	assert.Equal(t, 2, ee.code)
+	assert.Contains(t, ee.msg, "gateBundle: 2 bundles are configured (authz, data)")
+	assert.Contains(t, ee.msg, "add `gateBundle: authz` or `gateBundle: data`")
+
+	grantAll := map[string]string{"authz/decision.rego": `package authz
+
+decision := {"allow": true, "code": "", "message": "", "reasons": [], "capabilities": {"reusableLeases": true,
+	"nativeSyncIn": true, "nativeSyncOut": true, "persistentProcessSessions": true, "independentControlCommands": true,
+	"incrementalSessionOutput": true, "concurrentSyncOperations": true, "duplexCommandStream": true, "runnerWebSocketIngress": true}}
+`}
+	dataSrv.Publish(policytest.MakeBundle(t, policytest.BundleSpec{Revision: "grant-all", Roots: []string{"authz"}, Modules: grantAll,
+		Sign: policytest.Signing{Key: b.Private, KeyID: "datateam"}}))
+	log, stop := startServe(t, "--config", twoBundleServeConfig(t, dir, gateSrv.URL, dataSrv.URL, "authz"), "--facts", facts, "--addr", "127.0.0.1:0")
+	base := "http://" + waitListening(t, log)
+	c := &http.Client{Timeout: 15 * time.Second}
+	defer c.CloseIdleConnections()
+	_, deny := grantAndDenyRequests(t)
+
+	bundleCode := func(name string) any {
+		_, st := testutil.GetJSON(t, c, base+"/v1/status")
+		bs, _ := st["bundles"].(map[string]any)
+		bd, _ := bs[name].(map[string]any)
+		return bd["code"]
+	}
+	require.Eventually(t, func() bool { return bundleCode("data") == "POLICY_BUNDLE_ROOTS" }, 30*time.Second, 20*time.Millisecond, "stderr:\n%s", log)
+	status, _ := testutil.GetJSON(t, c, base+"/health/ready")
+	assert.Equal(t, http.StatusServiceUnavailable, status, "the second bundle is not a policy")
+	status, doc := testutil.PostJSON(t, c, base+"/v1/authorize", deny)
+	assert.NotEqual(t, true, doc["allow"], "status %d: %v", status, doc)
+
+	gateSrv.Publish(policytest.MakeBundle(t, policytest.BundleSpec{Revision: "release-1", Roots: []string{"authz"},
+		Sign: policytest.Signing{Key: a.Private, KeyID: "release"}}))
+	require.Eventually(t, func() bool {
+		status, doc := testutil.PostJSON(t, c, base+"/v1/authorize", deny)
+		return status == http.StatusOK && doc["revision"] == "release-1"
+	}, 30*time.Second, 20*time.Millisecond, "stderr:\n%s", log)
+	status, doc = testutil.PostJSON(t, c, base+"/v1/authorize", deny)
+	assert.Equal(t, http.StatusOK, status)
+	assert.Equal(t, false, doc["allow"], "examples/deny.json is denied by the gate's bundle")
+	assert.Nil(t, bundleCode("authz"), "the gate's bundle is not refused for the other's overlap")
+
+	resp, err := c.Get(base + "/metrics")
+	require.NoError(t, err)
+	metrics, err := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	require.NoError(t, err)
+	assert.Contains(t, string(metrics), `authz_bundle_operations_total{bundle="data",operation="activate",outcome="refused",reason="roots"}`)
+	assert.Contains(t, string(metrics), `authz_bundle_operations_total{bundle="authz",operation="activate",outcome="ok",reason="none"}`)
+	require.NoError(t, stop())
+	assert.NotContains(t, log.String(), "context canceled")
 }

@@ -84,4 +84,8 @@ const (
 	// PolicyBundleRollback: a signed bundle was issued (its signature's iat) before the active
 	// one, or carries no iat while the active one does.
 	PolicyBundleRollback Code = "POLICY_BUNDLE_ROLLBACK"
+	// PolicyBundleRoots: a bundle other than the gate's declares roots that reach authz or
+	// system (no .manifest roots reach everything), or, with other bundles configured, the
+	// gate's bundle declares roots outside them. The bundle is not activated.
+	PolicyBundleRoots Code = "POLICY_BUNDLE_ROOTS"
 )

@@ -90,6 +90,10 @@ var _ bundle.Activator = (*activator)(nil)
 // Activate copies the bundles, activates them into OPA's store with OPA's own activator, and
 // holds the copies until the transaction commits.
 func (a *activator) Activate(opts *bundle.ActivateOpts) error {
+	// A bundle the rule of the store refuses (policy.BundleRule) is not activated at all.
+	if err := policy.AdmitActivation(opts); err != nil {
+		return err
+	}
 	copies := make(map[string]*bundleCopy, len(opts.Bundles))
 	for name, b := range opts.Bundles {
 		copies[name] = copyBundle(name, b) // before OPA's activation, which may change b

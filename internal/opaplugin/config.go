@@ -33,6 +33,7 @@ const defaultAddr = "127.0.0.1:8182"
 //	    evalTimeout: 5s               # and the other knobs of authz serve
 //
 //	    opaWriteAPI: true             # open OPA's policy and data write APIs (off by default)
+//	    gateBundle: authz             # the gate's bundle, when OPA's bundles section has several
 //
 // The policy is not configured here: it is the bundles OPA activates (the bundles section,
 // --bundle), copied on their way into OPA's store; the embedded policy when there is none.
@@ -41,7 +42,13 @@ type Config struct {
 	// OPAWriteAPI opens OPA's policy and data write APIs (opaWriteAPI: true); off by default.
 	// What they write serves OPA's own queries only: the gate decides with its bundles.
 	OPAWriteAPI bool
+	// GateBundle names, among the bundles of OPA's bundles section, the one the gate decides
+	// with (gateBundle: NAME); required when there are several, else the one configured.
+	GateBundle string
 
+	// rule is the rule of OPA's bundles (the gate's bundle, resolved by Validate from GateBundle
+	// and OPA's bundles section); its Gate is "" without a bundles section.
+	rule policy.BundleRule
 	// staticFacts is the facts file, loaded by Validate, when Facts is set.
 	staticFacts *server.StaticFacts
 	// logFormatSet is whether the section sets log.json (FollowLogFormat leaves it then).
@@ -64,6 +71,7 @@ those of the authz serve configuration file, addr defaulting to ` + defaultAddr 
       # plugins: [...]             # the driver plugins (default: the built-in example driver)
       # facts: facts.json          # or a static facts file instead of plugins
       # opaWriteAPI: true          # open OPA's policy and data write APIs (off by default)
+      # gateBundle: NAME           # the bundle the gate decides with (required with several)
 
   authz run --server -c examples/opa.yaml --bundle policies
 
@@ -107,6 +115,9 @@ func (c *Config) FollowLogFormat(json bool) {
 // writeAPIField is the field of plugins.authz that opens OPA's write APIs.
 const writeAPIField = "opaWriteAPI"
 
+// gateBundleField is the field of plugins.authz that names the gate's bundle.
+const gateBundleField = "gateBundle"
+
 // fieldNames are the fields of plugins.authz, as the YAML and JSON spell them.
 // The policy keys of authz serve (bundle, opa, ...) are not among them: the policy is OPA's.
 var fieldNames = func() []string {
@@ -126,7 +137,7 @@ var fieldNames = func() []string {
 		}
 	}
 	collect(reflect.TypeFor[service.Config]())
-	names = append(names, writeAPIField)
+	names = append(names, writeAPIField, gateBundleField)
 	slices.Sort(names)
 	return names
 }()
@@ -164,14 +175,26 @@ func parseSection(raw []byte, plugins bool) (*Config, error) {
 			}
 		}
 	}
-	writeAPI := false
+	writeAPI, gateBundle := false, ""
 	if v, ok := present[writeAPIField]; ok {
 		b, isBool := v.(bool)
 		if !isBool {
 			p.Add(writeAPIField, "must be true or false; got %v", v)
 		}
 		writeAPI = b
+	}
+	if v, ok := present[gateBundleField]; ok {
+		s, isString := v.(string)
+		if !isString || s == "" {
+			p.Add(gateBundleField, "must name a bundle of OPA's bundles section; got %v", v)
+		}
+		gateBundle = s
+	}
+	_, setW := present[writeAPIField]
+	_, setG := present[gateBundleField]
+	if setW || setG {
 		delete(present, writeAPIField)
+		delete(present, gateBundleField)
 		rest, err := yaml.Marshal(present)
 		p.Include(err)
 		raw = rest
@@ -193,7 +216,7 @@ func parseSection(raw []byte, plugins bool) (*Config, error) {
 	if err := sc.Validate(); err != nil {
 		return nil, err
 	}
-	cfg := &Config{Config: sc, OPAWriteAPI: writeAPI}
+	cfg := &Config{Config: sc, OPAWriteAPI: writeAPI, GateBundle: gateBundle}
 	if log, ok := present["log"].(map[string]any); ok {
 		_, cfg.logFormatSet = log["json"]
 	}
@@ -210,5 +233,5 @@ func parseSection(raw []byte, plugins bool) (*Config, error) {
 
 // equal reports whether two configurations would run the same gate.
 func (c *Config) equal(o *Config) bool {
-	return reflect.DeepEqual(c.Config, o.Config) && c.OPAWriteAPI == o.OPAWriteAPI
+	return reflect.DeepEqual(c.Config, o.Config) && c.OPAWriteAPI == o.OPAWriteAPI && c.GateBundle == o.GateBundle
 }

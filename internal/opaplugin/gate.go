@@ -49,6 +49,7 @@ type gate struct {
 	order   *policy.BundleOrder // issue times of the signed bundles adopted
 	persist bool                // order is the one kept in OPA's persistence directory (loadOrder)
 	refused map[string]string   // per bundle: why its last activation was refused as a rollback
+	roots   map[string]string   // per bundle: why its last activation was refused for its roots
 	logger  func() hclog.Logger
 
 	activated changes.Listeners[string] // told the revision of every policy made the gate's
@@ -57,6 +58,7 @@ type gate struct {
 // settings are what the gate takes from the plugins.authz section.
 type settings struct {
 	opts         decision.Options
+	gateBundle   string   // the one bundle the gate compiles and waits for; "" for all it sees
 	writeAPI     bool     // OPA's write APIs are open
 	allowedHosts []string // extra Host names for OPA's listener, as for the gate's
 	anyHost      bool     // allowedHosts has "*": no Host check
@@ -82,6 +84,7 @@ var (
 
 func newGate(m *plugins.Manager) *gate {
 	g := &gate{m: m, bundles: bundles.forStore(m.Store), remote: map[string]*bundleplugin.Status{}, refused: map[string]string{},
+		roots:  map[string]string{},
 		logger: func() hclog.Logger { return hclog.NewNullLogger() }}
 	// Stored before any listener is added: there is nobody to tell.
 	g.active.Store(&activePolicy{engine: decision.New(decision.Options{})})
@@ -92,6 +95,9 @@ func newGate(m *plugins.Manager) *gate {
 // configuredBundles are the names of the bundles section of OPA's configuration (the bundles
 // OPA downloads), and whether the deprecated bundle section is set.
 func configuredBundles(m *plugins.Manager) (names []string, legacy bool, err error) {
+	if m == nil {
+		return nil, false, nil
+	}
 	cfg := m.GetConfig()
 	if cfg == nil {
 		return nil, false, nil
@@ -161,6 +167,12 @@ func (g *gate) load(ctx context.Context) (msg string, err error) {
 	inStore, err := storeBundleNames(ctx, g.m.Store)
 	if err != nil {
 		return "", err
+	}
+	if gb := st.gateBundle; gb != "" {
+		// The gate compiles its bundle only and waits for it only: the other bundles, whatever
+		// OPA does with them, neither change nor block its policy.
+		inStore = slices.DeleteFunc(inStore, func(n string) bool { return n != gb })
+		remote = []string{gb}
 	}
 	use := map[string]*bundleCopy{}
 	var missing []string
@@ -429,8 +441,47 @@ func (g *gate) Status() policy.Status {
 			st.LastError = string(coded.PolicyBundleRollback) + ": " + g.refused[n]
 		}
 	}
+	// A bundle refused for its roots was never activated.
+	for _, n := range slices.Sorted(maps.Keys(g.roots)) {
+		b, ok := st.Bundles[n]
+		if !ok {
+			b = &bundleplugin.Status{Name: n}
+			st.Bundles[n] = b
+		}
+		b.Code, b.Message, b.Errors = string(coded.PolicyBundleRoots), g.roots[n], nil
+		if st.LastError == "" {
+			st.LastError = string(coded.PolicyBundleRoots) + ": " + g.roots[n]
+		}
+	}
 	g.orderMu.Unlock()
 	return st
+}
+
+// applyRule makes every bundle activation into OPA's store pass rule
+// (policy.AdmitActivation, in the activator): a bundle other than the gate's whose roots reach
+// authz or system is never activated. The refusals are shown in the gate's status.
+func (g *gate) applyRule(rule policy.BundleRule) {
+	if g.m == nil {
+		return
+	}
+	if rule.Gate == "" {
+		policy.ClearStoreRule(g.m.Store)
+		return
+	}
+	policy.SetStoreRule(g.m.Store, rule, func(name string, err error) {
+		g.orderMu.Lock()
+		defer g.orderMu.Unlock()
+		if err == nil {
+			delete(g.roots, name)
+			return
+		}
+		msg := err.Error()
+		if g.roots[name] != msg {
+			g.logger().Warn("bundle refused: its roots reach what only the gate's bundle may provide; the gate keeps deciding with its bundle",
+				"code", coded.PolicyBundleRoots, "bundle", name, "error", msg)
+		}
+		g.roots[name] = msg
+	})
 }
 
 // bundleStatus records OPA's status of a downloaded bundle (a bundle plugin listener).

@@ -64,7 +64,21 @@ func (f Factory) Validate(m *plugins.Manager, config []byte) (any, error) {
 	if _, err := checkSigning(m); err != nil {
 		return nil, fmt.Errorf("%s: %w", section, err)
 	}
-	return parseConfig(config, f.Plugins)
+	cfg, err := parseConfig(config, f.Plugins)
+	if err != nil {
+		return nil, err
+	}
+	// The gate decides with one bundle: named when OPA's bundles section has several.
+	names, _, err := configuredBundles(m)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", section, err)
+	}
+	gate, err := policy.GateBundle(names, cfg.GateBundle, section+"."+gateBundleField)
+	if err != nil {
+		return nil, err
+	}
+	cfg.rule = policy.BundleRule{Gate: gate, Multi: len(names) > 1}
+	return cfg, nil
 }
 
 // New returns the plugin for a configuration that Validate returned. It starts nothing.
@@ -78,6 +92,7 @@ func (f Factory) New(m *plugins.Manager, config any) plugins.Plugin {
 	p.gate = newGate(m)
 	p.gate.logger = p.logger
 	p.gate.settings.Store(gateSettings(p.cfg))
+	p.gate.applyRule(p.cfg.rule)
 	// OPA's own server: the Host check, and its write APIs off unless opaWriteAPI. OPA's server
 	// takes the middleware when it starts: a plugin made after that (from a discovered
 	// configuration) cannot guard it, and says so at Start.
@@ -201,6 +216,7 @@ func (p *Plugin) Reconfigure(_ context.Context, config any) {
 	}
 	p.cfg = cfg
 	p.gate.settings.Store(gateSettings(cfg))
+	p.gate.applyRule(cfg.rule)
 	if p.run == nil && p.loop == nil { // not started: Start will use it
 		return
 	}
@@ -406,6 +422,7 @@ func gateSettings(cfg *Config) *settings {
 		hosts = append(hosts, strings.ToLower(h))
 	}
 	return &settings{
+		gateBundle:   cfg.rule.Gate,
 		writeAPI:     cfg.OPAWriteAPI,
 		allowedHosts: hosts,
 		anyHost:      anyHost,

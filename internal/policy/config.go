@@ -47,6 +47,10 @@ type Config struct {
 	SigningAlg string `yaml:"signingAlg"`
 	// Scope is the scope the signature must carry.
 	Scope string `yaml:"scope"`
+	// GateBundle names, among the bundles of the opa section, the one the gate decides with
+	// (required when there are several; with one it is that one). Only it may reach authz and
+	// system (ReservedRoots); any other bundle whose roots reach them is refused.
+	GateBundle string `yaml:"gateBundle"`
 	// OPA is an OPA configuration document (services, bundles, keys, decision_logs, status,
 	// persistence_directory, labels, …) handed as it is to OPA's plugin manager.
 	OPA map[string]any `yaml:"opa"`
@@ -147,12 +151,17 @@ func (c Config) Validate() error {
 			}
 		}
 	}
+	if c.GateBundle != "" && len(c.OPA) == 0 {
+		v.Add("gateBundle", "applies to the bundles of the opa section only: remove it, or configure opa.bundles")
+	}
 	if c.SigningAlg != "" && !keys.IsSupportedAlgorithm(c.SigningAlg) {
 		v.Add("signingAlg", "%q is not an algorithm OPA verifies: use RS256, RS384, RS512, PS256, PS384, PS512, ES256, ES384, ES512, HS256, HS384 or HS512", c.SigningAlg)
 	}
 	if len(c.OPA) > 0 {
 		if _, err := c.opaConfig(); err != nil {
 			v.Add("opa", "%v", err)
+		} else if _, err := c.bundleRule(); err != nil {
+			v.Add("gateBundle", "%v", strings.TrimPrefix(err.Error(), "gateBundle: "))
 		}
 		if _, err := c.Tracing(); err != nil {
 			v.Include(err) // each line names its opa.distributed_tracing key
@@ -199,6 +208,25 @@ func (c Config) opaConfig() (*opaconfig.Config, error) {
 		return nil, err
 	}
 	return oc, nil
+}
+
+// bundleRule is the rule of the opa section's bundles: the gate's bundle (gateBundle, or the
+// one bundle configured) and whether others are configured.
+func (c Config) bundleRule() (BundleRule, error) {
+	oc, err := c.opaConfig()
+	if err != nil {
+		return BundleRule{}, err
+	}
+	blocks, err := signingBlocks(oc)
+	if err != nil {
+		return BundleRule{}, err
+	}
+	names := slices.Sorted(maps.Keys(blocks))
+	gate, err := GateBundle(names, c.GateBundle, "gateBundle")
+	if err != nil {
+		return BundleRule{}, err
+	}
+	return BundleRule{Gate: gate, Multi: len(names) > 1}, nil
 }
 
 // signingBlocks are the signing blocks of the bundles section of oc, by bundle name (an empty

@@ -9,7 +9,9 @@ import (
 	"maps"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
+	"time"
 
 	"github.com/google/uuid"
 	"github.com/hashicorp/go-hclog"
@@ -27,6 +29,7 @@ import (
 	"github.com/authz-dev/authz/internal/coded"
 	"github.com/authz-dev/authz/internal/decision"
 	"github.com/authz-dev/authz/internal/logtext"
+	"github.com/authz-dev/authz/internal/snapshot"
 )
 
 // remote runs OPA's plugin manager over the opa section: the bundle plugin downloads (ETag
@@ -48,10 +51,15 @@ type remote struct {
 	logs *logs.Plugin         // nil without decision_logs
 	ctx  context.Context      // of activations
 
-	signed     map[string]bool // bundles with a signing block: ordered
-	persistDir string          // OPA's persistence directory, when signed bundles exist
-	tmpDir     string          // a private persistence directory to remove at stop, or ""
-	pending    *pendingPolicy  // compiled and checked, waiting for its order check; s.mu
+	signed     map[string]bool      // bundles with a signing block: ordered
+	persistDir string               // OPA's persistence directory, when signed bundles exist
+	tmpDir     string               // a private persistence directory to remove at stop, or ""
+	pending    *pendingPolicy       // compiled and checked, waiting for its order check; s.mu
+	rule       BundleRule           // which bundles may activate, and the gate's (gatebundle.go)
+	store      storage.Store        // the manager's store, whose activations rule governs
+	quiet      *opaQuiet            // what the log keeps quiet (remotelog.go)
+	lastRev    map[string]string    // per bundle: its manifest revision at its last activation; s.mu
+	changedAt  map[string]time.Time // per bundle: when an activation last brought something new; s.mu
 }
 
 // remoteProvider is the bundles of the opa section, downloaded and activated by OPA's plugin
@@ -76,12 +84,24 @@ func (p remoteProvider) reload(ctx context.Context) error {
 // serves: OPA's active revision is the one in its store, where a bundle that failed authz's
 // check is too.
 func (p remoteProvider) status(st *Status) {
+	for n := range p.s.checks {
+		if st.Bundles[n] == nil { // refused at start, before OPA reported on it
+			st.Bundles[n] = &bundleplugin.Status{Name: n}
+		}
+	}
 	for n, b := range st.Bundles {
 		if c := p.s.checks[n]; c.code != "" {
 			b.Code, b.Message, b.Errors = c.code, c.msg, nil
 		}
 		if rev, ok := p.s.served[n]; ok {
 			b.ActiveRevision = rev
+		}
+		// OPA's time is that of its last activation in its store, the same bundle again at
+		// every download from a server without ETag: shown is when something new was.
+		if r := p.s.remote; r != nil {
+			if at, ok := r.changedAt[n]; ok {
+				b.LastSuccessfulActivation = at
+			}
 		}
 	}
 }
@@ -150,37 +170,49 @@ func startRemote(ctx context.Context, s *Source, bundles bool) (*remote, error) 
 	if id == "" {
 		id = uuid.NewString()
 	}
-	r := &remote{s: s, ctx: context.WithoutCancel(ctx), signed: map[string]bool{}}
+	r := &remote{s: s, ctx: context.WithoutCancel(ctx), signed: map[string]bool{}, quiet: newOPAQuiet(),
+		lastRev: map[string]string{}, changedAt: map[string]time.Time{}}
 	if bundles {
 		if raw, err = r.orderedDocument(raw); err != nil {
 			r.removeTmp()
 			return nil, err
 		}
 	}
-	lg := &opaLogger{l: s.log.Named("opa")}
+	lg := &opaLogger{l: s.log.Named("opa"), quiet: r.quiet}
 	store := inmem.New()
-	mgr, err := plugins.New(raw, id, store, append(managerTracing(s.opts.TracerProvider, bundleBoundOption{lim}), // tracing.go, remotebound.go
+	if bundles {
+		if r.rule, err = s.cfg.bundleRule(); err != nil {
+			r.removeTmp()
+			return nil, err
+		}
+		// Every activation into the store passes the rule first, a persisted bundle loaded
+		// inside Start included: a refused bundle is never activated, nor persisted.
+		ensureAdmitting()
+		r.store = store
+		SetStoreRule(store, r.rule, r.onAdmit)
+	}
+	mgr, err := plugins.New(raw, id, store, append(managerTracing(s.opts.TracerProvider, bundleBoundOption{lim: lim, times: s.opts.downloadTimes}), // tracing.go, remotebound.go
 		plugins.Logger(lg), plugins.ConsoleLogger(lg), plugins.WithEnableVersionCheck(false))...)
 	if err != nil {
-		r.removeTmp()
+		r.abandon()
 		return nil, fmt.Errorf("opa: %w", err)
 	}
 	if err := mgr.Init(ctx); err != nil {
-		r.removeTmp()
+		r.abandon()
 		return nil, fmt.Errorf("opa: %w", err)
 	}
 	// Discovery without a discovery block is how `opa run` creates the bundle, decision-log
 	// and status plugins of the configuration.
 	disco, err := discovery.New(mgr)
 	if err != nil {
-		r.removeTmp()
+		r.abandon()
 		return nil, fmt.Errorf("opa: %w", err)
 	}
 	mgr.Register(discovery.Name, disco)
 	r.mgr, r.logs = mgr, logs.Lookup(mgr)
 	if bundles {
 		if r.bp = bundleplugin.Lookup(mgr); r.bp == nil {
-			r.removeTmp()
+			r.abandon()
 			return nil, errors.New("opa: no bundles configured")
 		}
 		// Both are registered before Start: a persisted bundle is activated inside Start.
@@ -231,6 +263,29 @@ func (r *remote) onActivate(ctx context.Context, txn storage.Transaction) {
 	store := r.mgr.Store
 	c := r.mgr.GetCompiler()
 	names, err := bundle.ReadBundleNamesFromStore(ctx, store, txn)
+	var mods map[string]*ast.Module // with other bundles: the gate's bundle's modules only
+	if r.rule.Multi {
+		// The other bundles are OPA's: one is new when its manifest revision changed.
+		for _, n := range names {
+			if n == r.rule.Gate {
+				continue
+			}
+			rev, _ := bundle.ReadBundleRevisionFromStore(ctx, store, txn, n)
+			s.mu.Lock()
+			fresh := rev == "" || rev != r.lastRev[n]
+			if fresh {
+				r.lastRev[n], r.changedAt[n] = rev, time.Now().UTC()
+			}
+			s.mu.Unlock()
+			r.quiet.setFresh(n, fresh)
+		}
+		// The gate decides on its bundle only: the other bundles' modules and data are OPA's
+		// (its decision-log rules aside, which only the gate's bundle may provide).
+		if !slices.Contains(names, r.rule.Gate) {
+			return // not activated yet: nothing of the gate's has changed
+		}
+		names = []string{r.rule.Gate}
+	}
 	revs, manifestRevs := map[string]string{}, map[string]string{}
 	for _, n := range names {
 		rev, rerr := bundle.ReadBundleRevisionFromStore(ctx, store, txn, n)
@@ -240,7 +295,10 @@ func (r *remote) onActivate(ctx context.Context, txn storage.Transaction) {
 		revs[n], manifestRevs[n] = logtext.Clean(rev), rev
 	}
 	var data map[string]any
-	if err == nil {
+	switch {
+	case err == nil && r.rule.Multi:
+		mods, data, err = gateContent(ctx, store, txn, c, r.rule.Gate)
+	case err == nil:
 		var v any
 		if v, err = store.Read(ctx, txn, storage.RootPath); err == nil {
 			var ok bool
@@ -254,27 +312,38 @@ func (r *remote) onActivate(ctx context.Context, txn storage.Transaction) {
 	// A policy still pending is settled before this newer one takes its place: it may be a
 	// bundle loaded from the persistence directory, whose persisted copy is still in place.
 	r.settleLocked(false)
+	sources := moduleSources(c)
+	if mods != nil {
+		sources = moduleSourcesOf(mods)
+	}
 	for _, n := range names {
 		if revs[n] == "" {
-			revs[n] = decision.ContentRevision(moduleSources(c), nil)
+			revs[n] = decision.ContentRevision(sources, nil)
 		}
 	}
 	origin, rev := OriginRemote+":"+strings.Join(sortedNames(revs), ","), decision.JoinRevisions(revs)
 	var digest string
 	if err == nil {
-		digest = contentDigest(origin, rev, moduleSources(c), withoutBundleState(data))
+		digest = contentDigest(origin, rev, sources, withoutBundleState(data))
 	}
 	// The same content again (a server without ETag, a new ETag for the same bundle) is not
 	// compiled nor activated again: the active policy and its decision cache stay. Its
 	// signature is still ordered: it is what OPA persisted.
 	var p *decision.Policy
 	if err == nil && !s.unchangedLocked(digest) {
-		p, err = decision.CompiledPolicy(c, data, rev)
+		if mods != nil {
+			p, err = decision.CompileModules(mods, data, rev)
+		} else {
+			p, err = decision.CompiledPolicy(c, data, rev)
+		}
 	}
 	if err != nil {
 		r.pending = nil
 		r.refuseLocked(names, coded.PolicyBundleCheck, err)
 		return
+	}
+	for _, n := range names {
+		r.quiet.setFresh(n, p != nil) // nil: the same content again
 	}
 	r.pending = &pendingPolicy{p: p, origin: origin, digest: digest, names: names, revs: revs, manifestRevs: manifestRevs}
 	if len(r.signed) == 0 {
@@ -339,6 +408,9 @@ func (r *remote) settleLocked(final bool) {
 		if err := s.activateLocked(r.ctx, pend.p, pend.origin, pend.digest); err != nil {
 			r.refuseLocked(pend.names, coded.PolicyBundleCheck, err)
 			return
+		}
+		for _, n := range pend.names {
+			r.changedAt[n] = s.status.ActivatedAt
 		}
 	}
 	r.servedLocked(pend.names, pend.revs)
@@ -435,6 +507,81 @@ func withoutBundleState(data map[string]any) map[string]any {
 	return out
 }
 
+// gateContent is the content of the gate's bundle in the store: the compiled modules whose
+// package lies within its roots, and the data at its roots (the roots of the bundles in the
+// store are disjoint, and a bundle's modules lie within its roots).
+func gateContent(ctx context.Context, store storage.Store, txn storage.Transaction, c *ast.Compiler, gate string) (map[string]*ast.Module, map[string]any, error) {
+	roots, err := bundle.ReadBundleRootsFromStore(ctx, store, txn, gate)
+	if err != nil {
+		return nil, nil, fmt.Errorf("bundle %s: read its roots: %w", gate, err)
+	}
+	mods := map[string]*ast.Module{}
+	if c != nil {
+		for id, m := range c.Modules {
+			if bundle.RootPathsContain(roots, packagePath(m)) {
+				mods[id] = m.Copy()
+			}
+		}
+	}
+	data := map[string]any{}
+	for _, root := range roots {
+		segs := strings.Split(strings.Trim(root, "/"), "/")
+		v, err := store.Read(ctx, txn, storage.Path(segs))
+		switch {
+		case storage.IsNotFound(err):
+			continue
+		case err != nil:
+			return nil, nil, fmt.Errorf("bundle %s: read its data at %s: %w", gate, root, err)
+		}
+		if err := setAt(data, segs, snapshot.CopyDocument(v)); err != nil {
+			return nil, nil, fmt.Errorf("bundle %s: data at %s: %w", gate, root, err)
+		}
+	}
+	return mods, data, nil
+}
+
+// packagePath is the package of m as a root path (authz/decision for package authz.decision).
+func packagePath(m *ast.Module) string {
+	if m.Package == nil {
+		return ""
+	}
+	var segs []string
+	for _, t := range m.Package.Path[1:] { // after data
+		s, ok := t.Value.(ast.String)
+		if !ok {
+			return ""
+		}
+		segs = append(segs, string(s))
+	}
+	return strings.Join(segs, "/")
+}
+
+// setAt sets doc at segs to v, making the objects on the way.
+func setAt(doc map[string]any, segs []string, v any) error {
+	for _, k := range segs[:len(segs)-1] {
+		next, ok := doc[k].(map[string]any)
+		if !ok {
+			if _, set := doc[k]; set {
+				return fmt.Errorf("%s is not an object", k)
+			}
+			next = map[string]any{}
+			doc[k] = next
+		}
+		doc = next
+	}
+	doc[segs[len(segs)-1]] = v
+	return nil
+}
+
+// moduleSourcesOf are the sources of mods (for a content revision).
+func moduleSourcesOf(mods map[string]*ast.Module) map[string]string {
+	out := make(map[string]string, len(mods))
+	for id, m := range mods {
+		out[id] = m.String()
+	}
+	return out
+}
+
 // moduleSources are the sources of the compiled modules (for a content revision).
 func moduleSources(c *ast.Compiler) map[string]string {
 	out := map[string]string{}
@@ -453,17 +600,53 @@ func (r *remote) onStatus(st map[string]*bundleplugin.Status) {
 	s := r.s
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	seen := map[string]time.Time{}
 	for n, b := range st {
 		cp := cleanStatus(b)
 		prev := s.status.Bundles[n]
-		if cp.Code != "" && (prev == nil || prev.Message != cp.Message) {
-			s.status.LastError = cp.Code + ": " + cp.Message
-			s.log.Error("bundle refused; the active policy stays", "bundle", n, "active_revision", s.eng.Revision(), "code", cp.Code, "error", cp.Message)
+		if prev != nil {
+			seen[n] = prev.LastRequest
+		}
+		if cp.Code == "" {
+			r.quiet.recovered(n)
+		}
+		if changed := prev == nil || prev.Message != cp.Message; cp.Code != "" && (changed || transient(cp.Message)) {
+			code := cp.Code
+			if c := s.checks[n]; c.code != "" {
+				code = c.code
+			}
+			if changed {
+				s.status.LastError = code + ": " + cp.Message
+			}
+			r.logFailureLocked(n, code, cp.Message) // a transient failure again: rate-limited
 		}
 		s.status.Bundles[n] = cp
 	}
 	// OPA reports a download once it has activated and persisted the bundle.
 	r.settleLocked(true)
+	for _, n := range sortedNames(st) {
+		s.countLocked(n, s.status.Bundles[n], seen[n], r.quiet.isFresh(n))
+	}
+}
+
+// logFailureLocked logs the failure of bundle n OPA reported: nothing for a download the stop
+// cancelled, a WARN at most once a minute per bundle for a transient download failure (OPA
+// retries it), an ERROR for anything else (a bundle refused); s.mu is held.
+func (r *remote) logFailureLocked(n, code, msg string) {
+	s := r.s
+	args := []any{"bundle", n, "active_revision", s.eng.Revision(), "code", code, "error", msg}
+	switch {
+	case r.quiet.canceled(msg):
+		s.log.Debug("bundle download cancelled by the stop", args...)
+	case transient(msg) && s.checks[n].code == "":
+		if r.quiet.warnNow(n) {
+			s.log.Warn("bundle download failed; the active policy stays and OPA retries with back-off (logged at most once a minute per bundle)", args...)
+		} else {
+			s.log.Debug("bundle download failed; the active policy stays and OPA retries with back-off", args...)
+		}
+	default:
+		s.log.Error("bundle refused; the active policy stays", args...)
+	}
 }
 
 // trigger downloads now (SIGHUP) every bundle whose download is triggered by hand. A polled
@@ -487,10 +670,39 @@ func (r *remote) trigger(ctx context.Context) error {
 }
 
 func (r *remote) stop(ctx context.Context) {
+	r.quiet.stopping.Store(true) // the downloads the stop cancels are not failures
 	if r.mgr != nil {
 		r.mgr.Stop(ctx)
 	}
+	if r.store != nil {
+		ClearStoreRule(r.store)
+	}
 	r.removeTmp()
+}
+
+// abandon undoes what a start that failed before the manager started set up.
+func (r *remote) abandon() {
+	if r.store != nil {
+		ClearStoreRule(r.store)
+	}
+	r.removeTmp()
+}
+
+// onAdmit hears the rule's verdict on a bundle about to be activated: a refusal is recorded
+// as the bundle's code (POLICY_BUNDLE_ROOTS) in the status, an admission clears one.
+func (r *remote) onAdmit(name string, err error) {
+	s := r.s
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err == nil {
+		if s.checks[name].code == string(coded.PolicyBundleRoots) {
+			delete(s.checks, name)
+		}
+		return
+	}
+	msg := logtext.Clean(err.Error())
+	s.checks[name] = refusal{code: string(coded.PolicyBundleRoots), msg: msg}
+	s.status.LastError = string(coded.PolicyBundleRoots) + ": " + msg
 }
 
 // removeTmp removes the private persistence directory, if one was made.
@@ -538,6 +750,8 @@ func cleanError(err error) error {
 type opaLogger struct {
 	l      hclog.Logger
 	fields []any
+	name   string    // the bundle the lines are of (OPA's field name), "" for none
+	quiet  *opaQuiet // what to keep quiet; nil: nothing
 }
 
 func (o *opaLogger) args() []any { return o.fields }
@@ -546,13 +760,25 @@ func (o *opaLogger) Debug(f string, a ...any) {
 	o.l.Debug(logtext.Clean(fmt.Sprintf(f, a...)), o.args()...)
 }
 func (o *opaLogger) Info(f string, a ...any) {
-	o.l.Info(logtext.Clean(fmt.Sprintf(f, a...)), o.args()...)
+	msg := fmt.Sprintf(f, a...)
+	// From a server without ETag, every poll downloads and activates the bundle again.
+	if o.quiet != nil && msg == "Bundle loaded and activated successfully." && !o.quiet.isFresh(o.name) {
+		o.l.Debug(logtext.Clean(msg+" Nothing new."), o.args()...)
+		return
+	}
+	o.l.Info(logtext.Clean(msg), o.args()...)
 }
 func (o *opaLogger) Warn(f string, a ...any) {
 	o.l.Warn(logtext.Clean(fmt.Sprintf(f, a...)), o.args()...)
 }
 func (o *opaLogger) Error(f string, a ...any) {
-	o.l.Error(logtext.Clean(fmt.Sprintf(f, a...)), o.args()...)
+	msg := fmt.Sprintf(f, a...)
+	// A download's failure is logged once by the source (logFailureLocked), at its level.
+	if o.quiet != nil && strings.HasPrefix(msg, "Bundle load failed: ") && (o.quiet.canceled(msg) || transient(msg)) {
+		o.l.Debug(logtext.Clean(msg), o.args()...)
+		return
+	}
+	o.l.Error(logtext.Clean(msg), o.args()...)
 }
 
 func (o *opaLogger) WithFields(m map[string]any) logging.Logger {
@@ -560,7 +786,11 @@ func (o *opaLogger) WithFields(m map[string]any) logging.Logger {
 	for _, k := range sortedNames(m) {
 		f = append(f, logtext.Clean(k), cleanField(m[k]))
 	}
-	return &opaLogger{l: o.l, fields: f}
+	name := o.name
+	if n, ok := m["name"].(string); ok {
+		name = n
+	}
+	return &opaLogger{l: o.l, fields: f, name: name, quiet: o.quiet}
 }
 
 // cleanField is a field of OPA's log as logged: numbers and booleans as they are, strings

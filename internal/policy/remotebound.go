@@ -33,7 +33,10 @@ func init() {
 
 // bundleBoundOption, among a manager's tracing options, bounds the bundles its service
 // clients download.
-type bundleBoundOption struct{ lim bundleLimits }
+type bundleBoundOption struct {
+	lim   bundleLimits
+	times downloadTimes // remotetime.go
+}
 
 type boundedHTTPTracing struct{}
 
@@ -56,7 +59,7 @@ func (boundedHTTPTracing) NewTransport(tr http.RoundTripper, opts opatracing.Opt
 		tr = otelhttp.NewTransport(tr, otel...)
 	}
 	if bound != nil {
-		tr = &boundedTransport{next: tr, lim: bound.lim}
+		tr = &boundedTransport{next: tr, lim: bound.lim, times: bound.times}
 	}
 	return tr
 }
@@ -66,10 +69,12 @@ func (boundedHTTPTracing) NewHandler(h http.Handler, label string, opts opatraci
 	return otelhttp.NewHandler(h, label, otel...)
 }
 
-// boundedTransport checks the body of every successful GET as a bundle within lim.
+// boundedTransport checks the body of every successful GET as a bundle within lim, and cuts
+// it when it arrives too slowly (times).
 type boundedTransport struct {
-	next http.RoundTripper
-	lim  bundleLimits
+	next  http.RoundTripper
+	lim   bundleLimits
+	times downloadTimes
 }
 
 func (t *boundedTransport) RoundTrip(req *http.Request) (*http.Response, error) {
@@ -77,7 +82,7 @@ func (t *boundedTransport) RoundTrip(req *http.Request) (*http.Response, error) 
 	if err != nil || req.Method != http.MethodGet || resp.StatusCode != http.StatusOK || resp.Body == nil || resp.Body == http.NoBody {
 		return resp, err
 	}
-	resp.Body = newScannedBody(resp.Body, t.lim)
+	resp.Body = newScannedBody(newTimedBody(resp.Body, t.times), t.lim)
 	return resp, nil
 }
 

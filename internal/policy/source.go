@@ -16,6 +16,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 	"github.com/open-policy-agent/opa/v1/bundle"
 	bundleplugin "github.com/open-policy-agent/opa/v1/plugins/bundle"
+	"github.com/prometheus/client_golang/prometheus"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 
 	"github.com/authz-dev/authz/internal/coded"
@@ -37,6 +38,10 @@ type Options struct {
 	// plugins then trace their HTTP requests (bundle downloads, decision-log and status
 	// uploads) with it, as under `opa run`.
 	TracerProvider *sdktrace.TracerProvider
+
+	// downloadTimes bound the pace of remote bundle downloads (remotetime.go); the defaults
+	// when zero. Tests set them.
+	downloadTimes downloadTimes
 }
 
 // Status is the state of the policy: GET /v1/status. It is defined in internal/policystate so
@@ -54,11 +59,12 @@ type Source struct {
 
 	mu      sync.Mutex // serializes activations and guards the fields below
 	status  Status
-	checks  map[string]refusal // per bundle: authz's own refusal of its last activation
-	served  map[string]string  // per remote bundle: the revision the engine serves
-	watched string             // fingerprint of the watched bundle
-	digest  string             // contentDigest of the active policy; "" for the embedded one
-	order   *bundleOrder       // issue times of the active signed bundles (order.go)
+	checks  map[string]refusal     // per bundle: authz's own refusal of its last activation
+	served  map[string]string      // per remote bundle: the revision the engine serves
+	watched string                 // fingerprint of the watched bundle
+	digest  string                 // contentDigest of the active policy; "" for the embedded one
+	order   *bundleOrder           // issue times of the active signed bundles (order.go)
+	ops     *prometheus.CounterVec // authz_bundle_operations_total (bundlemetrics.go)
 
 	provider provider // the kind of source cfg selects (kinds)
 	remote   *remote  // OPA's plugin manager over the opa section; nil without one
@@ -89,7 +95,7 @@ func New(cfg Config, eng *decision.Engine, opts Options) (*Source, error) {
 	}
 	s := &Source{cfg: cfg, eng: eng, opts: opts, log: opts.Logger.Named("policy"), vc: vc,
 		checks: map[string]refusal{}, served: map[string]string{}, stop: make(chan struct{}),
-		order: &bundleOrder{iat: map[string]int64{}}}
+		order: &bundleOrder{iat: map[string]int64{}}, ops: newBundleOps()}
 	s.status.Bundles = map[string]*bundleplugin.Status{}
 	s.provider = cfg.kind().new(s)
 	return s, nil

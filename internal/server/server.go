@@ -142,6 +142,9 @@ func New(cfg Config, d Decider, facts FactsSource, opts Options) (*Server, error
 	}
 	s.metrics = newMetrics(d, facts, s.policyOrigin)
 	s.metrics.reg.MustRegister(s.access.tokenMetrics()...)
+	if c, ok := opts.Policy.(prometheus.Collector); ok {
+		s.metrics.reg.MustRegister(c) // the policy source's own: authz_bundle_operations_total
+	}
 	s.metrics.reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Name: "authz_watches_open",
 		Help: "Watches open now (POST /v1/authorize/watch).",

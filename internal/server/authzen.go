@@ -13,6 +13,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"strings"
 
 	"github.com/authz-dev/authz/internal/coded"
 	"github.com/authz-dev/authz/internal/decision"
@@ -168,8 +169,98 @@ func entityObject(e *authzenEntity) map[string]any {
 	return obj
 }
 
-// decodeAuthZEN decodes an AuthZEN body strictly: one JSON object, no trailing data.
-func decodeAuthZEN(body []byte, v any) error {
+// authzenShape is the members of an AuthZEN object whose names the specification fixes
+// (members), or the shape of an array's elements (elem). A nil *authzenShape is a value of
+// free form (properties, context).
+type authzenShape struct {
+	members map[string]*authzenShape
+	elem    *authzenShape
+}
+
+var (
+	authzenEntityShape     = &authzenShape{members: map[string]*authzenShape{"type": nil, "id": nil, "properties": nil}}
+	authzenEvaluationShape = &authzenShape{members: map[string]*authzenShape{
+		"subject": authzenEntityShape, "resource": authzenEntityShape, "context": nil,
+		"action": {members: map[string]*authzenShape{"name": nil, "properties": nil}},
+	}}
+	authzenEvaluationsShape = &authzenShape{members: map[string]*authzenShape{
+		"subject": authzenEntityShape, "resource": authzenEntityShape, "context": nil,
+		"action":      authzenEvaluationShape.members["action"],
+		"evaluations": {elem: authzenEvaluationShape},
+		"options":     {members: map[string]*authzenShape{"evaluations_semantic": nil}},
+	}}
+)
+
+// checkAuthZENMembers checks that the members the specification names are written exactly as
+// it writes them (names are case-sensitive) and each at most once: encoding/json matches a
+// struct's names case-insensitively and keeps the last of repeated ones, so `"SUBJECT"` or a
+// second `"Type"` would be decided as a request other than the one an intermediary reads.
+// Members of free form (properties, context) and other members are left as they are.
+func checkAuthZENMembers(raw []byte, shape *authzenShape, path string) error {
+	if shape == nil {
+		return nil
+	}
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	tok, err := dec.Token()
+	if err != nil {
+		return nil //nolint:nilerr // not JSON: the decoding that follows says so
+	}
+	name := func(member string) string {
+		if path == "" {
+			return member
+		}
+		return path + "." + member
+	}
+	switch {
+	case tok == json.Delim('{') && shape.members != nil:
+		seen := map[string]bool{}
+		for dec.More() {
+			kt, err := dec.Token()
+			if err != nil {
+				return nil //nolint:nilerr // the decoding that follows says what is wrong
+			}
+			key, _ := kt.(string)
+			if seen[key] {
+				return coded.Errorf(coded.BadRequest, "AuthZEN request: member %q is sent more than once: send each member once", name(key))
+			}
+			seen[key] = true
+			child, known := shape.members[key]
+			if !known {
+				for m := range shape.members {
+					if strings.EqualFold(m, key) {
+						return coded.Errorf(coded.BadRequest, "AuthZEN request: member %q is not an AuthZEN member: member names are case-sensitive, write it %q",
+							name(key), name(m))
+					}
+				}
+			}
+			var v json.RawMessage
+			if err := dec.Decode(&v); err != nil {
+				return nil //nolint:nilerr // the decoding that follows says what is wrong
+			}
+			if err := checkAuthZENMembers(v, child, name(key)); err != nil {
+				return err
+			}
+		}
+	case tok == json.Delim('[') && shape.elem != nil:
+		for i := 0; dec.More(); i++ {
+			var v json.RawMessage
+			if err := dec.Decode(&v); err != nil {
+				return nil //nolint:nilerr // the decoding that follows says what is wrong
+			}
+			if err := checkAuthZENMembers(v, shape.elem, fmt.Sprintf("%s[%d]", path, i)); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// decodeAuthZEN decodes an AuthZEN body strictly: one JSON object of shape, its member names
+// exact and not repeated, no trailing data.
+func decodeAuthZEN(body []byte, shape *authzenShape, v any) error {
+	if err := checkAuthZENMembers(body, shape, ""); err != nil {
+		return err
+	}
 	dec := json.NewDecoder(bytes.NewReader(body))
 	dec.UseNumber()
 	if err := dec.Decode(v); err != nil {
@@ -203,7 +294,7 @@ func (s *Server) handleAuthZENEvaluation(w http.ResponseWriter, r *http.Request)
 	echoRequestID(w, r)
 	parse := func(body []byte) (*snapshot.Request, error) {
 		var e authzenEvaluation
-		if err := decodeAuthZEN(body, &e); err != nil {
+		if err := decodeAuthZEN(body, authzenEvaluationShape, &e); err != nil {
 			return nil, err
 		}
 		return e.request()
@@ -233,7 +324,7 @@ func (s *Server) handleAuthZENEvaluations(w http.ResponseWriter, r *http.Request
 	echoRequestID(w, r)
 	s.withBody(w, r, s.readBody, func(body []byte) {
 		var batch authzenEvaluations
-		if err := decodeAuthZEN(body, &batch); err != nil {
+		if err := decodeAuthZEN(body, authzenEvaluationsShape, &batch); err != nil {
 			writeError(w, err)
 			return
 		}

@@ -95,6 +95,12 @@ type LimitsConfig struct {
 	// MaxReading caps the decision requests admitted at once: each holds at most
 	// maxBodyBytes of body from the moment it is admitted until it is answered.
 	MaxReading int `yaml:"maxReading"`
+	// MinBodyRate is the slowest a request body may come, in bytes a second, once BodyGrace
+	// has passed since it was admitted: a slower one is cut and answered 408 REQUEST_TIMEOUT,
+	// giving its reading place back. Per request (per stream under HTTP/2). 0 turns it off.
+	MinBodyRate int64 `yaml:"minBodyRate"`
+	// BodyGrace is how long a body may take before MinBodyRate applies.
+	BodyGrace time.Duration `yaml:"bodyGrace"`
 	// MaxDeciding caps the admitted requests whose body is being decoded, evaluated and
 	// logged at once, the stage that costs memory in proportion to the body.
 	MaxDeciding int `yaml:"maxDeciding"`
@@ -115,6 +121,8 @@ const (
 	defaultFDReserve      = 64
 	defaultMaxReading     = 32
 	defaultMaxDeciding    = 2
+	defaultMinBodyRate    = 4 << 10
+	defaultBodyGrace      = 2 * time.Second
 	defaultQueueWait      = time.Second
 	defaultMaxWatches     = watch.DefaultMaxWatches
 	defaultMaxWatchBytes  = watch.DefaultMaxBytes
@@ -143,6 +151,12 @@ func (c Config) validateLimits(v *configcheck.Problems) {
 	}
 	if c.Limits.QueueWait <= 0 {
 		v.Add("limits.queueWait", "must be a positive duration such as 1s, got %v", c.Limits.QueueWait)
+	}
+	if c.Limits.MinBodyRate < 0 {
+		v.Add("limits.minBodyRate", "must be 0 (off) or a positive number of bytes a second, got %d", c.Limits.MinBodyRate)
+	}
+	if c.Limits.BodyGrace <= 0 && c.Limits.MinBodyRate > 0 {
+		v.Add("limits.bodyGrace", "must be a positive duration such as 2s, got %v", c.Limits.BodyGrace)
 	}
 	if c.Limits.MaxWatchBytes <= 0 {
 		v.Add("limits.maxWatchBytes", "must be a positive number of bytes, got %d", c.Limits.MaxWatchBytes)
@@ -200,6 +214,8 @@ func DefaultConfig() Config {
 			FDReserve:      defaultFDReserve,
 			MaxReading:     defaultMaxReading,
 			MaxDeciding:    defaultMaxDeciding,
+			MinBodyRate:    defaultMinBodyRate,
+			BodyGrace:      defaultBodyGrace,
 			QueueWait:      defaultQueueWait,
 			MaxWatches:     defaultMaxWatches,
 			MaxWatchBytes:  defaultMaxWatchBytes,

@@ -49,6 +49,7 @@ var httpStatus = map[coded.Code]int{
 	coded.NotFound:               http.StatusNotFound,
 	coded.MethodNotAllowed:       http.StatusMethodNotAllowed,
 	coded.RequestTooLarge:        http.StatusRequestEntityTooLarge,
+	coded.RequestTimeout:         http.StatusRequestTimeout,
 	coded.UnsupportedMediaType:   http.StatusUnsupportedMediaType,
 	coded.Internal:               http.StatusInternalServerError,
 	coded.Overloaded:             http.StatusServiceUnavailable,
@@ -143,13 +144,17 @@ func (s *Server) admitted(w http.ResponseWriter, r *http.Request, read func(http
 // again once the body is in: a token revoked (Reload) while the body was being sent decides
 // nothing.
 func (s *Server) withBody(w http.ResponseWriter, r *http.Request, read func(http.ResponseWriter, *http.Request) ([]byte, error), serve func(body []byte)) {
-	release := s.admit.acquire(r.Context(), s.admit.reading)
-	if release == nil {
+	hold := s.admit.admitBody(w, r, s.callerOf(r))
+	if hold == nil {
 		s.answerOverloaded(w, r)
 		return
 	}
-	defer release()
+	defer s.admit.finish(r, hold)
 	body, err := read(w, r)
+	if why := s.admit.bodyIn(hold); why != 0 {
+		s.answerCut(w, r, why)
+		return
+	}
 	if err != nil {
 		writeError(w, err)
 		return
@@ -159,6 +164,43 @@ func (s *Server) withBody(w http.ResponseWriter, r *http.Request, read func(http
 		return
 	}
 	serve(body)
+}
+
+// answerCut answers a request whose body was cut (admission.cutLocked): 408 when it came too
+// slowly, 503 with Retry-After when its caller held more than its share of the reading places.
+// The connection is closed: the rest of its body is not read.
+func (s *Server) answerCut(w http.ResponseWriter, r *http.Request, why int) {
+	if why != cutSlow {
+		s.answerOverloaded(w, r)
+		return
+	}
+	if r.ProtoMajor == 1 {
+		w.Header().Set("Connection", "close")
+	}
+	err := s.admit.cutError(why)
+	w.Header().Set(headerError, string(coded.CodeOf(err)))
+	writeDecisionError(w, err)
+}
+
+// callerOf is who sends r, for sharing the admission places: its bearer token when the service
+// authenticates with tokens, its client certificate under TLS authentication, else its peer
+// address without the port (every request over a unix socket is one caller).
+func (s *Server) callerOf(r *http.Request) string {
+	switch s.access.mode {
+	case AuthToken:
+		if tok, ok := bearerToken(r); ok {
+			return tok
+		}
+	case AuthTLS:
+		if r.TLS != nil && len(r.TLS.PeerCertificates) > 0 {
+			return string(r.TLS.PeerCertificates[0].Signature)
+		}
+	}
+	addr := r.RemoteAddr
+	if i := strings.LastIndexByte(addr, ':'); i >= 0 {
+		addr = addr[:i]
+	}
+	return addr
 }
 
 // errNotAdmitted is deciding's error when no deciding slot was free in time.
@@ -172,28 +214,28 @@ var errNotAdmitted = errors.New("not admitted")
 // config), and is admitted, decoded and decided again, the answer then at hand. So a plugin
 // whose checks are slow holds up its own callers only.
 func (s *Server) deciding(r *http.Request, parse func() (*snapshot.Request, error), serve func(req *snapshot.Request, facts snapshot.Facts)) error {
-	releaseDeciding := s.admit.acquire(r.Context(), s.admit.deciding)
-	if releaseDeciding == nil {
+	caller := s.callerOf(r)
+	if !s.admit.acquire(r.Context(), s.admit.deciding, caller) {
 		return errNotAdmitted
 	}
 	req, err := parse()
 	if err != nil {
-		releaseDeciding()
+		s.admit.deciding.release(caller)
 		return err
 	}
 	var facts snapshot.Facts = s.facts
 	if wait := snapshot.PendingConfigCheck(req, s.facts); wait != nil {
-		releaseDeciding() // the decoded request is not used again: decoded again below
+		s.admit.deciding.release(caller) // the decoded request is not used again: decoded again below
 		facts = wait(r.Context())
-		if releaseDeciding = s.admit.acquire(r.Context(), s.admit.deciding); releaseDeciding == nil {
+		if !s.admit.acquire(r.Context(), s.admit.deciding, caller) {
 			return errNotAdmitted
 		}
 		if req, err = parse(); err != nil {
-			releaseDeciding()
+			s.admit.deciding.release(caller)
 			return err
 		}
 	}
-	defer releaseDeciding()
+	defer s.admit.deciding.release(caller)
 	serve(req, facts)
 	return nil
 }

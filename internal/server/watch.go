@@ -272,11 +272,11 @@ func (a admittedDecider) Decide(ctx context.Context, req *snapshot.Request, fact
 	if wait := snapshot.PendingConfigCheck(req, facts); wait != nil {
 		facts = wait(ctx)
 	}
-	release := a.s.admit.acquire(ctx, a.s.admit.deciding)
-	if release == nil {
+	// The watches' re-decisions are the service's own: one caller, "".
+	if !a.s.admit.acquire(ctx, a.s.admit.deciding, "") {
 		return decision.FailedDocument(req.Operation), nil, a.s.admit.overloaded()
 	}
-	defer release()
+	defer a.s.admit.deciding.release("")
 	return a.s.decider.Decide(ctx, req, facts)
 }
 

@@ -1,0 +1,188 @@
+package server_test
+
+import (
+	"bufio"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/authz-dev/authz/internal/server"
+	"github.com/authz-dev/authz/internal/testutil"
+)
+
+// Two callers of the decide scope, told apart by their tokens.
+const (
+	attackerToken = "attacker-token-0123456789"
+	honestToken   = "honest-token-0123456789"
+)
+
+// withTwoCallers authenticates with the two tokens above.
+func withTwoCallers(t testing.TB) option {
+	t.Helper()
+	dir := t.TempDir()
+	tokens := testutil.WriteFile(t, dir, "tokens", attackerToken+" decide\n"+honestToken+" decide\n")
+	require.NoError(t, os.Chmod(tokens, 0o600))
+	return withConfig(func(c *server.Config) {
+		c.Authentication.Mode = server.AuthToken
+		c.Authentication.TokensFile = tokens
+	})
+}
+
+// postAs posts body to url with token.
+func postAs(t testing.TB, url, token, body string) answer {
+	t.Helper()
+	req, err := http.NewRequestWithContext(t.Context(), http.MethodPost, url, strings.NewReader(body))
+	require.NoError(t, err)
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Authorization", "Bearer "+token)
+	resp, err := testClient.Do(req)
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	var b strings.Builder
+	_, _ = bufio.NewReader(resp.Body).WriteTo(&b)
+	return answer{status: resp.StatusCode, header: resp.Header, body: []byte(b.String())}
+}
+
+// slowBody opens a decision request as token whose body of 1,000 bytes comes one byte a
+// second, until the test ends or the server answers.
+func slowBody(t testing.TB, base, token string, wg *sync.WaitGroup) net.Conn {
+	t.Helper()
+	addr := strings.TrimPrefix(base, "http://")
+	c, err := net.Dial("tcp", addr)
+	require.NoError(t, err)
+	t.Cleanup(func() { c.Close() })
+	require.NoError(t, c.SetDeadline(time.Now().Add(30*time.Second)))
+	_, err = fmt.Fprintf(c, "POST /v1/authorize HTTP/1.1\r\nHost: %s\r\nAuthorization: Bearer %s\r\nContent-Type: application/json\r\nContent-Length: 1000\r\n\r\n{", addr, token)
+	require.NoError(t, err)
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		tick := time.NewTicker(time.Second)
+		defer tick.Stop()
+		for range tick.C {
+			if _, err := c.Write([]byte(" ")); err != nil {
+				return
+			}
+		}
+	}()
+	return c
+}
+
+// TestSlowBodiesOfOneCallerCannotShutOutAnother: 32 bodies sent one byte a second by one
+// caller hold every reading place (limits.maxReading); another caller's requests are all
+// answered 200: the greedy caller's newest body is cut (answered 503) to make room, and no
+// honest request waits limits.queueWait for a 503 of its own.
+func TestSlowBodiesOfOneCallerCannotShutOutAnother(t *testing.T) {
+	t.Parallel()
+	s := newServer(t, withTwoCallers(t), withConfig(func(c *server.Config) {
+		c.Limits.QueueWait = time.Second
+		c.Limits.MinBodyRate = 0 // the share alone is under test
+	}))
+	base := startHTTP(t, s)
+	var wg sync.WaitGroup
+	var conns []net.Conn
+	for range 32 {
+		conns = append(conns, slowBody(t, base, attackerToken, &wg))
+	}
+	require.Eventually(t, func() bool { return s.ReadingHeld() == 32 }, 10*time.Second, 10*time.Millisecond, "the slow bodies hold every place")
+
+	body := fixture(t, nil)
+	for i := range 14 {
+		a := postAs(t, base+"/v1/authorize", honestToken, body)
+		require.Equal(t, http.StatusOK, a.status, "honest request %d: %s", i, a.body)
+	}
+	// The greedy caller's bodies that were cut were answered 503, and the connections closed.
+	var mu sync.Mutex
+	cut := 0
+	var readers sync.WaitGroup
+	for _, c := range conns {
+		readers.Go(func() {
+			_ = c.SetReadDeadline(time.Now().Add(2 * time.Second))
+			resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+			if err != nil {
+				return
+			}
+			resp.Body.Close()
+			mu.Lock()
+			defer mu.Unlock()
+			if resp.StatusCode == http.StatusServiceUnavailable {
+				cut++
+			}
+		})
+	}
+	readers.Wait()
+	// One cut makes room for the honest caller, whose place is free again once answered.
+	assert.GreaterOrEqual(t, cut, 1, "a body of the caller over its share was cut")
+	assert.LessOrEqual(t, cut, 14, "no more bodies were cut than the honest caller needed places")
+	for _, c := range conns {
+		c.Close()
+	}
+	wg.Wait()
+}
+
+// TestSingleCallerKeepsEveryReadingPlace: a service with one caller (a sidecar behind a
+// proxy) keeps its full capacity: none of its bodies is cut to make room for itself.
+func TestSingleCallerKeepsEveryReadingPlace(t *testing.T) {
+	t.Parallel()
+	s := newServer(t, withConfig(func(c *server.Config) {
+		c.Limits.MaxReading = 4
+		c.Limits.MaxDeciding = 1
+		c.Limits.QueueWait = 200 * time.Millisecond
+		c.Limits.MinBodyRate = 0
+	}))
+	base := startHTTP(t, s)
+	body := fixture(t, nil)
+	var held []net.Conn
+	var rests []string
+	for range 4 {
+		c, rest := startSlowRequest(t, base, body)
+		held, rests = append(held, c), append(rests, rest)
+	}
+	require.Eventually(t, func() bool { return s.ReadingHeld() == 4 }, 10*time.Second, 10*time.Millisecond)
+	assert.Equal(t, http.StatusServiceUnavailable, post(t, base+"/v1/authorize", body).status, "the one caller waits for its own places")
+	for i, c := range held {
+		_, err := c.Write([]byte(rests[i]))
+		require.NoError(t, err)
+		resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+		require.NoError(t, err)
+		resp.Body.Close()
+		assert.Equal(t, http.StatusOK, resp.StatusCode, "none of its bodies was cut")
+	}
+}
+
+// TestSlowBodyIsAnswered408: a body that comes slower than limits.minBodyRate once
+// limits.bodyGrace has passed is cut and answered 408 REQUEST_TIMEOUT, its place given back,
+// long before http.readTimeout.
+func TestSlowBodyIsAnswered408(t *testing.T) {
+	t.Parallel()
+	s := newServer(t, withConfig(func(c *server.Config) {
+		c.Limits.MinBodyRate = 1 << 10
+		c.Limits.BodyGrace = 300 * time.Millisecond
+	}))
+	base := startHTTP(t, s)
+	var wg sync.WaitGroup
+	c := slowBody(t, base, "unused", &wg)
+	start := time.Now()
+	require.NoError(t, c.SetReadDeadline(time.Now().Add(5*time.Second)))
+	resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+	require.NoError(t, err)
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	assert.Equal(t, http.StatusRequestTimeout, resp.StatusCode, string(b))
+	assert.Equal(t, "REQUEST_TIMEOUT", resp.Header.Get("X-Authz-Error"))
+	assert.Less(t, time.Since(start), 3*time.Second)
+	require.Eventually(t, func() bool { return s.ReadingHeld() == 0 }, 5*time.Second, 10*time.Millisecond, "its place was given back")
+	c.Close()
+	wg.Wait()
+	// An honest body is not concerned.
+	assert.Equal(t, http.StatusOK, post(t, base+"/v1/authorize", fixture(t, nil)).status)
+}

@@ -373,3 +373,14 @@ func (c Config) MemoryBound() int64 {
 	l := c.MemoryLimit()
 	return l + l/3
 }
+
+// observeDecisionTime folds the time one decision took into the observed decision time, a
+// moving average of the last few (an AuthZEN batch's cost is judged by it).
+func (s *Server) observeDecisionTime(d time.Duration) {
+	old := s.decisionNS.Load()
+	if old == 0 {
+		s.decisionNS.Store(int64(d))
+		return
+	}
+	s.decisionNS.Store(old + (int64(d)-old)/8)
+}

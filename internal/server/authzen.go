@@ -14,6 +14,7 @@ import (
 	"fmt"
 	"net/http"
 	"strings"
+	"time"
 
 	"github.com/authz-dev/authz/internal/coded"
 	"github.com/authz-dev/authz/internal/decision"
@@ -321,6 +322,7 @@ func (s *Server) answerAuthZEN(w http.ResponseWriter, r *http.Request, path stri
 // one decision, with the top-level subject, resource, action and context as defaults. Without
 // evaluations it is one evaluation, answered as /access/v1/evaluation answers it.
 func (s *Server) handleAuthZENEvaluations(w http.ResponseWriter, r *http.Request) {
+	arrived := time.Now()
 	echoRequestID(w, r)
 	s.withBody(w, r, s.readBody, func(body []byte) {
 		var batch authzenEvaluations
@@ -350,35 +352,97 @@ func (s *Server) handleAuthZENEvaluations(w http.ResponseWriter, r *http.Request
 			s.answerNotDecided(w, r, err)
 			return
 		}
-		answers := make([]authzenAnswer, 0, len(batch.Evaluations))
-		for _, e := range batch.Evaluations {
-			var a authzenAnswer
-			logged := true
-			err := s.deciding(r, e.withDefaults(batch.authzenEvaluation).request, func(req *snapshot.Request, facts snapshot.Facts) {
-				doc, evalCode, ok := s.decide(r, pathAuthZENEvaluations, req, facts)
-				a, logged = answerOf(doc, string(evalCode)), ok
-			})
-			switch {
-			case errors.Is(err, errNotAdmitted):
-				s.answerNotDecided(w, r, err) // the evaluations decided so far are not answered
-				return
-			case err != nil:
-				a = refusedAnswer(err)
-			case !logged:
-				// The required decision log could not record it: nothing of this request may
-				// be used.
-				w.Header().Set(headerError, string(coded.DecisionLogUnavailable))
-				writeDecisionError(w, coded.Errorf(coded.DecisionLogUnavailable,
-					"a decision could not be recorded in the decision log, which this service requires; nothing is granted until the log is writable again"))
-				return
-			}
-			answers = append(answers, a)
-			if (semantic == semanticDenyOnFirstDeny && !a.Decision) || (semantic == semanticPermitOnFirstPermit && a.Decision) {
-				break
-			}
-		}
-		writeJSON(w, http.StatusOK, map[string]any{"evaluations": answers})
+		s.decideBatch(w, r, arrived, batch, semantic)
 	})
+}
+
+// batchItem is an evaluation of a batch with the batch's defaults applied: key is the same
+// for identical evaluations, which are decided once.
+type batchItem struct {
+	eval authzenEvaluation
+	key  string
+}
+
+// decideBatch decides the evaluations of an evaluations request, bounded by their work, not
+// their number: identical evaluations (after the defaults) are decided and logged once; a
+// batch whose distinct evaluations cannot be decided within half of http.writeTimeout at the
+// observed decision time is refused up front (503, Retry-After), and one that runs late is
+// answered 503, never cut by the write time-out without an answer.
+func (s *Server) decideBatch(w http.ResponseWriter, r *http.Request, arrived time.Time, batch authzenEvaluations, semantic string) {
+	items := make([]batchItem, len(batch.Evaluations))
+	asked := make(map[string]int, len(items))
+	for i, e := range batch.Evaluations {
+		eval := e.withDefaults(batch.authzenEvaluation)
+		key := fmt.Sprintf("#%d", i) // not marshalled: decided on its own
+		if b, err := json.Marshal(eval); err == nil {
+			key = string(b)
+		}
+		items[i] = batchItem{eval: eval, key: key}
+		asked[key]++
+	}
+	budget := s.cfg.HTTP.WriteTimeout / 2
+	each := time.Duration(s.decisionNS.Load())
+	if est := time.Duration(len(asked)) * each; time.Since(arrived)+est > budget {
+		s.answerBatchTooLong(w, r, fmt.Sprintf("its %d distinct evaluations would take about %v at the observed decision time (%v each)",
+			len(asked), est.Round(time.Millisecond), each.Round(time.Microsecond)))
+		return
+	}
+	type decided struct {
+		answer authzenAnswer
+		logged bool
+		err    error
+	}
+	done := make(map[string]decided, len(asked))
+	answers := make([]authzenAnswer, 0, len(items))
+	for _, it := range items {
+		d, ok := done[it.key]
+		if !ok {
+			if late := time.Since(arrived); late+time.Duration(s.decisionNS.Load()) > budget {
+				s.answerBatchTooLong(w, r, fmt.Sprintf("it ran late: %d of its %d distinct evaluations decided in %v",
+					len(done), len(asked), late.Round(time.Millisecond)))
+				return
+			}
+			d.logged = true
+			d.err = s.deciding(r, it.eval.request, func(req *snapshot.Request, facts snapshot.Facts) {
+				doc, evalCode, ok := s.decideFor(r, pathAuthZENEvaluations, req, facts, "", asked[it.key])
+				d.answer, d.logged = answerOf(doc, string(evalCode)), ok
+			})
+			done[it.key] = d
+		}
+		a := d.answer
+		switch {
+		case errors.Is(d.err, errNotAdmitted):
+			s.answerNotDecided(w, r, d.err) // the evaluations decided so far are not answered
+			return
+		case d.err != nil:
+			a = refusedAnswer(d.err)
+		case !d.logged:
+			// The required decision log could not record it: nothing of this request may be
+			// used.
+			w.Header().Set(headerError, string(coded.DecisionLogUnavailable))
+			writeDecisionError(w, coded.Errorf(coded.DecisionLogUnavailable,
+				"a decision could not be recorded in the decision log, which this service requires; nothing is granted until the log is writable again"))
+			return
+		}
+		answers = append(answers, a)
+		if (semantic == semanticDenyOnFirstDeny && !a.Decision) || (semantic == semanticPermitOnFirstPermit && a.Decision) {
+			break
+		}
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"evaluations": answers})
+}
+
+// answerBatchTooLong answers 503 SERVICE_OVERLOADED with Retry-After to an evaluations request
+// that cannot be decided within half of http.writeTimeout, saying why.
+func (s *Server) answerBatchTooLong(w http.ResponseWriter, r *http.Request, why string) {
+	w.Header().Set("Retry-After", s.admit.retryAfter())
+	if r.ProtoMajor == 1 {
+		w.Header().Set("Connection", "close")
+	}
+	w.Header().Set(headerError, string(coded.Overloaded))
+	writeDecisionError(w, coded.Errorf(coded.Overloaded,
+		"the AuthZEN evaluations request is not decided: %s, more than half of http.writeTimeout (%v); split it into smaller requests or retry after the time in Retry-After",
+		why, s.cfg.HTTP.WriteTimeout))
 }
 
 // handleAuthZENConfiguration answers GET /.well-known/authzen-configuration: where the

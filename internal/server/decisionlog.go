@@ -34,6 +34,10 @@ type logEntry struct {
 	Error coded.Code `json:"error,omitempty"`
 	// WatchID names the watch (POST /v1/authorize/watch) whose event the decision is.
 	WatchID string `json:"watch_id,omitempty"`
+	// Items is the number of evaluations of an AuthZEN batch (POST /access/v1/evaluations)
+	// that ask this same decision (after the batch's defaults): it was decided and logged once
+	// for all of them. Absent when it is one.
+	Items int `json:"items,omitempty"`
 }
 
 // decisionLog writes one JSON line per decision. Lines are marshalled outside the lock and

@@ -2,6 +2,7 @@ package server_test
 
 import (
 	"bufio"
+	"context"
 	"fmt"
 	"io"
 	"net"
@@ -9,13 +10,17 @@ import (
 	"os"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/authz-dev/authz/internal/decision"
 	"github.com/authz-dev/authz/internal/server"
+	"github.com/authz-dev/authz/internal/snapshot"
+	"github.com/authz-dev/authz/internal/specexamples"
 	"github.com/authz-dev/authz/internal/testutil"
 )
 
@@ -185,4 +190,116 @@ func TestSlowBodyIsAnswered408(t *testing.T) {
 	wg.Wait()
 	// An honest body is not concerned.
 	assert.Equal(t, http.StatusOK, post(t, base+"/v1/authorize", fixture(t, nil)).status)
+}
+
+// slowDecider takes delay (nanoseconds, changed by the test) before each decision.
+type slowDecider struct {
+	server.Decider
+	delay *atomic.Int64
+}
+
+func (d slowDecider) Decide(ctx context.Context, req *snapshot.Request, f snapshot.Facts) (decision.Document, snapshot.Input, error) {
+	time.Sleep(time.Duration(d.delay.Load()))
+	return d.Decider.Decide(ctx, req, f)
+}
+
+// authzenBatch is an evaluations request whose top level is the grant's, with items.
+func authzenBatch(t testing.TB, items []any) string {
+	t.Helper()
+	reqJSON, _ := specexamples.NewFixture().JSON()
+	grant := toAuthZEN(t, reqJSON)
+	grant["evaluations"] = items
+	return mustJSON(t, grant)
+}
+
+// distinctItems are n evaluations of n leases: n distinct decisions.
+func distinctItems(n int) []any {
+	items := make([]any, n)
+	for i := range items {
+		items[i] = map[string]any{"subject": map[string]any{"type": "lease", "id": fmt.Sprintf("lease-%d", i),
+			"properties": map[string]any{"metadata": map[string]any{"driver": "local"}}}}
+	}
+	return items
+}
+
+// TestAuthZENBatchDecidesIdenticalEvaluationsOnce: 64 empty evaluations under the same
+// top-level defaults are one decision, logged once with the number of items it answered; a
+// batch of distinct and repeated items is as many decisions as distinct items.
+func TestAuthZENBatchDecidesIdenticalEvaluationsOnce(t *testing.T) {
+	t.Parallel()
+	log := &lockedBuffer{}
+	base := startHTTP(t, newServer(t, withDecisionLog(log)))
+	items := make([]any, 64)
+	for i := range items {
+		items[i] = map[string]any{}
+	}
+	a := post(t, base+"/access/v1/evaluations", authzenBatch(t, items))
+	require.Equal(t, http.StatusOK, a.status, string(a.body))
+	answers := a.json(t)["evaluations"].([]any)
+	require.Len(t, answers, 64)
+	first := answers[0].(map[string]any)["context"].(map[string]any)["decision_id"]
+	for _, e := range answers {
+		assert.Equal(t, true, e.(map[string]any)["decision"])
+		assert.Equal(t, first, e.(map[string]any)["context"].(map[string]any)["decision_id"], "one decision answered every item")
+	}
+	lines := log.lines(t)
+	require.Len(t, lines, 1, "decided and logged once")
+	assert.Equal(t, first, lines[0]["decision_id"])
+	assert.InDelta(t, 64, lines[0]["items"], 0, "the record says how many items it answered")
+
+	// Three distinct evaluations, each asked twice: three decisions.
+	mixed := append(distinctItems(3), distinctItems(3)...)
+	a = post(t, base+"/access/v1/evaluations", authzenBatch(t, mixed))
+	require.Equal(t, http.StatusOK, a.status, string(a.body))
+	require.Len(t, a.json(t)["evaluations"].([]any), 6)
+	lines = log.lines(t)
+	require.Len(t, lines, 4)
+	for _, l := range lines[1:] {
+		assert.InDelta(t, 2, l["items"], 0)
+	}
+}
+
+// TestAuthZENBatchTooLongIsRefusedUpFront: a batch whose distinct evaluations cannot be
+// decided within half of http.writeTimeout at the observed decision time is answered 503 with
+// Retry-After before any of them is decided; one that runs late (decisions slower than
+// observed) is answered 503 as soon as it is late, never cut by the write time-out.
+func TestAuthZENBatchTooLongIsRefusedUpFront(t *testing.T) {
+	t.Parallel()
+	var delay atomic.Int64
+	log := &lockedBuffer{}
+	s := newServer(t, withDecisionLog(log), withDecider(slowDecider{testEngine(t), &delay}), withConfig(func(c *server.Config) {
+		c.HTTP.WriteTimeout = time.Second // half of it, 500 ms, is a batch's budget
+	}))
+	base := startHTTP(t, s)
+
+	// Decisions observed at 100 ms: 20 distinct evaluations would take 2 s.
+	delay.Store(int64(100 * time.Millisecond))
+	require.Equal(t, http.StatusOK, post(t, base+"/v1/authorize", fixture(t, nil)).status)
+	start := time.Now()
+	a := post(t, base+"/access/v1/evaluations", authzenBatch(t, distinctItems(20)))
+	assert.Less(t, time.Since(start), 500*time.Millisecond, "refused up front")
+	require.Equal(t, http.StatusServiceUnavailable, a.status, string(a.body))
+	assert.Equal(t, "SERVICE_OVERLOADED", a.json(t)["code"])
+	assert.Contains(t, a.json(t)["message"], "20 distinct evaluations")
+	assert.NotEmpty(t, a.header.Get("Retry-After"))
+	assert.Len(t, log.lines(t), 1, "none of its evaluations was decided")
+
+	// The same evaluation 20 times is one decision: within the budget.
+	same := make([]any, 20)
+	for i := range same {
+		same[i] = map[string]any{}
+	}
+	require.Equal(t, http.StatusOK, post(t, base+"/access/v1/evaluations", authzenBatch(t, same)).status)
+
+	// Observed fast, then slow: the batch is answered 503 once it is late, not at 10 × 150 ms.
+	delay.Store(0)
+	for range 40 {
+		require.Equal(t, http.StatusOK, post(t, base+"/v1/authorize", fixture(t, nil)).status)
+	}
+	delay.Store(int64(150 * time.Millisecond))
+	start = time.Now()
+	a = post(t, base+"/access/v1/evaluations", authzenBatch(t, distinctItems(10)))
+	require.Equal(t, http.StatusServiceUnavailable, a.status, string(a.body))
+	assert.Contains(t, a.json(t)["message"], "ran late")
+	assert.Less(t, time.Since(start), time.Second, "answered once late, within the write time-out")
 }

@@ -284,16 +284,18 @@ type dataAnswer struct {
 // could not be evaluated (the document is then the fail-closed deny). ok is false when the
 // decision log is required and its line could not be written: the decision must not be used.
 func (s *Server) decide(r *http.Request, path string, req *snapshot.Request, facts snapshot.Facts) (doc decision.Document, evalCode coded.Code, ok bool) {
-	return s.decideFor(r, path, req, facts, "")
+	return s.decideFor(r, path, req, facts, "", 1)
 }
 
 // decideFor is decide for the first decision of a watch (watchID not empty), whose log record
-// names the watch.
-func (s *Server) decideFor(r *http.Request, path string, req *snapshot.Request, facts snapshot.Facts, watchID string) (doc decision.Document, evalCode coded.Code, ok bool) {
+// names the watch, or for a decision that answers items evaluations of an AuthZEN batch (its
+// log record says how many when more than one).
+func (s *Server) decideFor(r *http.Request, path string, req *snapshot.Request, facts snapshot.Facts, watchID string, items int) (doc decision.Document, evalCode coded.Code, ok bool) {
 	start := time.Now()
 	ctx, span := s.startDecisionSpan(r, path, req) // tracing.go; nil span when tracing is off
 	doc, in, err := s.decider.Decide(ctx, req, facts)
 	latency := time.Since(start)
+	s.observeDecisionTime(latency)
 	if err != nil {
 		// Whatever the decider returned alongside its error, the answer is the docs/contract.md, "Precise rules"
 		// "Failures" document: it never grants.
@@ -321,6 +323,9 @@ func (s *Server) decideFor(r *http.Request, path string, req *snapshot.Request, 
 		LatencyNS:  latency.Nanoseconds(),
 		Error:      evalCode,
 		WatchID:    watchID,
+	}
+	if items > 1 {
+		entry.Items = items
 	}
 	logErr := s.dlog.write(entry)
 	s.logToOPA(ctx, r, start, entry) // status.go: OPA's decision-log plugin, when configured

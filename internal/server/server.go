@@ -16,6 +16,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"sync/atomic"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
@@ -81,6 +82,8 @@ type Server struct {
 	watches *watch.Hub
 	unwatch []func()
 	parked  *parked // the watches' streams taken over from net/http (watchstream.go)
+	// decisionNS is the observed time of a decision, a moving average (observeDecisionTime).
+	decisionNS atomic.Int64
 }
 
 // New checks cfg (Validate), opens the decision log and loads the TLS certificate. It starts

@@ -387,6 +387,9 @@ func (s *Server) decideBatch(w http.ResponseWriter, r *http.Request, arrived tim
 			len(asked), est.Round(time.Millisecond), each.Round(time.Microsecond)))
 		return
 	}
+	// The batch's lines share decisionLog.maxLineBytes, each at least the least it may be: a
+	// body is not multiplied into the log.
+	lineCap := max(s.cfg.DecisionLog.MaxLineBytes/len(asked), minLineBytes)
 	type decided struct {
 		answer authzenAnswer
 		logged bool
@@ -404,7 +407,7 @@ func (s *Server) decideBatch(w http.ResponseWriter, r *http.Request, arrived tim
 			}
 			d.logged = true
 			d.err = s.deciding(r, it.eval.request, func(req *snapshot.Request, facts snapshot.Facts) {
-				doc, evalCode, ok := s.decideFor(r, pathAuthZENEvaluations, req, facts, "", asked[it.key])
+				doc, evalCode, ok := s.decideFor(r, pathAuthZENEvaluations, req, facts, "", batchShare{items: asked[it.key], lineCap: lineCap})
 				d.answer, d.logged = answerOf(doc, string(evalCode)), ok
 			})
 			done[it.key] = d

@@ -115,6 +115,13 @@ type LimitsConfig struct {
 	MaxWatchBytes int64 `yaml:"maxWatchBytes"`
 }
 
+// defaultMaxLineBytes is decisionLog.maxLineBytes when the file does not set it; minLineBytes
+// is the least it may be (a decision's line with its facts is about 2 KiB).
+const (
+	defaultMaxLineBytes = 64 << 10
+	minLineBytes        = 4 << 10
+)
+
 // Defaults of LimitsConfig.
 const (
 	defaultMaxConnections = 256
@@ -179,6 +186,10 @@ type DecisionLogConfig struct {
 	// Mask lists JSON pointers into the log line, below /input, whose values are replaced by
 	// maskedValue. A segment "*" matches every member of an object or element of an array.
 	Mask []string `yaml:"mask"`
+	// MaxLineBytes caps one line of the log: a longer line has its input's largest members cut
+	// (replaced by a note of their size), members the contract does not define first, so that
+	// no request multiplies its body into the log. The lines of an AuthZEN batch share it.
+	MaxLineBytes int `yaml:"maxLineBytes"`
 }
 
 // HTTPConfig holds the limits that keep a slow or hostile client from holding the server.
@@ -197,7 +208,8 @@ func DefaultConfig() Config {
 		Addr: defaultAddr,
 		DecisionLog: DecisionLogConfig{
 			// Sandbox provider configs commonly carry credentials.
-			Mask: []string{"/input/environment/config"},
+			Mask:         []string{"/input/environment/config"},
+			MaxLineBytes: defaultMaxLineBytes,
 		},
 		MaxBodyBytes:    defaultMaxBodyBytes,
 		ShutdownTimeout: defaultShutdownTimeout,
@@ -259,6 +271,9 @@ func (c DecisionLogConfig) validate(v *configcheck.Problems) {
 	}
 	if c.Required && c.Path == "" {
 		v.Add("decisionLog.required", "needs decisionLog.path (a file, or - for stderr)")
+	}
+	if c.MaxLineBytes < minLineBytes {
+		v.Add("decisionLog.maxLineBytes", "must be at least %d bytes (a decision's line with its facts is about 2 KiB), got %d", minLineBytes, c.MaxLineBytes)
 	}
 }
 

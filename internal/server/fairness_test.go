@@ -303,3 +303,45 @@ func TestAuthZENBatchTooLongIsRefusedUpFront(t *testing.T) {
 	assert.Contains(t, a.json(t)["message"], "ran late")
 	assert.Less(t, time.Since(start), time.Second, "answered once late, within the write time-out")
 }
+
+// TestDecisionLogLineIsCapped: a decision's log line stays within decisionLog.maxLineBytes:
+// the input's large members the contract does not define are cut first (named in "cut" and
+// counted in authz_decision_log_cut_members_total) and the defined ones kept; the lines of an
+// AuthZEN batch share the bound, so 64 distinct evaluations of one large body do not write it
+// 64 times.
+func TestDecisionLogLineIsCapped(t *testing.T) {
+	t.Parallel()
+	log := &lockedBuffer{}
+	base := startHTTP(t, newServer(t, withDecisionLog(log)))
+	junk := make([]any, 10)
+	for i := range junk {
+		junk[i] = strings.Repeat("x", 60<<10)
+	}
+	body := fixture(t, func(req map[string]any) { req["lease"].(map[string]any)["junk"] = junk })
+	require.Greater(t, len(body), 600<<10)
+	a := post(t, base+"/v1/authorize", body)
+	require.Equal(t, http.StatusOK, a.status, string(a.body))
+	assert.Equal(t, true, a.json(t)["allow"], "the decision is the same")
+	raw := log.String()
+	assert.LessOrEqual(t, len(raw), 64<<10, "one line within decisionLog.maxLineBytes")
+	lines := log.lines(t)
+	require.Len(t, lines, 1)
+	assert.Equal(t, []any{"/input/lease/junk"}, lines[0]["cut"])
+	lease := lines[0]["input"].(map[string]any)["lease"].(map[string]any)
+	assert.Equal(t, "lease-1", lease["id"], "the defined members are kept")
+	assert.NotNil(t, lease["metadata"])
+	assert.Contains(t, string(get(t, base+"/metrics").body), "authz_decision_log_cut_members_total 1\n")
+
+	// A batch: 64 distinct evaluations under top-level defaults carrying ~600 KiB.
+	reqJSON, _ := specexamples.NewFixture().JSON()
+	grant := toAuthZEN(t, reqJSON)
+	grant["resource"].(map[string]any)["properties"].(map[string]any)["junk"] = junk
+	grant["evaluations"] = distinctItems(64)
+	batch := mustJSON(t, grant)
+	before := len(log.String())
+	a = post(t, base+"/access/v1/evaluations", batch)
+	require.Equal(t, http.StatusOK, a.status, string(a.body))
+	require.Len(t, a.json(t)["evaluations"].([]any), 64)
+	written := len(log.String()) - before
+	assert.Less(t, written, len(batch)/2, "the batch's %d lines share the bound: %d bytes logged for a body of %d", 64, written, len(batch))
+}

@@ -203,6 +203,11 @@ func (s *Server) callerOf(r *http.Request) string {
 	return addr
 }
 
+// batchShare is what a decision of an AuthZEN batch is to its log record: the number of the
+// batch's evaluations it answers, and the cap of its line, a share of decisionLog.maxLineBytes
+// (0: the whole of it).
+type batchShare struct{ items, lineCap int }
+
 // errNotAdmitted is deciding's error when no deciding slot was free in time.
 var errNotAdmitted = errors.New("not admitted")
 
@@ -284,13 +289,13 @@ type dataAnswer struct {
 // could not be evaluated (the document is then the fail-closed deny). ok is false when the
 // decision log is required and its line could not be written: the decision must not be used.
 func (s *Server) decide(r *http.Request, path string, req *snapshot.Request, facts snapshot.Facts) (doc decision.Document, evalCode coded.Code, ok bool) {
-	return s.decideFor(r, path, req, facts, "", 1)
+	return s.decideFor(r, path, req, facts, "", batchShare{})
 }
 
 // decideFor is decide for the first decision of a watch (watchID not empty), whose log record
-// names the watch, or for a decision that answers items evaluations of an AuthZEN batch (its
-// log record says how many when more than one).
-func (s *Server) decideFor(r *http.Request, path string, req *snapshot.Request, facts snapshot.Facts, watchID string, items int) (doc decision.Document, evalCode coded.Code, ok bool) {
+// names the watch, or for a decision of an AuthZEN batch (batch: how many of its evaluations
+// it answers, and its line's share of the log's bound).
+func (s *Server) decideFor(r *http.Request, path string, req *snapshot.Request, facts snapshot.Facts, watchID string, batch batchShare) (doc decision.Document, evalCode coded.Code, ok bool) {
 	start := time.Now()
 	ctx, span := s.startDecisionSpan(r, path, req) // tracing.go; nil span when tracing is off
 	doc, in, err := s.decider.Decide(ctx, req, facts)
@@ -324,9 +329,10 @@ func (s *Server) decideFor(r *http.Request, path string, req *snapshot.Request, 
 		Error:      evalCode,
 		WatchID:    watchID,
 	}
-	if items > 1 {
-		entry.Items = items
+	if batch.items > 1 {
+		entry.Items = batch.items
 	}
+	entry.lineCap = batch.lineCap
 	logErr := s.dlog.write(entry)
 	s.logToOPA(ctx, r, start, entry) // status.go: OPA's decision-log plugin, when configured
 	if logErr != nil {

@@ -144,6 +144,9 @@ func New(cfg Config, d Decider, facts FactsSource, opts Options) (*Server, error
 		s.unwatch = append(s.unwatch, p.OnPolicyChange(s.watches.PolicyChanged))
 	}
 	s.metrics = newMetrics(d, facts, s.policyOrigin)
+	if s.dlog != nil {
+		s.dlog.maxLine, s.dlog.cuts = cfg.DecisionLog.MaxLineBytes, s.metrics.logCuts
+	}
 	s.metrics.reg.MustRegister(s.access.tokenMetrics()...)
 	s.metrics.reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Name: "authz_watches_open",

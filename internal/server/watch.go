@@ -61,7 +61,7 @@ func (s *Server) handleWatch(w http.ResponseWriter, r *http.Request) {
 	}
 	s.admitted(w, r, s.readBody, parse, func(req *snapshot.Request, facts snapshot.Facts) {
 		seq := s.watches.Seq()
-		doc, evalCode, ok := s.decideFor(r, pathWatch, req, facts, watchID, 1)
+		doc, evalCode, ok := s.decideFor(r, pathWatch, req, facts, watchID, batchShare{})
 		switch {
 		case !ok:
 			w.Header().Set(headerError, string(coded.DecisionLogUnavailable))

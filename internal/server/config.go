@@ -113,6 +113,13 @@ type LimitsConfig struct {
 	// MaxWatchBytes caps the bytes of the distinct request bodies the open watches hold (each
 	// is kept as sent, to be decided again); past it a new watch is answered 503 WATCH_LIMIT.
 	MaxWatchBytes int64 `yaml:"maxWatchBytes"`
+	// MaxWatchesPerCaller caps the open watches of one caller (its token, else its client
+	// certificate, else its peer address); 0 is a quarter of MaxWatches. Past it, its new watch
+	// is answered 503 WATCH_LIMIT while other callers may still open theirs.
+	MaxWatchesPerCaller int `yaml:"maxWatchesPerCaller"`
+	// MaxWatchBytesPerCaller caps the bytes of the distinct request bodies one caller's watches
+	// hold; 0 is a quarter of MaxWatchBytes.
+	MaxWatchBytesPerCaller int64 `yaml:"maxWatchBytesPerCaller"`
 }
 
 // defaultMaxLineBytes is decisionLog.maxLineBytes when the file does not set it; minLineBytes
@@ -164,6 +171,12 @@ func (c Config) validateLimits(v *configcheck.Problems) {
 	}
 	if c.Limits.BodyGrace <= 0 && c.Limits.MinBodyRate > 0 {
 		v.Add("limits.bodyGrace", "must be a positive duration such as 2s, got %v", c.Limits.BodyGrace)
+	}
+	if c.Limits.MaxWatchesPerCaller < 0 {
+		v.Add("limits.maxWatchesPerCaller", "must be 0 (a quarter of limits.maxWatches) or a positive number, got %d", c.Limits.MaxWatchesPerCaller)
+	}
+	if c.Limits.MaxWatchBytesPerCaller < 0 {
+		v.Add("limits.maxWatchBytesPerCaller", "must be 0 (a quarter of limits.maxWatchBytes) or a positive number of bytes, got %d", c.Limits.MaxWatchBytesPerCaller)
 	}
 	if c.Limits.MaxWatchBytes <= 0 {
 		v.Add("limits.maxWatchBytes", "must be a positive number of bytes, got %d", c.Limits.MaxWatchBytes)

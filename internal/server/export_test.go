@@ -11,3 +11,6 @@ func (s *Server) ReadingHeld() int {
 	defer s.admit.reading.mu.Unlock()
 	return s.admit.reading.held
 }
+
+// WatchesOpen is the number of open watches.
+func (s *Server) WatchesOpen() int { return s.watches.Open() }

@@ -3,11 +3,13 @@ package server_test
 import (
 	"bufio"
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
 	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -344,4 +346,95 @@ func TestDecisionLogLineIsCapped(t *testing.T) {
 	require.Len(t, a.json(t)["evaluations"].([]any), 64)
 	written := len(log.String()) - before
 	assert.Less(t, written, len(batch)/2, "the batch's %d lines share the bound: %d bytes logged for a body of %d", 64, written, len(batch))
+}
+
+// grantWith is examples/grant.json with change applied.
+func grantWith(t testing.TB, change func(req map[string]any)) string {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join("..", "..", "examples", "grant.json"))
+	require.NoError(t, err)
+	if change == nil {
+		return string(b)
+	}
+	var req map[string]any
+	require.NoError(t, json.Unmarshal(b, &req))
+	change(req)
+	return mustJSON(t, req)
+}
+
+// TestOneCallerCannotLockOthersOutOfWatches: one caller's granted watches of ~1 MB bodies stop
+// at its share of limits.maxWatchBytes (503 WATCH_LIMIT naming limits.maxWatchBytesPerCaller)
+// instead of filling it: another caller's examples/grant.json watch still opens.
+func TestOneCallerCannotLockOthersOutOfWatches(t *testing.T) {
+	t.Parallel()
+	url := startHTTP(t, newServer(t, withTwoCallers(t), withFacts(staticFacts(t, "example-facts.json"))))
+	attacker := map[string]string{"Authorization": "Bearer " + attackerToken}
+	opened := 0
+	var refusal watchAnswer
+	for i := range 20 {
+		body := grantWith(t, func(req map[string]any) {
+			junk := make([]any, 15)
+			for j := range junk {
+				junk[j] = fmt.Sprintf("%d-%s", i, strings.Repeat("x", 60<<10))
+			}
+			req["lease"].(map[string]any)["junk"] = junk
+		})
+		require.Greater(t, len(body), 900<<10)
+		a, s := openWatchWith(t, url, body, attacker)
+		if a.StatusCode != http.StatusOK {
+			refusal = a
+			break
+		}
+		require.Equal(t, "decision", s.next(t).kind)
+		opened++
+	}
+	require.Equal(t, http.StatusServiceUnavailable, refusal.StatusCode, "the caller's watches stop at its share")
+	assert.Equal(t, "WATCH_LIMIT", refusal.Header.Get("X-Authz-Error"))
+	assert.Contains(t, string(refusal.body), "limits.maxWatchBytesPerCaller")
+	assert.Equal(t, 4, opened, "a quarter of limits.maxWatchBytes (16 MiB) holds four bodies of ~1 MB")
+
+	a, s := openWatchWith(t, url, grantWith(t, nil), map[string]string{"Authorization": "Bearer " + honestToken})
+	require.Equal(t, http.StatusOK, a.StatusCode, "another caller's watch opens: %s", a.body)
+	ev := s.next(t)
+	require.Equal(t, "decision", ev.kind)
+	assert.Equal(t, true, ev.doc["allow"])
+}
+
+// TestClosedWatchesFreeTheirPlacesAtOnce: 2,000 watches opened and closed by their clients, 100
+// at a time under limits.maxWatches of 100: each close gives the place back when it arrives
+// (the parked connection's peer close), not at the next ping (a minute away here), so every
+// round opens all of its watches.
+func TestClosedWatchesFreeTheirPlacesAtOnce(t *testing.T) {
+	t.Parallel()
+	srv, err := server.New(func() server.Config {
+		c := testConfig()
+		c.Limits.MaxWatches = 100
+		c.Limits.MaxWatchesPerCaller = 100
+		c.Watch.PingInterval = time.Minute
+		return c
+	}(), testEngine(t), staticFacts(t, "example-facts.json"), server.Options{})
+	require.NoError(t, err)
+	url, _ := serve(t, srv)
+	body := grantWith(t, nil)
+	addr := strings.TrimPrefix(url, "http://")
+	request := fmt.Sprintf("POST /v1/authorize/watch HTTP/1.1\r\nHost: %s\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s", addr, len(body), body)
+	for round := range 20 {
+		conns := make([]net.Conn, 0, 100)
+		for i := range 100 {
+			c, err := net.Dial("tcp", addr)
+			require.NoError(t, err)
+			require.NoError(t, c.SetDeadline(time.Now().Add(20*time.Second)))
+			_, err = io.WriteString(c, request)
+			require.NoError(t, err)
+			resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+			require.NoError(t, err)
+			require.Equal(t, http.StatusOK, resp.StatusCode, "round %d, watch %d: %s", round, i, resp.Header.Get("X-Authz-Error"))
+			conns = append(conns, c)
+		}
+		for _, c := range conns {
+			c.Close()
+		}
+		require.Eventually(t, func() bool { return srv.WatchesOpen() == 0 }, 5*time.Second, 5*time.Millisecond,
+			"round %d: the closed watches' places are given back", round)
+	}
 }

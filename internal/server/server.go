@@ -82,6 +82,8 @@ type Server struct {
 	watches *watch.Hub
 	unwatch []func()
 	parked  *parked // the watches' streams taken over from net/http (watchstream.go)
+	// watchBudget shares the watches between callers (watchbudget.go).
+	watchBudget *watchBudget
 	// decisionNS is the observed time of a decision, a moving average (observeDecisionTime).
 	decisionNS atomic.Int64
 }
@@ -129,6 +131,7 @@ func New(cfg Config, d Decider, facts FactsSource, opts Options) (*Server, error
 	}
 	s.admit = newAdmission(cfg.Limits)
 	s.parked = newParked(s)
+	s.watchBudget = newWatchBudget(cfg.Limits)
 	s.watches = watch.New(admittedDecider{s}, facts, watch.Options{RecheckInterval: cfg.Watch.RecheckInterval,
 		MaxWatches: cfg.Limits.MaxWatches, MaxBytes: cfg.Limits.MaxWatchBytes, Deadline: cfg.Limits.QueueWait,
 		Logger: s.log.Named("watch")})

@@ -43,6 +43,17 @@ func (s *Server) handleWatch(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	defer res.Release() // a no-op once the watch took the place over
+	caller := s.callerOf(r)
+	if err := s.watchBudget.reserve(caller); err != nil {
+		s.answerNoWatch(w, r, err)
+		return
+	}
+	held := false // the caller's place went to the open watch
+	defer func() {
+		if !held {
+			s.watchBudget.unreserve(caller)
+		}
+	}()
 	watchID := uuid.NewString()
 	// Named on every answer, errors included: the decision log records the first decision under it.
 	w.Header().Set(headerWatchID, watchID)
@@ -74,18 +85,25 @@ func (s *Server) handleWatch(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		if doc.Allow {
-			var err error
-			if ww, err = s.watches.Add(res, req, sent, doc, seq); err != nil {
+			h, err := s.watchBudget.hold(caller, sent)
+			if err != nil {
 				s.answerNoWatch(w, r, err)
 				return
 			}
+			if ww, err = s.watches.Add(res, req, sent, doc, seq); err != nil {
+				s.watchBudget.unhold(h)
+				s.answerNoWatch(w, r, err)
+				return
+			}
+			s.watchBudget.opened(ww, h)
+			held = true
 			// Access is checked for as long as the watch is open: Reload re-reads the tokens,
 			// then revokes the watches whose token it no longer accepts. Access is checked
 			// again once the watch is among them, so a Reload that ran before is seen too.
 			tok, _ := bearerToken(r)
 			ww.SetTag(watchCredential{token: tok})
 			if denied := s.access.check(r, ScopeDecide); denied != nil {
-				ww.Close()
+				s.closeWatch(ww)
 				ww = nil
 				s.refuse(w, r, pathWatch, ScopeDecide, denied)
 				return
@@ -101,7 +119,7 @@ func (s *Server) handleWatch(w http.ResponseWriter, r *http.Request) {
 		return // watchstream.go serves it from here
 	}
 	if ww != nil {
-		defer ww.Close()
+		defer s.closeWatch(ww)
 	}
 	s.stream(w, r, watchID, first, ww)
 }
@@ -240,6 +258,18 @@ func (s *Server) answerNoWatch(w http.ResponseWriter, r *http.Request, err error
 		writeDecisionError(w, coded.Errorf(coded.WatchLimit,
 			"the open watches hold %d bytes of request bodies, the most limits.maxWatchBytes allows; close a watch, retry after the time in Retry-After, send a smaller request, or raise the limit",
 			s.cfg.Limits.MaxWatchBytes))
+	case errors.Is(err, errCallerWatches):
+		w.Header().Set("Retry-After", "1")
+		w.Header().Set(headerError, string(coded.WatchLimit))
+		writeDecisionError(w, coded.Errorf(coded.WatchLimit,
+			"this caller has %d watches open, its share (limits.maxWatchesPerCaller); close one, retry after the time in Retry-After, or raise the limit",
+			s.watchBudget.maxCount))
+	case errors.Is(err, errCallerBytes):
+		w.Header().Set("Retry-After", "1")
+		w.Header().Set(headerError, string(coded.WatchLimit))
+		writeDecisionError(w, coded.Errorf(coded.WatchLimit,
+			"this caller's watches hold its share of request bodies, %d bytes (limits.maxWatchBytesPerCaller); close a watch, retry after the time in Retry-After, send a smaller request, or raise the limit",
+			s.watchBudget.maxBytes))
 	case errors.Is(err, watch.ErrClosed):
 		if r.ProtoMajor == 1 {
 			w.Header().Set("Connection", "close")

@@ -8,6 +8,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
@@ -437,4 +438,55 @@ func TestClosedWatchesFreeTheirPlacesAtOnce(t *testing.T) {
 		require.Eventually(t, func() bool { return srv.WatchesOpen() == 0 }, 5*time.Second, 5*time.Millisecond,
 			"round %d: the closed watches' places are given back", round)
 	}
+}
+
+// TestSlowBodyIsAnswered408OverHTTP2: the minimum body rate holds per stream: on one HTTP/2
+// connection, a stream whose body stalls is answered 408 after limits.bodyGrace while another
+// stream of the same connection is decided.
+func TestSlowBodyIsAnswered408OverHTTP2(t *testing.T) {
+	t.Parallel()
+	srv := newServer(t, withConfig(func(c *server.Config) {
+		c.Limits.MinBodyRate = 1 << 10
+		c.Limits.BodyGrace = 300 * time.Millisecond
+	}))
+	ts := httptest.NewUnstartedServer(srv.Handler())
+	ts.EnableHTTP2 = true
+	ts.StartTLS()
+	t.Cleanup(ts.Close)
+	client := ts.Client()
+
+	pr, pw := io.Pipe()
+	t.Cleanup(func() { pw.Close() })
+	go func() { _, _ = pw.Write([]byte("{")) }() // then nothing
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, ts.URL+"/v1/authorize", pr)
+	require.NoError(t, err)
+	req.Header.Set("Content-Type", "application/json")
+	type result struct {
+		resp *http.Response
+		err  error
+	}
+	slow := make(chan result, 1)
+	start := time.Now()
+	go func() {
+		resp, err := client.Do(req) //nolint:bodyclose // closed below
+		slow <- result{resp, err}
+	}()
+
+	honest, err := http.NewRequestWithContext(ctx, http.MethodPost, ts.URL+"/v1/authorize", strings.NewReader(fixture(t, nil)))
+	require.NoError(t, err)
+	honest.Header.Set("Content-Type", "application/json")
+	resp, err := client.Do(honest)
+	require.NoError(t, err)
+	resp.Body.Close()
+	require.Equal(t, 2, resp.ProtoMajor)
+	assert.Equal(t, http.StatusOK, resp.StatusCode, "the other stream is decided")
+
+	r := <-slow
+	require.NoError(t, r.err)
+	defer r.resp.Body.Close()
+	assert.Equal(t, 2, r.resp.ProtoMajor)
+	assert.Equal(t, http.StatusRequestTimeout, r.resp.StatusCode)
+	assert.Less(t, time.Since(start), 3*time.Second)
 }

@@ -74,12 +74,13 @@ func newPlaces(capacity int) *places {
 
 // acquire takes a place for caller within the admission wait, cutting a body of a caller over
 // its share to make room when p holds bodies. It reports false when none came free in time or
-// ctx ended.
-func (a *admission) acquire(ctx context.Context, p *places, caller string) bool {
+// ctx ended. h, when not nil, is the body that holds the place (one lock for both).
+func (a *admission) acquire(ctx context.Context, p *places, caller string, h *bodyHold) bool {
 	p.mu.Lock()
 	if p.held < p.capacity && len(p.waiters) == 0 {
 		p.held++
 		p.byCaller[caller]++
+		a.trackLocked(p, h)
 		p.mu.Unlock()
 		return true
 	}
@@ -92,26 +93,50 @@ func (a *admission) acquire(ctx context.Context, p *places, caller string) bool 
 
 	t := time.NewTimer(a.wait)
 	defer t.Stop()
+	got := false
 	select {
 	case <-w.granted:
-		return true
+		got = true
 	case <-t.C:
 	case <-ctx.Done():
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	select {
-	case <-w.granted: // granted as the wait ended: keep it
-		return true
-	default:
-	}
-	for i, o := range p.waiters {
-		if o == w {
-			p.waiters = append(p.waiters[:i], p.waiters[i+1:]...)
-			break
+	if !got {
+		select {
+		case <-w.granted: // granted as the wait ended: keep it
+			got = true
+		default:
+			for i, o := range p.waiters {
+				if o == w {
+					p.waiters = append(p.waiters[:i], p.waiters[i+1:]...)
+					break
+				}
+			}
+			return false
 		}
 	}
-	return false
+	a.trackLocked(p, h)
+	return true
+}
+
+// trackLocked adds h (when not nil) to the bodies being read, newest last, and starts the rate
+// watchdog when it is not running. Under p.mu.
+func (a *admission) trackLocked(p *places, h *bodyHold) {
+	if h == nil {
+		return
+	}
+	h.prev = p.last
+	if p.last != nil {
+		p.last.next = h
+	} else {
+		p.first = h
+	}
+	p.last = h
+	if !a.watchdog && a.minRate > 0 {
+		a.watchdog = true
+		go a.watchRates()
+	}
 }
 
 // release gives caller's place back: to the waiting caller that holds fewest places (the
@@ -119,6 +144,10 @@ func (a *admission) acquire(ctx context.Context, p *places, caller string) bool 
 func (p *places) release(caller string) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	p.releaseLocked(caller)
+}
+
+func (p *places) releaseLocked(caller string) {
 	if n := p.byCaller[caller] - 1; n > 0 {
 		p.byCaller[caller] = n
 	} else {
@@ -171,37 +200,38 @@ func (p *places) cutForLocked(caller string) {
 	}
 	var victim *bodyHold
 	for h := p.last; h != nil; h = h.prev {
-		if h.done || h.cut != 0 || p.byCaller[h.caller] <= share {
+		if h.state.Load() != bodyReading || p.byCaller[h.caller] <= share {
 			continue
 		}
 		if victim == nil || p.byCaller[h.caller] > p.byCaller[victim.caller] {
 			victim = h
 		}
 	}
-	if victim != nil {
-		victim.cutLocked(cutShare)
+	if victim != nil && victim.cutLocked(cutShare) {
 		p.cutsPending++
 	}
 }
 
-// Why a body was cut.
+// The states of a body being read (bodyHold.state): reading, in, or why it was cut.
 const (
-	cutShare = 1 + iota // its caller held more than its share while another caller waited
-	cutSlow             // it came slower than limits.minBodyRate after limits.bodyGrace
+	bodyReading = iota
+	bodyIn
+	cutShare // its caller held more than its share while another caller waited
+	cutSlow  // it came slower than limits.minBodyRate after limits.bodyGrace
 )
 
 // bodyHold is a reading place held by a request: its body, read through it, and how much of
 // it came.
 type bodyHold struct {
-	caller     string
-	w          http.ResponseWriter
-	body       io.ReadCloser
-	start      time.Time
-	n          atomic.Int64
-	prev, next *bodyHold
-	// Under places.mu:
-	done bool // the body is in (or the request is answered): it is not cut any more
-	cut  int  // why it was cut, 0 when it was not
+	caller string
+	w      http.ResponseWriter
+	body   io.ReadCloser
+	start  time.Time
+	n      atomic.Int64
+	// state goes from bodyReading to bodyIn (the body is in: it is not cut any more) or to why
+	// it was cut, once.
+	state      atomic.Int32
+	prev, next *bodyHold // under places.mu
 }
 
 var bodyHolds = sync.Pool{New: func() any { return new(bodyHold) }}
@@ -214,47 +244,40 @@ func (h *bodyHold) Read(b []byte) (int, error) {
 
 func (h *bodyHold) Close() error { return h.body.Close() }
 
-// cutLocked ends the body's reading now: its next or pending read fails (a read deadline in
-// the past, on the connection under HTTP/1, on the stream under HTTP/2).
-func (h *bodyHold) cutLocked(why int) {
-	h.cut = why
+// cutLocked ends the body's reading now, unless it is in: its next or pending read fails (a
+// read deadline in the past, on the connection under HTTP/1, on the stream under HTTP/2).
+// Under places.mu, which finish takes before the request's handler returns: w is still valid.
+func (h *bodyHold) cutLocked(why int32) bool {
+	if !h.state.CompareAndSwap(bodyReading, why) {
+		return false
+	}
 	_ = http.NewResponseController(h.w).SetReadDeadline(time.Unix(1, 0))
+	return true
 }
 
 // admitBody takes a reading place for r's body, read from then on through the place (r.Body
 // is replaced until finish). It returns nil when no place came in time.
 func (a *admission) admitBody(w http.ResponseWriter, r *http.Request, caller string) *bodyHold {
-	p := a.reading
-	if !a.acquire(r.Context(), p, caller) {
-		return nil
-	}
 	h, _ := bodyHolds.Get().(*bodyHold)
 	h.caller, h.w, h.body, h.start = caller, w, r.Body, time.Now()
 	h.n.Store(0)
+	h.state.Store(bodyReading)
+	if !a.acquire(r.Context(), a.reading, caller, h) {
+		h.caller, h.w, h.body = "", nil, nil
+		bodyHolds.Put(h)
+		return nil
+	}
 	r.Body = h
-	p.mu.Lock()
-	h.prev = p.last
-	if p.last != nil {
-		p.last.next = h
-	} else {
-		p.first = h
-	}
-	p.last = h
-	if !a.watchdog && a.minRate > 0 {
-		a.watchdog = true
-		go a.watchRates()
-	}
-	p.mu.Unlock()
 	return h
 }
 
 // bodyIn marks the body read: it is not cut any more. It reports why it was cut before, 0
 // when it was not.
-func (a *admission) bodyIn(h *bodyHold) int {
-	a.reading.mu.Lock()
-	defer a.reading.mu.Unlock()
-	h.done = true
-	return h.cut
+func (a *admission) bodyIn(h *bodyHold) int32 {
+	if h.state.CompareAndSwap(bodyReading, bodyIn) {
+		return 0
+	}
+	return h.state.Load()
 }
 
 // finish gives the reading place back and r its body.
@@ -272,14 +295,13 @@ func (a *admission) finish(r *http.Request, h *bodyHold) {
 	} else {
 		p.last = h.prev
 	}
-	if h.cut == cutShare {
+	if h.state.Load() == cutShare {
 		p.cutsPending--
 	}
-	caller := h.caller
-	h.caller, h.w, h.body, h.prev, h.next, h.done, h.cut = "", nil, nil, nil, nil, false, 0
+	p.releaseLocked(h.caller)
+	h.caller, h.w, h.body, h.prev, h.next = "", nil, nil, nil, nil
 	p.mu.Unlock()
 	bodyHolds.Put(h)
-	p.release(caller)
 }
 
 // rateTick is how often the bodies being read are checked against limits.minBodyRate.
@@ -300,7 +322,7 @@ func (a *admission) watchRates() {
 		}
 		now := time.Now()
 		for h := p.first; h != nil; h = h.next {
-			if h.done || h.cut != 0 {
+			if h.state.Load() != bodyReading {
 				continue
 			}
 			allowed := a.grace + time.Duration(float64(h.n.Load())/a.minRate*float64(time.Second))
@@ -313,7 +335,7 @@ func (a *admission) watchRates() {
 }
 
 // cutError is the answer to a body that was cut.
-func (a *admission) cutError(why int) error {
+func (a *admission) cutError(why int32) error {
 	if why == cutSlow {
 		return coded.Errorf(coded.RequestTimeout,
 			"the request body came slower than %d bytes a second after %v (limits.minBodyRate, limits.bodyGrace): send it at once", int(a.minRate), a.grace)

@@ -169,7 +169,7 @@ func (s *Server) withBody(w http.ResponseWriter, r *http.Request, read func(http
 // answerCut answers a request whose body was cut (admission.cutLocked): 408 when it came too
 // slowly, 503 with Retry-After when its caller held more than its share of the reading places.
 // The connection is closed: the rest of its body is not read.
-func (s *Server) answerCut(w http.ResponseWriter, r *http.Request, why int) {
+func (s *Server) answerCut(w http.ResponseWriter, r *http.Request, why int32) {
 	if why != cutSlow {
 		s.answerOverloaded(w, r)
 		return
@@ -220,7 +220,7 @@ var errNotAdmitted = errors.New("not admitted")
 // whose checks are slow holds up its own callers only.
 func (s *Server) deciding(r *http.Request, parse func() (*snapshot.Request, error), serve func(req *snapshot.Request, facts snapshot.Facts)) error {
 	caller := s.callerOf(r)
-	if !s.admit.acquire(r.Context(), s.admit.deciding, caller) {
+	if !s.admit.acquire(r.Context(), s.admit.deciding, caller, nil) {
 		return errNotAdmitted
 	}
 	req, err := parse()
@@ -232,7 +232,7 @@ func (s *Server) deciding(r *http.Request, parse func() (*snapshot.Request, erro
 	if wait := snapshot.PendingConfigCheck(req, s.facts); wait != nil {
 		s.admit.deciding.release(caller) // the decoded request is not used again: decoded again below
 		facts = wait(r.Context())
-		if !s.admit.acquire(r.Context(), s.admit.deciding, caller) {
+		if !s.admit.acquire(r.Context(), s.admit.deciding, caller, nil) {
 			return errNotAdmitted
 		}
 		if req, err = parse(); err != nil {

@@ -303,7 +303,7 @@ func (a admittedDecider) Decide(ctx context.Context, req *snapshot.Request, fact
 		facts = wait(ctx)
 	}
 	// The watches' re-decisions are the service's own: one caller, "".
-	if !a.s.admit.acquire(ctx, a.s.admit.deciding, "") {
+	if !a.s.admit.acquire(ctx, a.s.admit.deciding, "", nil) {
 		return decision.FailedDocument(req.Operation), nil, a.s.admit.overloaded()
 	}
 	defer a.s.admit.deciding.release("")

@@ -357,7 +357,7 @@ func (s *Server) handleAuthZENEvaluations(w http.ResponseWriter, r *http.Request
 }
 
 // batchItem is an evaluation of a batch with the batch's defaults applied: key is the same
-// for identical evaluations, which are decided once.
+// for evaluations sent alike, which are decided once.
 type batchItem struct {
 	eval authzenEvaluation
 	key  string
@@ -372,12 +372,14 @@ func (s *Server) decideBatch(w http.ResponseWriter, r *http.Request, arrived tim
 	items := make([]batchItem, len(batch.Evaluations))
 	asked := make(map[string]int, len(items))
 	for i, e := range batch.Evaluations {
-		eval := e.withDefaults(batch.authzenEvaluation)
-		key := fmt.Sprintf("#%d", i) // not marshalled: decided on its own
-		if b, err := json.Marshal(eval); err == nil {
+		// The key is the item as sent: every item takes its missing members from the same top
+		// level, so two items sent alike are alike after the defaults (the top level is not
+		// encoded again for each item, which would cost a large top level 64 times over).
+		key := fmt.Sprintf("#%d", i) // not encoded: decided on its own
+		if b, err := json.Marshal(e); err == nil {
 			key = string(b)
 		}
-		items[i] = batchItem{eval: eval, key: key}
+		items[i] = batchItem{eval: e.withDefaults(batch.authzenEvaluation), key: key}
 		asked[key]++
 	}
 	budget := s.cfg.HTTP.WriteTimeout / 2

@@ -105,7 +105,6 @@ func (a *admission) acquire(ctx context.Context, p *places, caller string, h *bo
 	if !got {
 		select {
 		case <-w.granted: // granted as the wait ended: keep it
-			got = true
 		default:
 			for i, o := range p.waiters {
 				if o == w {

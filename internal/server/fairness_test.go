@@ -427,7 +427,7 @@ func TestClosedWatchesFreeTheirPlacesAtOnce(t *testing.T) {
 			require.NoError(t, c.SetDeadline(time.Now().Add(20*time.Second)))
 			_, err = io.WriteString(c, request)
 			require.NoError(t, err)
-			resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+			resp, err := http.ReadResponse(bufio.NewReader(c), nil) //nolint:bodyclose // the stream is the connection, closed below
 			require.NoError(t, err)
 			require.Equal(t, http.StatusOK, resp.StatusCode, "round %d, watch %d: %s", round, i, resp.Header.Get("X-Authz-Error"))
 			conns = append(conns, c)

@@ -269,7 +269,8 @@ func openWatch(c config, token string, body []byte) (int, io.Closer) {
 	_ = conn.SetDeadline(time.Now().Add(10 * time.Second))
 	fmt.Fprintf(conn, "POST /v1/authorize/watch HTTP/1.1\r\nHost: %s\r\nAuthorization: Bearer %s\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n", c.addr, token, len(body))
 	_, _ = conn.Write(body)
-	resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
+	resp, err := http.ReadResponse(bufio.NewReader(conn), nil) //nolint:bodyclose // the stream is the connection, which the caller closes
+
 	if err != nil {
 		conn.Close()
 		return 0, nil

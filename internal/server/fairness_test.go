@@ -490,3 +490,44 @@ func TestSlowBodyIsAnswered408OverHTTP2(t *testing.T) {
 	assert.Equal(t, http.StatusRequestTimeout, r.resp.StatusCode)
 	assert.Less(t, time.Since(start), 3*time.Second)
 }
+
+// gatedLog is a decision log whose writes wait while it is held.
+type gatedLog struct {
+	syncBuffer
+	mu sync.RWMutex
+}
+
+func (l *gatedLog) Write(p []byte) (int, error) {
+	l.mu.RLock()
+	defer l.mu.RUnlock()
+	return l.syncBuffer.Write(p)
+}
+
+// TestRevokeDoesNotWaitOnTheLog: a watch's revoke reaches its client while the decision log
+// cannot be written (a revoke denies: it is recorded off the stream's writer), and its line is
+// written once the log can be.
+func TestRevokeDoesNotWaitOnTheLog(t *testing.T) {
+	t.Parallel()
+	facts := newChangingFacts(t)
+	log := &gatedLog{}
+	url := startHTTP(t, newServer(t, withFacts(facts), withDecisionLog(log)))
+	resp, s := openWatch(t, url, fixture(t, nil))
+	require.Equal(t, http.StatusOK, resp.StatusCode)
+	require.Equal(t, "decision", s.next(t).kind)
+
+	log.mu.Lock() // the log's writes wait from here
+	held := true
+	defer func() {
+		if held {
+			log.mu.Unlock()
+		}
+	}()
+	facts.kill()
+	require.Equal(t, "revoke", s.next(t).kind, "the revoke arrives while the log waits")
+	s.requireEnded(t)
+	assert.Len(t, log.lines(t), 1, "its line is not written yet")
+	log.mu.Unlock()
+	held = false
+	require.Eventually(t, func() bool { return len(log.lines(t)) == 2 }, 10*time.Second, 5*time.Millisecond, "then it is")
+	assert.Equal(t, resp.Header.Get("X-Authz-Watch-Id"), log.lines(t)[1]["watch_id"])
+}

@@ -84,6 +84,8 @@ type Server struct {
 	parked  *parked // the watches' streams taken over from net/http (watchstream.go)
 	// watchBudget shares the watches between callers (watchbudget.go).
 	watchBudget *watchBudget
+	// revokes records the watches' revokes off the streams' writers (revokelog.go).
+	revokes *revokeLog
 	// decisionNS is the observed time of a decision, a moving average (observeDecisionTime).
 	decisionNS atomic.Int64
 }
@@ -132,6 +134,7 @@ func New(cfg Config, d Decider, facts FactsSource, opts Options) (*Server, error
 	s.admit = newAdmission(cfg.Limits)
 	s.parked = newParked(s)
 	s.watchBudget = newWatchBudget(cfg.Limits)
+	s.revokes = newRevokeLog(s)
 	s.watches = watch.New(admittedDecider{s}, facts, watch.Options{RecheckInterval: cfg.Watch.RecheckInterval,
 		MaxWatches: cfg.Limits.MaxWatches, MaxBytes: cfg.Limits.MaxWatchBytes, Deadline: cfg.Limits.QueueWait,
 		Logger: s.log.Named("watch")})
@@ -165,6 +168,7 @@ func (s *Server) Close() error {
 	ctx, cancel := context.WithTimeout(context.Background(), s.cfg.ShutdownTimeout)
 	defer cancel()
 	s.closeWatches(ctx)
+	s.revokes.flush() // the revokes' lines are written before the log is closed
 	return s.dlog.close()
 }
 

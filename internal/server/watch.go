@@ -226,6 +226,9 @@ func (s *Server) recordWatchEvent(r *http.Request, ev watch.Event, watchID strin
 	if ev.Input == nil {
 		entry.Input = nil
 	}
+	if ev.Kind == watch.KindRevoke && s.revokes.add(r, now, entry) {
+		return doc, true // recorded off the stream's writer (revokelog.go)
+	}
 	logErr := s.dlog.write(entry)
 	s.logToOPA(r.Context(), r, now, entry)
 	if logErr != nil {

@@ -531,3 +531,59 @@ func TestRevokeDoesNotWaitOnTheLog(t *testing.T) {
 	require.Eventually(t, func() bool { return len(log.lines(t)) == 2 }, 10*time.Second, 5*time.Millisecond, "then it is")
 	assert.Equal(t, resp.Header.Get("X-Authz-Watch-Id"), log.lines(t)[1]["watch_id"])
 }
+
+// TestHTTP2WatchesCountAtTheirCost: an HTTP/2 watch, served by its own handler, counts its
+// goroutine and buffers (29 KiB) against limits.maxWatchBytes, which the memory bound covers;
+// past it a new HTTP/2 watch is 503 WATCH_LIMIT naming HTTP/1.1, while HTTP/1.1 watches of the
+// same request still open; a closed HTTP/2 watch gives its cost back.
+func TestHTTP2WatchesCountAtTheirCost(t *testing.T) {
+	t.Parallel()
+	srv := newServer(t, withConfig(func(c *server.Config) { c.Limits.MaxWatchBytes = 64 << 10 }))
+	ts := httptest.NewUnstartedServer(srv.Handler())
+	ts.EnableHTTP2 = true
+	ts.StartTLS()
+	t.Cleanup(ts.Close)
+	body := fixture(t, nil)
+	open := func(client *http.Client) (*http.Response, context.CancelFunc) {
+		ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
+		req, err := http.NewRequestWithContext(ctx, http.MethodPost, ts.URL+"/v1/authorize/watch", strings.NewReader(body))
+		require.NoError(t, err)
+		req.Header.Set("Content-Type", "application/json")
+		resp, err := client.Do(req)
+		require.NoError(t, err)
+		t.Cleanup(func() { resp.Body.Close(); cancel() })
+		return resp, cancel
+	}
+	h2 := ts.Client()
+	var cancels []context.CancelFunc
+	for range 2 { // 2 × 29 KiB and the body: within 64 KiB
+		resp, cancel := open(h2) //nolint:bodyclose // open closes it when the test ends
+		require.Equal(t, 2, resp.ProtoMajor)
+		require.Equal(t, http.StatusOK, resp.StatusCode)
+		cancels = append(cancels, cancel)
+	}
+	over, _ := open(h2) //nolint:bodyclose // open closes it when the test ends
+	require.Equal(t, http.StatusServiceUnavailable, over.StatusCode)
+	assert.Equal(t, "WATCH_LIMIT", over.Header.Get("X-Authz-Error"))
+	b, err := io.ReadAll(over.Body)
+	require.NoError(t, err)
+	assert.Contains(t, string(b), "HTTP/1.1")
+
+	// HTTP/1.1 watches of the same request cost its body, counted once.
+	tlsConf := ts.Client().Transport.(*http.Transport).TLSClientConfig.Clone()
+	tlsConf.NextProtos = []string{"http/1.1"}
+	h1 := &http.Client{Transport: &http.Transport{TLSClientConfig: tlsConf}}
+	t.Cleanup(h1.CloseIdleConnections)
+	for range 3 {
+		resp, _ := open(h1) //nolint:bodyclose // open closes it when the test ends
+		require.Equal(t, 1, resp.ProtoMajor)
+		require.Equal(t, http.StatusOK, resp.StatusCode)
+	}
+
+	// A closed HTTP/2 watch gives its cost back.
+	cancels[0]()
+	require.Eventually(t, func() bool {
+		resp, _ := open(h2)
+		return resp.StatusCode == http.StatusOK
+	}, 10*time.Second, 20*time.Millisecond)
+}

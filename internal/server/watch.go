@@ -54,6 +54,12 @@ func (s *Server) handleWatch(w http.ResponseWriter, r *http.Request) {
 			s.watchBudget.unreserve(caller)
 		}
 	}()
+	charged := false // an HTTP/2 watch's cost is counted (http2WatchBytes)
+	defer func() {
+		if charged {
+			s.watches.Uncharge(http2WatchBytes)
+		}
+	}()
 	watchID := uuid.NewString()
 	// Named on every answer, errors included: the decision log records the first decision under it.
 	w.Header().Set(headerWatchID, watchID)
@@ -85,6 +91,15 @@ func (s *Server) handleWatch(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		if doc.Allow {
+			// An HTTP/2 watch is served by its handler (it cannot be parked): its goroutine
+			// and buffers count against limits.maxWatchBytes, which the memory bound covers.
+			if r.ProtoMajor == 2 {
+				if !s.watches.Charge(http2WatchBytes) {
+					s.answerNoWatch(w, r, errHTTP2WatchBytes)
+					return
+				}
+				charged = true
+			}
 			h, err := s.watchBudget.hold(caller, sent)
 			if err != nil {
 				s.answerNoWatch(w, r, err)
@@ -245,6 +260,13 @@ func (s *Server) recordWatchEvent(r *http.Request, ev watch.Event, watchID strin
 	return doc, true
 }
 
+// http2WatchBytes is what an HTTP/2 watch costs besides its body: the handler's goroutine and
+// the stream's buffers (an HTTP/1.x watch is parked and costs a few hundred bytes).
+const http2WatchBytes = 29 << 10
+
+// errHTTP2WatchBytes: an HTTP/2 watch's cost would pass limits.maxWatchBytes.
+var errHTTP2WatchBytes = errors.New("the HTTP/2 watch's cost would pass limits.maxWatchBytes")
+
 // answerNoWatch answers a watch that could not be opened: 503 with Retry-After past
 // limits.maxWatches, 503 while the service stops.
 func (s *Server) answerNoWatch(w http.ResponseWriter, r *http.Request, err error) {
@@ -261,6 +283,12 @@ func (s *Server) answerNoWatch(w http.ResponseWriter, r *http.Request, err error
 		writeDecisionError(w, coded.Errorf(coded.WatchLimit,
 			"the open watches hold %d bytes of request bodies, the most limits.maxWatchBytes allows; close a watch, retry after the time in Retry-After, send a smaller request, or raise the limit",
 			s.cfg.Limits.MaxWatchBytes))
+	case errors.Is(err, errHTTP2WatchBytes):
+		w.Header().Set("Retry-After", "1")
+		w.Header().Set(headerError, string(coded.WatchLimit))
+		writeDecisionError(w, coded.Errorf(coded.WatchLimit,
+			"a watch over HTTP/2 costs about %d KiB (its own goroutine and buffers) and the open watches hold limits.maxWatchBytes (%d bytes); open the watch over HTTP/1.1, where its stream costs a few hundred bytes, or retry after the time in Retry-After",
+			http2WatchBytes>>10, s.cfg.Limits.MaxWatchBytes))
 	case errors.Is(err, errCallerWatches):
 		w.Header().Set("Retry-After", "1")
 		w.Header().Set(headerError, string(coded.WatchLimit))

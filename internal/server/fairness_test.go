@@ -583,7 +583,7 @@ func TestHTTP2WatchesCountAtTheirCost(t *testing.T) {
 	// A closed HTTP/2 watch gives its cost back.
 	cancels[0]()
 	require.Eventually(t, func() bool {
-		resp, _ := open(h2)
+		resp, _ := open(h2) //nolint:bodyclose // open closes it when the test ends
 		return resp.StatusCode == http.StatusOK
 	}, 10*time.Second, 20*time.Millisecond)
 }

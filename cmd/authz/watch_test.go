@@ -174,9 +174,10 @@ func watchCount(t testing.TB) int {
 }
 
 // watchConfig is a configuration file whose limits admit n watches (a parked watch does not
-// count against limits.maxConnections, which stays at its default).
+// count against limits.maxConnections, which stays at its default), all of them from this one
+// caller.
 func watchConfig(t testing.TB, n int) string {
-	return testutil.WriteFile(t, t.TempDir(), "config.yaml", fmt.Sprintf("limits:\n  maxWatches: %d\n", max(n, 10000)))
+	return testutil.WriteFile(t, t.TempDir(), "config.yaml", fmt.Sprintf("limits:\n  maxWatches: %d\n  maxWatchesPerCaller: %d\n", max(n, 10000), max(n, 10000)))
 }
 
 // TestWatchRevokedWhenTheWorkerIsKilled: under n open watches of the example driver's grant,

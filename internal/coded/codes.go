@@ -39,6 +39,7 @@ const (
 	HostNotAllowed         Code = "HOST_NOT_ALLOWED"         // 403: a Host header the service does not answer to
 	WatchLimit             Code = "WATCH_LIMIT"              // 503: limits.maxWatches watches are open
 	Stopping               Code = "SERVICE_STOPPING"         // 503: the service is stopping and opens no new watch
+	RequestTimeout         Code = "REQUEST_TIMEOUT"          // 408: the body came slower than limits.minBodyRate
 
 	// OPAWriteAPIOff: 403 from OPA's own API under `authz run`: a write (PUT, PATCH, DELETE)
 	// while plugins.authz.opaWriteAPI is off.

@@ -2,8 +2,12 @@ package server
 
 import (
 	"context"
+	"io"
 	"math"
+	"net/http"
 	"strconv"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/authz-dev/authz/internal/coded"
@@ -12,42 +16,330 @@ import (
 )
 
 // admission bounds the decision requests in progress, in two stages. A request is admitted
-// (a reading slot) before a byte of its body is read, and holds the slot until it is answered:
-// so at most maxReading bodies are in memory. It then takes a deciding slot for decoding,
-// evaluating and logging, where memory grows in proportion to the body: at most maxDeciding
-// at once. A driver's config check is waited for outside the deciding slot, holding nothing
-// that grows with the body (Server.admitted). A request that waits longer than queueWait for
-// a slot is answered 503.
+// (a reading place) before a byte of its body is read, and holds the place until it is
+// answered: so at most maxReading bodies are in memory. It then takes a deciding place for
+// decoding, evaluating and logging, where memory grows in proportion to the body: at most
+// maxDeciding at once. A driver's config check is waited for outside the deciding place,
+// holding nothing that grows with the body (Server.admitted). A request that waits longer than
+// queueWait for a place is answered 503.
+//
+// Places are shared fairly between callers (callerOf): a place that comes free goes to the
+// waiting caller that holds fewest, and a caller that holds more reading places than its share
+// (maxReading over the callers holding or waiting) has its newest body still being read cut
+// when another caller waits, so that one caller's slow bodies never shut the others out. A
+// single caller keeps every place. A body that comes slower than minBodyRate after the grace
+// of bodyGrace is cut too (408): slowness costs the sender its place, not the service.
 type admission struct {
-	reading, deciding chan struct{}
+	reading, deciding *places
 	wait              time.Duration
+	minRate           float64 // bytes a second
+	grace             time.Duration
+
+	watchdog bool // a goroutine checks the bodies' rates; under reading.mu
 }
 
 func newAdmission(c LimitsConfig) *admission {
-	return &admission{
-		reading:  make(chan struct{}, c.MaxReading),
-		deciding: make(chan struct{}, c.MaxDeciding),
+	a := &admission{
+		reading:  newPlaces(c.MaxReading),
+		deciding: newPlaces(c.MaxDeciding),
 		wait:     c.QueueWait,
+		minRate:  float64(c.MinBodyRate),
+		grace:    c.BodyGrace,
 	}
+	a.reading.bodies = true
+	return a
 }
 
-// acquire takes a slot of stage within the admission wait. It returns the function that gives
-// the slot back, or nil when none came free in time or ctx ended.
-func (a *admission) acquire(ctx context.Context, stage chan struct{}) (release func()) {
-	select {
-	case stage <- struct{}{}:
-		return func() { <-stage }
-	default:
+// places is a bounded number of places shared between callers.
+type places struct {
+	mu       sync.Mutex
+	capacity int
+	held     int
+	byCaller map[string]int
+	waiters  []*placeWaiter
+	// bodies: the holders are tracked (newest last) so that a body may be cut.
+	bodies      bool
+	first, last *bodyHold
+	cutsPending int
+}
+
+type placeWaiter struct {
+	caller  string
+	granted chan struct{} // receives once the place is this waiter's
+}
+
+func newPlaces(capacity int) *places {
+	return &places{capacity: capacity, byCaller: map[string]int{}}
+}
+
+// acquire takes a place for caller within the admission wait, cutting a body of a caller over
+// its share to make room when p holds bodies. It reports false when none came free in time or
+// ctx ended. h, when not nil, is the body that holds the place (one lock for both).
+func (a *admission) acquire(ctx context.Context, p *places, caller string, h *bodyHold) bool {
+	p.mu.Lock()
+	if p.held < p.capacity && len(p.waiters) == 0 {
+		p.held++
+		p.byCaller[caller]++
+		a.trackLocked(p, h)
+		p.mu.Unlock()
+		return true
 	}
+	if p.bodies {
+		p.cutForLocked(caller)
+	}
+	w := &placeWaiter{caller: caller, granted: make(chan struct{}, 1)}
+	p.waiters = append(p.waiters, w)
+	p.mu.Unlock()
+
 	t := time.NewTimer(a.wait)
 	defer t.Stop()
+	got := false
 	select {
-	case stage <- struct{}{}:
-		return func() { <-stage }
+	case <-w.granted:
+		got = true
 	case <-t.C:
 	case <-ctx.Done():
 	}
-	return nil
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if !got {
+		select {
+		case <-w.granted: // granted as the wait ended: keep it
+		default:
+			for i, o := range p.waiters {
+				if o == w {
+					p.waiters = append(p.waiters[:i], p.waiters[i+1:]...)
+					break
+				}
+			}
+			return false
+		}
+	}
+	a.trackLocked(p, h)
+	return true
+}
+
+// trackLocked adds h (when not nil) to the bodies being read, newest last, and starts the rate
+// watchdog when it is not running. Under p.mu.
+func (a *admission) trackLocked(p *places, h *bodyHold) {
+	if h == nil {
+		return
+	}
+	h.prev = p.last
+	if p.last != nil {
+		p.last.next = h
+	} else {
+		p.first = h
+	}
+	p.last = h
+	if !a.watchdog && a.minRate > 0 {
+		a.watchdog = true
+		go a.watchRates()
+	}
+}
+
+// release gives caller's place back: to the waiting caller that holds fewest places (the
+// longest waiting of them), else to the free places.
+func (p *places) release(caller string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.releaseLocked(caller)
+}
+
+func (p *places) releaseLocked(caller string) {
+	if n := p.byCaller[caller] - 1; n > 0 {
+		p.byCaller[caller] = n
+	} else {
+		delete(p.byCaller, caller)
+	}
+	if len(p.waiters) == 0 {
+		p.held--
+		return
+	}
+	best := 0
+	for i, w := range p.waiters {
+		if p.byCaller[w.caller] < p.byCaller[p.waiters[best].caller] {
+			best = i
+		}
+	}
+	w := p.waiters[best]
+	p.waiters = append(p.waiters[:best], p.waiters[best+1:]...)
+	p.byCaller[w.caller]++
+	w.granted <- struct{}{}
+}
+
+// cutForLocked makes room for caller, who waits: when caller holds less than its share and
+// another caller holds more than its own, that caller's newest body still being read is cut.
+// Cuts already under way count as room being made.
+func (p *places) cutForLocked(caller string) {
+	callers := len(p.byCaller)
+	if p.byCaller[caller] == 0 {
+		callers++
+	}
+	seen := map[string]bool{}
+	for _, w := range p.waiters {
+		if p.byCaller[w.caller] == 0 && w.caller != caller && !seen[w.caller] {
+			seen[w.caller] = true
+			callers++
+		}
+	}
+	share := max(1, p.capacity/callers)
+	if p.byCaller[caller] >= share {
+		return
+	}
+	// Room already being made for the waiters under their share.
+	under := 1
+	for _, w := range p.waiters {
+		if p.byCaller[w.caller] < share {
+			under++
+		}
+	}
+	if p.cutsPending >= under {
+		return
+	}
+	var victim *bodyHold
+	for h := p.last; h != nil; h = h.prev {
+		if h.state.Load() != bodyReading || p.byCaller[h.caller] <= share {
+			continue
+		}
+		if victim == nil || p.byCaller[h.caller] > p.byCaller[victim.caller] {
+			victim = h
+		}
+	}
+	if victim != nil && victim.cutLocked(cutShare) {
+		p.cutsPending++
+	}
+}
+
+// The states of a body being read (bodyHold.state): reading, in, or why it was cut.
+const (
+	bodyReading = iota
+	bodyIn
+	cutShare // its caller held more than its share while another caller waited
+	cutSlow  // it came slower than limits.minBodyRate after limits.bodyGrace
+)
+
+// bodyHold is a reading place held by a request: its body, read through it, and how much of
+// it came.
+type bodyHold struct {
+	caller string
+	w      http.ResponseWriter
+	body   io.ReadCloser
+	start  time.Time
+	n      atomic.Int64
+	// state goes from bodyReading to bodyIn (the body is in: it is not cut any more) or to why
+	// it was cut, once.
+	state      atomic.Int32
+	prev, next *bodyHold // under places.mu
+}
+
+var bodyHolds = sync.Pool{New: func() any { return new(bodyHold) }}
+
+func (h *bodyHold) Read(b []byte) (int, error) {
+	n, err := h.body.Read(b)
+	h.n.Add(int64(n))
+	return n, err
+}
+
+func (h *bodyHold) Close() error { return h.body.Close() }
+
+// cutLocked ends the body's reading now, unless it is in: its next or pending read fails (a
+// read deadline in the past, on the connection under HTTP/1, on the stream under HTTP/2).
+// Under places.mu, which finish takes before the request's handler returns: w is still valid.
+func (h *bodyHold) cutLocked(why int32) bool {
+	if !h.state.CompareAndSwap(bodyReading, why) {
+		return false
+	}
+	_ = http.NewResponseController(h.w).SetReadDeadline(time.Unix(1, 0))
+	return true
+}
+
+// admitBody takes a reading place for r's body, read from then on through the place (r.Body
+// is replaced until finish). It returns nil when no place came in time.
+func (a *admission) admitBody(w http.ResponseWriter, r *http.Request, caller string) *bodyHold {
+	h, _ := bodyHolds.Get().(*bodyHold)
+	h.caller, h.w, h.body, h.start = caller, w, r.Body, time.Now()
+	h.n.Store(0)
+	h.state.Store(bodyReading)
+	if !a.acquire(r.Context(), a.reading, caller, h) {
+		h.caller, h.w, h.body = "", nil, nil
+		bodyHolds.Put(h)
+		return nil
+	}
+	r.Body = h
+	return h
+}
+
+// bodyIn marks the body read: it is not cut any more. It reports why it was cut before, 0
+// when it was not.
+func (a *admission) bodyIn(h *bodyHold) int32 {
+	if h.state.CompareAndSwap(bodyReading, bodyIn) {
+		return 0
+	}
+	return h.state.Load()
+}
+
+// finish gives the reading place back and r its body.
+func (a *admission) finish(r *http.Request, h *bodyHold) {
+	p := a.reading
+	r.Body = h.body
+	p.mu.Lock()
+	if h.prev != nil {
+		h.prev.next = h.next
+	} else {
+		p.first = h.next
+	}
+	if h.next != nil {
+		h.next.prev = h.prev
+	} else {
+		p.last = h.prev
+	}
+	if h.state.Load() == cutShare {
+		p.cutsPending--
+	}
+	p.releaseLocked(h.caller)
+	h.caller, h.w, h.body, h.prev, h.next = "", nil, nil, nil, nil
+	p.mu.Unlock()
+	bodyHolds.Put(h)
+}
+
+// rateTick is how often the bodies being read are checked against limits.minBodyRate.
+const rateTick = 100 * time.Millisecond
+
+// watchRates cuts the bodies that come slower than the minimum rate after the grace, while
+// there are bodies being read; one goroutine for all of them.
+func (a *admission) watchRates() {
+	t := time.NewTicker(rateTick)
+	defer t.Stop()
+	for range t.C {
+		p := a.reading
+		p.mu.Lock()
+		if p.first == nil {
+			a.watchdog = false
+			p.mu.Unlock()
+			return
+		}
+		now := time.Now()
+		for h := p.first; h != nil; h = h.next {
+			if h.state.Load() != bodyReading {
+				continue
+			}
+			allowed := a.grace + time.Duration(float64(h.n.Load())/a.minRate*float64(time.Second))
+			if now.Sub(h.start) > allowed {
+				h.cutLocked(cutSlow)
+			}
+		}
+		p.mu.Unlock()
+	}
+}
+
+// cutError is the answer to a body that was cut.
+func (a *admission) cutError(why int32) error {
+	if why == cutSlow {
+		return coded.Errorf(coded.RequestTimeout,
+			"the request body came slower than %d bytes a second after %v (limits.minBodyRate, limits.bodyGrace): send it at once", int(a.minRate), a.grace)
+	}
+	return a.overloaded()
 }
 
 // retryAfter is the Retry-After of an overload answer: the admission wait in whole seconds,
@@ -101,4 +393,15 @@ func (c Config) MemoryLimit() int64 {
 func (c Config) MemoryBound() int64 {
 	l := c.MemoryLimit()
 	return l + l/3
+}
+
+// observeDecisionTime folds the time one decision took into the observed decision time, a
+// moving average of the last few (an AuthZEN batch's cost is judged by it).
+func (s *Server) observeDecisionTime(d time.Duration) {
+	old := s.decisionNS.Load()
+	if old == 0 {
+		s.decisionNS.Store(int64(d))
+		return
+	}
+	s.decisionNS.Store(old + (int64(d)-old)/8)
 }

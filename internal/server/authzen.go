@@ -13,6 +13,8 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"strings"
+	"time"
 
 	"github.com/authz-dev/authz/internal/coded"
 	"github.com/authz-dev/authz/internal/decision"
@@ -168,8 +170,98 @@ func entityObject(e *authzenEntity) map[string]any {
 	return obj
 }
 
-// decodeAuthZEN decodes an AuthZEN body strictly: one JSON object, no trailing data.
-func decodeAuthZEN(body []byte, v any) error {
+// authzenShape is the members of an AuthZEN object whose names the specification fixes
+// (members), or the shape of an array's elements (elem). A nil *authzenShape is a value of
+// free form (properties, context).
+type authzenShape struct {
+	members map[string]*authzenShape
+	elem    *authzenShape
+}
+
+var (
+	authzenEntityShape     = &authzenShape{members: map[string]*authzenShape{"type": nil, "id": nil, "properties": nil}}
+	authzenEvaluationShape = &authzenShape{members: map[string]*authzenShape{
+		"subject": authzenEntityShape, "resource": authzenEntityShape, "context": nil,
+		"action": {members: map[string]*authzenShape{"name": nil, "properties": nil}},
+	}}
+	authzenEvaluationsShape = &authzenShape{members: map[string]*authzenShape{
+		"subject": authzenEntityShape, "resource": authzenEntityShape, "context": nil,
+		"action":      authzenEvaluationShape.members["action"],
+		"evaluations": {elem: authzenEvaluationShape},
+		"options":     {members: map[string]*authzenShape{"evaluations_semantic": nil}},
+	}}
+)
+
+// checkAuthZENMembers checks that the members the specification names are written exactly as
+// it writes them (names are case-sensitive) and each at most once: encoding/json matches a
+// struct's names case-insensitively and keeps the last of repeated ones, so `"SUBJECT"` or a
+// second `"Type"` would be decided as a request other than the one an intermediary reads.
+// Members of free form (properties, context) and other members are left as they are.
+func checkAuthZENMembers(raw []byte, shape *authzenShape, path string) error {
+	if shape == nil {
+		return nil
+	}
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	tok, err := dec.Token()
+	if err != nil {
+		return nil //nolint:nilerr // not JSON: the decoding that follows says so
+	}
+	name := func(member string) string {
+		if path == "" {
+			return member
+		}
+		return path + "." + member
+	}
+	switch {
+	case tok == json.Delim('{') && shape.members != nil:
+		seen := map[string]bool{}
+		for dec.More() {
+			kt, err := dec.Token()
+			if err != nil {
+				return nil //nolint:nilerr // the decoding that follows says what is wrong
+			}
+			key, _ := kt.(string)
+			if seen[key] {
+				return coded.Errorf(coded.BadRequest, "AuthZEN request: member %q is sent more than once: send each member once", name(key))
+			}
+			seen[key] = true
+			child, known := shape.members[key]
+			if !known {
+				for m := range shape.members {
+					if strings.EqualFold(m, key) {
+						return coded.Errorf(coded.BadRequest, "AuthZEN request: member %q is not an AuthZEN member: member names are case-sensitive, write it %q",
+							name(key), name(m))
+					}
+				}
+			}
+			var v json.RawMessage
+			if err := dec.Decode(&v); err != nil {
+				return nil //nolint:nilerr // the decoding that follows says what is wrong
+			}
+			if err := checkAuthZENMembers(v, child, name(key)); err != nil {
+				return err
+			}
+		}
+	case tok == json.Delim('[') && shape.elem != nil:
+		for i := 0; dec.More(); i++ {
+			var v json.RawMessage
+			if err := dec.Decode(&v); err != nil {
+				return nil //nolint:nilerr // the decoding that follows says what is wrong
+			}
+			if err := checkAuthZENMembers(v, shape.elem, fmt.Sprintf("%s[%d]", path, i)); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// decodeAuthZEN decodes an AuthZEN body strictly: one JSON object of shape, its member names
+// exact and not repeated, no trailing data.
+func decodeAuthZEN(body []byte, shape *authzenShape, v any) error {
+	if err := checkAuthZENMembers(body, shape, ""); err != nil {
+		return err
+	}
 	dec := json.NewDecoder(bytes.NewReader(body))
 	dec.UseNumber()
 	if err := dec.Decode(v); err != nil {
@@ -203,7 +295,7 @@ func (s *Server) handleAuthZENEvaluation(w http.ResponseWriter, r *http.Request)
 	echoRequestID(w, r)
 	parse := func(body []byte) (*snapshot.Request, error) {
 		var e authzenEvaluation
-		if err := decodeAuthZEN(body, &e); err != nil {
+		if err := decodeAuthZEN(body, authzenEvaluationShape, &e); err != nil {
 			return nil, err
 		}
 		return e.request()
@@ -230,10 +322,11 @@ func (s *Server) answerAuthZEN(w http.ResponseWriter, r *http.Request, path stri
 // one decision, with the top-level subject, resource, action and context as defaults. Without
 // evaluations it is one evaluation, answered as /access/v1/evaluation answers it.
 func (s *Server) handleAuthZENEvaluations(w http.ResponseWriter, r *http.Request) {
+	arrived := time.Now()
 	echoRequestID(w, r)
 	s.withBody(w, r, s.readBody, func(body []byte) {
 		var batch authzenEvaluations
-		if err := decodeAuthZEN(body, &batch); err != nil {
+		if err := decodeAuthZEN(body, authzenEvaluationsShape, &batch); err != nil {
 			writeError(w, err)
 			return
 		}
@@ -259,35 +352,102 @@ func (s *Server) handleAuthZENEvaluations(w http.ResponseWriter, r *http.Request
 			s.answerNotDecided(w, r, err)
 			return
 		}
-		answers := make([]authzenAnswer, 0, len(batch.Evaluations))
-		for _, e := range batch.Evaluations {
-			var a authzenAnswer
-			logged := true
-			err := s.deciding(r, e.withDefaults(batch.authzenEvaluation).request, func(req *snapshot.Request, facts snapshot.Facts) {
-				doc, evalCode, ok := s.decide(r, pathAuthZENEvaluations, req, facts)
-				a, logged = answerOf(doc, string(evalCode)), ok
-			})
-			switch {
-			case errors.Is(err, errNotAdmitted):
-				s.answerNotDecided(w, r, err) // the evaluations decided so far are not answered
-				return
-			case err != nil:
-				a = refusedAnswer(err)
-			case !logged:
-				// The required decision log could not record it: nothing of this request may
-				// be used.
-				w.Header().Set(headerError, string(coded.DecisionLogUnavailable))
-				writeDecisionError(w, coded.Errorf(coded.DecisionLogUnavailable,
-					"a decision could not be recorded in the decision log, which this service requires; nothing is granted until the log is writable again"))
-				return
-			}
-			answers = append(answers, a)
-			if (semantic == semanticDenyOnFirstDeny && !a.Decision) || (semantic == semanticPermitOnFirstPermit && a.Decision) {
-				break
-			}
-		}
-		writeJSON(w, http.StatusOK, map[string]any{"evaluations": answers})
+		s.decideBatch(w, r, arrived, batch, semantic)
 	})
+}
+
+// batchItem is an evaluation of a batch with the batch's defaults applied: key is the same
+// for evaluations sent alike, which are decided once.
+type batchItem struct {
+	eval authzenEvaluation
+	key  string
+}
+
+// decideBatch decides the evaluations of an evaluations request, bounded by their work, not
+// their number: identical evaluations (after the defaults) are decided and logged once; a
+// batch whose distinct evaluations cannot be decided within half of http.writeTimeout at the
+// observed decision time is refused up front (503, Retry-After), and one that runs late is
+// answered 503, never cut by the write time-out without an answer.
+func (s *Server) decideBatch(w http.ResponseWriter, r *http.Request, arrived time.Time, batch authzenEvaluations, semantic string) {
+	items := make([]batchItem, len(batch.Evaluations))
+	asked := make(map[string]int, len(items))
+	for i, e := range batch.Evaluations {
+		// The key is the item as sent: every item takes its missing members from the same top
+		// level, so two items sent alike are alike after the defaults (the top level is not
+		// encoded again for each item, which would cost a large top level 64 times over).
+		key := fmt.Sprintf("#%d", i) // not encoded: decided on its own
+		if b, err := json.Marshal(e); err == nil {
+			key = string(b)
+		}
+		items[i] = batchItem{eval: e.withDefaults(batch.authzenEvaluation), key: key}
+		asked[key]++
+	}
+	budget := s.cfg.HTTP.WriteTimeout / 2
+	each := time.Duration(s.decisionNS.Load())
+	if est := time.Duration(len(asked)) * each; time.Since(arrived)+est > budget {
+		s.answerBatchTooLong(w, r, fmt.Sprintf("its %d distinct evaluations would take about %v at the observed decision time (%v each)",
+			len(asked), est.Round(time.Millisecond), each.Round(time.Microsecond)))
+		return
+	}
+	// The batch's lines share decisionLog.maxLineBytes, each at least the least it may be: a
+	// body is not multiplied into the log.
+	lineCap := max(s.cfg.DecisionLog.MaxLineBytes/len(asked), minLineBytes)
+	type decided struct {
+		answer authzenAnswer
+		logged bool
+		err    error
+	}
+	done := make(map[string]decided, len(asked))
+	answers := make([]authzenAnswer, 0, len(items))
+	for _, it := range items {
+		d, ok := done[it.key]
+		if !ok {
+			if late := time.Since(arrived); late+time.Duration(s.decisionNS.Load()) > budget {
+				s.answerBatchTooLong(w, r, fmt.Sprintf("it ran late: %d of its %d distinct evaluations decided in %v",
+					len(done), len(asked), late.Round(time.Millisecond)))
+				return
+			}
+			d.logged = true
+			d.err = s.deciding(r, it.eval.request, func(req *snapshot.Request, facts snapshot.Facts) {
+				doc, evalCode, ok := s.decideFor(r, pathAuthZENEvaluations, req, facts, "", batchShare{items: asked[it.key], lineCap: lineCap})
+				d.answer, d.logged = answerOf(doc, string(evalCode)), ok
+			})
+			done[it.key] = d
+		}
+		a := d.answer
+		switch {
+		case errors.Is(d.err, errNotAdmitted):
+			s.answerNotDecided(w, r, d.err) // the evaluations decided so far are not answered
+			return
+		case d.err != nil:
+			a = refusedAnswer(d.err)
+		case !d.logged:
+			// The required decision log could not record it: nothing of this request may be
+			// used.
+			w.Header().Set(headerError, string(coded.DecisionLogUnavailable))
+			writeDecisionError(w, coded.Errorf(coded.DecisionLogUnavailable,
+				"a decision could not be recorded in the decision log, which this service requires; nothing is granted until the log is writable again"))
+			return
+		}
+		answers = append(answers, a)
+		if (semantic == semanticDenyOnFirstDeny && !a.Decision) || (semantic == semanticPermitOnFirstPermit && a.Decision) {
+			break
+		}
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"evaluations": answers})
+}
+
+// answerBatchTooLong answers 503 SERVICE_OVERLOADED with Retry-After to an evaluations request
+// that cannot be decided within half of http.writeTimeout, saying why.
+func (s *Server) answerBatchTooLong(w http.ResponseWriter, r *http.Request, why string) {
+	w.Header().Set("Retry-After", s.admit.retryAfter())
+	if r.ProtoMajor == 1 {
+		w.Header().Set("Connection", "close")
+	}
+	w.Header().Set(headerError, string(coded.Overloaded))
+	writeDecisionError(w, coded.Errorf(coded.Overloaded,
+		"the AuthZEN evaluations request is not decided: %s, more than half of http.writeTimeout (%v); split it into smaller requests or retry after the time in Retry-After",
+		why, s.cfg.HTTP.WriteTimeout))
 }
 
 // handleAuthZENConfiguration answers GET /.well-known/authzen-configuration: where the

@@ -260,3 +260,58 @@ func TestAuthZENNeedsTheDecideScope(t *testing.T) {
 		assert.Equal(t, tc.status, resp.StatusCode, tc.token)
 	}
 }
+
+// TestAuthZENMemberNamesAreExact: member names are the specification's, case-sensitive, each
+// sent once; a case variant or a repeated member is a 400 that names it, never decided as the
+// request encoding/json would make of it (`"SUBJECT"` taken as subject, a second "Type" taken
+// as the type).
+func TestAuthZENMemberNamesAreExact(t *testing.T) {
+	t.Parallel()
+	var log strings.Builder
+	base := startHTTP(t, newServer(t, withDecisionLog(&log)))
+	reqJSON, _ := specexamples.NewFixture().JSON()
+	grant := toAuthZEN(t, reqJSON)
+	subject := mustJSON(t, grant["subject"])
+	resource := mustJSON(t, grant["resource"])
+	action := mustJSON(t, grant["action"])
+	rest := `"resource":` + resource + `,"action":` + action
+	// The grant itself answers 200 on both endpoints: the cases below differ from it by a name.
+	for _, path := range []string{"/access/v1/evaluation", "/access/v1/evaluations"} {
+		a := post(t, base+path, `{"subject":`+subject+`,`+rest+`}`)
+		require.Equal(t, http.StatusOK, a.status, "%s: %s", path, a.body)
+	}
+	for _, tc := range []struct{ name, body, member string }{
+		{"upper-case subject", `{"SUBJECT":` + subject + `,` + rest + `}`, `"SUBJECT"`},
+		{"case variant of type", `{"subject":{"type":"user","Type":"lease","id":"lease-1"},` + rest + `}`, `"subject.Type"`},
+		{"repeated type", `{"subject":{"type":"user","type":"lease","id":"lease-1"},` + rest + `}`, `"subject.type"`},
+		{"repeated subject", `{"subject":{"type":"user"},"subject":` + subject + `,` + rest + `}`, `"subject"`},
+		{"case variant of action.name", `{"subject":` + subject + `,"resource":` + resource + `,"action":{"Name":"openDuplexChannel"}}`, `"action.Name"`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			for _, path := range []string{"/access/v1/evaluation", "/access/v1/evaluations"} {
+				a := post(t, base+path, tc.body)
+				require.Equal(t, http.StatusBadRequest, a.status, "%s: %s", path, a.body)
+				assert.Contains(t, a.json(t)["message"], tc.member, path)
+			}
+		})
+	}
+	// In an evaluations request, the items and options are checked too.
+	for _, tc := range []struct{ name, body, member string }{
+		{"item's subject case variant", `{` + rest + `,"evaluations":[{"subject":` + subject + `},{"Subject":` + subject + `}]}`, `"evaluations[1].Subject"`},
+		{"options case variant", `{"subject":` + subject + `,` + rest + `,"evaluations":[{}],"options":{"Evaluations_Semantic":"deny_on_first_deny"}}`, `"options.Evaluations_Semantic"`},
+		{"repeated evaluations", `{"subject":` + subject + `,` + rest + `,"evaluations":[{}],"evaluations":[{}]}`, `"evaluations"`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			a := post(t, base+"/access/v1/evaluations", tc.body)
+			require.Equal(t, http.StatusBadRequest, a.status, string(a.body))
+			assert.Contains(t, a.json(t)["message"], tc.member)
+		})
+	}
+	var lines int
+	for _, l := range strings.Split(log.String(), "\n") {
+		if l != "" {
+			lines++
+		}
+	}
+	assert.Equal(t, 2, lines, "only the grants sent as they should be are decisions: %s", log.String())
+}

@@ -95,6 +95,12 @@ type LimitsConfig struct {
 	// MaxReading caps the decision requests admitted at once: each holds at most
 	// maxBodyBytes of body from the moment it is admitted until it is answered.
 	MaxReading int `yaml:"maxReading"`
+	// MinBodyRate is the slowest a request body may come, in bytes a second, once BodyGrace
+	// has passed since it was admitted: a slower one is cut and answered 408 REQUEST_TIMEOUT,
+	// giving its reading place back. Per request (per stream under HTTP/2). 0 turns it off.
+	MinBodyRate int64 `yaml:"minBodyRate"`
+	// BodyGrace is how long a body may take before MinBodyRate applies.
+	BodyGrace time.Duration `yaml:"bodyGrace"`
 	// MaxDeciding caps the admitted requests whose body is being decoded, evaluated and
 	// logged at once, the stage that costs memory in proportion to the body.
 	MaxDeciding int `yaml:"maxDeciding"`
@@ -107,7 +113,21 @@ type LimitsConfig struct {
 	// MaxWatchBytes caps the bytes of the distinct request bodies the open watches hold (each
 	// is kept as sent, to be decided again); past it a new watch is answered 503 WATCH_LIMIT.
 	MaxWatchBytes int64 `yaml:"maxWatchBytes"`
+	// MaxWatchesPerCaller caps the open watches of one caller (its token, else its client
+	// certificate, else its peer address); 0 is a quarter of MaxWatches. Past it, its new watch
+	// is answered 503 WATCH_LIMIT while other callers may still open theirs.
+	MaxWatchesPerCaller int `yaml:"maxWatchesPerCaller"`
+	// MaxWatchBytesPerCaller caps the bytes of the distinct request bodies one caller's watches
+	// hold; 0 is a quarter of MaxWatchBytes.
+	MaxWatchBytesPerCaller int64 `yaml:"maxWatchBytesPerCaller"`
 }
+
+// defaultMaxLineBytes is decisionLog.maxLineBytes when the file does not set it; minLineBytes
+// is the least it may be (a decision's line with its facts is about 2 KiB).
+const (
+	defaultMaxLineBytes = 64 << 10
+	minLineBytes        = 4 << 10
+)
 
 // Defaults of LimitsConfig.
 const (
@@ -115,6 +135,8 @@ const (
 	defaultFDReserve      = 64
 	defaultMaxReading     = 32
 	defaultMaxDeciding    = 2
+	defaultMinBodyRate    = 4 << 10
+	defaultBodyGrace      = 2 * time.Second
 	defaultQueueWait      = time.Second
 	defaultMaxWatches     = watch.DefaultMaxWatches
 	defaultMaxWatchBytes  = watch.DefaultMaxBytes
@@ -144,6 +166,18 @@ func (c Config) validateLimits(v *configcheck.Problems) {
 	if c.Limits.QueueWait <= 0 {
 		v.Add("limits.queueWait", "must be a positive duration such as 1s, got %v", c.Limits.QueueWait)
 	}
+	if c.Limits.MinBodyRate < 0 {
+		v.Add("limits.minBodyRate", "must be 0 (off) or a positive number of bytes a second, got %d", c.Limits.MinBodyRate)
+	}
+	if c.Limits.BodyGrace <= 0 && c.Limits.MinBodyRate > 0 {
+		v.Add("limits.bodyGrace", "must be a positive duration such as 2s, got %v", c.Limits.BodyGrace)
+	}
+	if c.Limits.MaxWatchesPerCaller < 0 {
+		v.Add("limits.maxWatchesPerCaller", "must be 0 (a quarter of limits.maxWatches) or a positive number, got %d", c.Limits.MaxWatchesPerCaller)
+	}
+	if c.Limits.MaxWatchBytesPerCaller < 0 {
+		v.Add("limits.maxWatchBytesPerCaller", "must be 0 (a quarter of limits.maxWatchBytes) or a positive number of bytes, got %d", c.Limits.MaxWatchBytesPerCaller)
+	}
 	if c.Limits.MaxWatchBytes <= 0 {
 		v.Add("limits.maxWatchBytes", "must be a positive number of bytes, got %d", c.Limits.MaxWatchBytes)
 	}
@@ -165,6 +199,10 @@ type DecisionLogConfig struct {
 	// Mask lists JSON pointers into the log line, below /input, whose values are replaced by
 	// maskedValue. A segment "*" matches every member of an object or element of an array.
 	Mask []string `yaml:"mask"`
+	// MaxLineBytes caps one line of the log: a longer line has its input's largest members cut
+	// (replaced by a note of their size), members the contract does not define first, so that
+	// no request multiplies its body into the log. The lines of an AuthZEN batch share it.
+	MaxLineBytes int `yaml:"maxLineBytes"`
 }
 
 // HTTPConfig holds the limits that keep a slow or hostile client from holding the server.
@@ -183,7 +221,8 @@ func DefaultConfig() Config {
 		Addr: defaultAddr,
 		DecisionLog: DecisionLogConfig{
 			// Sandbox provider configs commonly carry credentials.
-			Mask: []string{"/input/environment/config"},
+			Mask:         []string{"/input/environment/config"},
+			MaxLineBytes: defaultMaxLineBytes,
 		},
 		MaxBodyBytes:    defaultMaxBodyBytes,
 		ShutdownTimeout: defaultShutdownTimeout,
@@ -200,6 +239,8 @@ func DefaultConfig() Config {
 			FDReserve:      defaultFDReserve,
 			MaxReading:     defaultMaxReading,
 			MaxDeciding:    defaultMaxDeciding,
+			MinBodyRate:    defaultMinBodyRate,
+			BodyGrace:      defaultBodyGrace,
 			QueueWait:      defaultQueueWait,
 			MaxWatches:     defaultMaxWatches,
 			MaxWatchBytes:  defaultMaxWatchBytes,
@@ -243,6 +284,9 @@ func (c DecisionLogConfig) validate(v *configcheck.Problems) {
 	}
 	if c.Required && c.Path == "" {
 		v.Add("decisionLog.required", "needs decisionLog.path (a file, or - for stderr)")
+	}
+	if c.MaxLineBytes < minLineBytes {
+		v.Add("decisionLog.maxLineBytes", "must be at least %d bytes (a decision's line with its facts is about 2 KiB), got %d", minLineBytes, c.MaxLineBytes)
 	}
 }
 

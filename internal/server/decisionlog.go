@@ -1,17 +1,20 @@
 package server
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"os"
+	"sort"
 	"strconv"
 	"strings"
 	"sync"
 	"syscall"
 
 	"github.com/hashicorp/go-hclog"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/authz-dev/authz/internal/coded"
 	"github.com/authz-dev/authz/internal/decision"
@@ -34,6 +37,17 @@ type logEntry struct {
 	Error coded.Code `json:"error,omitempty"`
 	// WatchID names the watch (POST /v1/authorize/watch) whose event the decision is.
 	WatchID string `json:"watch_id,omitempty"`
+	// Items is the number of evaluations of an AuthZEN batch (POST /access/v1/evaluations)
+	// that ask this same decision (after the batch's defaults): it was decided and logged once
+	// for all of them. Absent when it is one.
+	Items int `json:"items,omitempty"`
+	// Cut lists the members of the input cut to keep the line within decisionLog.maxLineBytes,
+	// as JSON pointers; the record does not replay as decided when it is not empty.
+	Cut []string `json:"cut,omitempty"`
+
+	// lineCap is a cap below decisionLog.maxLineBytes for this line (0: none): the lines of an
+	// AuthZEN batch share the bound.
+	lineCap int
 }
 
 // decisionLog writes one JSON line per decision. Lines are marshalled outside the lock and
@@ -56,6 +70,11 @@ type decisionLog struct {
 	// middle of a line: the next line starts with a newline to end it.
 	partial bool
 	log     hclog.Logger
+
+	// maxLine caps a line (decisionLog.maxLineBytes; 0: no cap); cuts counts the members cut
+	// to keep lines within it (nil: not counted).
+	maxLine int
+	cuts    prometheus.Counter
 }
 
 // logFile is what the decision log needs of its file (*os.File).
@@ -140,6 +159,11 @@ func (l *decisionLog) write(e logEntry) error {
 	b, err := json.Marshal(e)
 	if err != nil {
 		return fmt.Errorf("encode decision log line: %w", err)
+	}
+	if limit := l.lineLimit(e); limit > 0 && len(b)+1 > limit {
+		if b, err = l.cutLine(e, limit); err != nil {
+			return fmt.Errorf("encode decision log line: %w", err)
+		}
 	}
 	b = append(b, '\n')
 	l.mu.Lock()
@@ -454,4 +478,140 @@ func maskObject(m map[string]any, seg string, rest []string) any {
 	}
 	out[seg] = maskValue(child, rest)
 	return out
+}
+
+// lineLimit is the cap of e's line: decisionLog.maxLineBytes, or the entry's share of it.
+func (l *decisionLog) lineLimit(e logEntry) int {
+	if e.lineCap > 0 && (l.maxLine == 0 || e.lineCap < l.maxLine) {
+		return e.lineCap
+	}
+	return l.maxLine
+}
+
+// cutNote is what replaces a member cut from a line; cutFloor is the size under which a member
+// is never cut (its note would save little).
+const (
+	cutNote  = "[CUT: %d bytes over decisionLog.maxLineBytes]"
+	cutFloor = 128
+)
+
+// definedMembers are the members of the input's objects the contract defines (docs/contract.md,
+// "Request shape"): they are cut only after every other member that is large.
+var definedMembers = map[string]map[string]bool{
+	"":                {"operation": true, "environment": true, "lease": true, "command": true, "facts": true, "narrowing": true, "resolved": true, "now_ns": true},
+	"/environment":    {"id": true, "driver": true, "config": true},
+	"/lease":          {"id": true, "companyId": true, "leasePolicy": true, "providerLeaseId": true, "metadata": true},
+	"/lease/metadata": {"driver": true, "provider": true, "pluginId": true, "driverKey": true, "sandboxProviderPlugin": true, "backend": true, "nativeFileSyncUnsupported": true},
+}
+
+// cutLine is e's line within limit bytes (its newline included): the input's members of more
+// than cutFloor bytes are replaced by a note of their size, those the contract does not define
+// first, largest first, until the line fits; if it still does not, the whole input is. Each cut
+// is counted and named in the line's "cut".
+func (l *decisionLog) cutLine(e logEntry, limit int) ([]byte, error) {
+	b, err := json.Marshal(e.Input)
+	if err != nil {
+		return nil, err
+	}
+	dec := json.NewDecoder(bytes.NewReader(b))
+	dec.UseNumber()
+	var in any
+	if err := dec.Decode(&in); err != nil {
+		return nil, err
+	}
+	type member struct {
+		path    string
+		size    int
+		defined bool
+		set     func(any)
+	}
+	var members []member
+	var walk func(v any, path string, defined bool)
+	walk = func(v any, path string, defined bool) {
+		switch t := v.(type) {
+		case map[string]any:
+			known, listed := definedMembers[path]
+			for k, c := range t {
+				p := path + "/" + escapePointer(k)
+				def := defined && (!listed || known[k])
+				if size := jsonSize(c); size > cutFloor {
+					members = append(members, member{path: p, size: size, defined: def, set: func(x any) { t[k] = x }})
+				}
+				walk(c, p, def)
+			}
+		case []any:
+			for i, c := range t {
+				p := path + "/" + strconv.Itoa(i)
+				if size := jsonSize(c); size > cutFloor {
+					members = append(members, member{path: p, size: size, defined: defined, set: func(x any) { t[i] = x }})
+				}
+				walk(c, p, defined)
+			}
+		}
+	}
+	walk(in, "", true)
+	// Undefined members first, the largest of each kind first; a member inside one already cut
+	// is passed over (its size went with its parent's).
+	sort.SliceStable(members, func(i, j int) bool {
+		if members[i].defined != members[j].defined {
+			return !members[i].defined
+		}
+		return members[i].size > members[j].size
+	})
+	line, err := json.Marshal(e)
+	if err != nil {
+		return nil, err
+	}
+	over := len(line) + 1 - limit
+	var cut []string
+	for _, m := range members {
+		if over <= 0 {
+			break
+		}
+		if insideAny(m.path, cut) {
+			continue
+		}
+		note := fmt.Sprintf(cutNote, m.size)
+		m.set(note)
+		cut = append(cut, "/input"+m.path)
+		over -= m.size - len(note) - 2
+	}
+	e.Input, e.Cut = in, cut
+	if line, err = json.Marshal(e); err != nil {
+		return nil, err
+	}
+	if len(line)+1 > limit {
+		e.Input, e.Cut = fmt.Sprintf(cutNote, len(b)), []string{"/input"}
+		if line, err = json.Marshal(e); err != nil {
+			return nil, err
+		}
+	}
+	if l.cuts != nil {
+		l.cuts.Add(float64(len(e.Cut)))
+	}
+	return line, nil
+}
+
+// insideAny reports whether the JSON pointer p is below one of cut.
+func insideAny(p string, cut []string) bool {
+	for _, c := range cut {
+		if strings.HasPrefix("/input"+p, c+"/") {
+			return true
+		}
+	}
+	return false
+}
+
+// jsonSize is the size of v as JSON.
+func jsonSize(v any) int {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return 0
+	}
+	return len(b)
+}
+
+// escapePointer escapes a member name as a JSON pointer segment (RFC 6901).
+func escapePointer(k string) string {
+	return strings.ReplaceAll(strings.ReplaceAll(k, "~", "~0"), "/", "~1")
 }

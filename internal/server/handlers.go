@@ -49,6 +49,7 @@ var httpStatus = map[coded.Code]int{
 	coded.NotFound:               http.StatusNotFound,
 	coded.MethodNotAllowed:       http.StatusMethodNotAllowed,
 	coded.RequestTooLarge:        http.StatusRequestEntityTooLarge,
+	coded.RequestTimeout:         http.StatusRequestTimeout,
 	coded.UnsupportedMediaType:   http.StatusUnsupportedMediaType,
 	coded.Internal:               http.StatusInternalServerError,
 	coded.Overloaded:             http.StatusServiceUnavailable,
@@ -143,13 +144,17 @@ func (s *Server) admitted(w http.ResponseWriter, r *http.Request, read func(http
 // again once the body is in: a token revoked (Reload) while the body was being sent decides
 // nothing.
 func (s *Server) withBody(w http.ResponseWriter, r *http.Request, read func(http.ResponseWriter, *http.Request) ([]byte, error), serve func(body []byte)) {
-	release := s.admit.acquire(r.Context(), s.admit.reading)
-	if release == nil {
+	hold := s.admit.admitBody(w, r, s.callerOf(r))
+	if hold == nil {
 		s.answerOverloaded(w, r)
 		return
 	}
-	defer release()
+	defer s.admit.finish(r, hold)
 	body, err := read(w, r)
+	if why := s.admit.bodyIn(hold); why != 0 {
+		s.answerCut(w, r, why)
+		return
+	}
 	if err != nil {
 		writeError(w, err)
 		return
@@ -160,6 +165,48 @@ func (s *Server) withBody(w http.ResponseWriter, r *http.Request, read func(http
 	}
 	serve(body)
 }
+
+// answerCut answers a request whose body was cut (admission.cutLocked): 408 when it came too
+// slowly, 503 with Retry-After when its caller held more than its share of the reading places.
+// The connection is closed: the rest of its body is not read.
+func (s *Server) answerCut(w http.ResponseWriter, r *http.Request, why int32) {
+	if why != cutSlow {
+		s.answerOverloaded(w, r)
+		return
+	}
+	if r.ProtoMajor == 1 {
+		w.Header().Set("Connection", "close")
+	}
+	err := s.admit.cutError(why)
+	w.Header().Set(headerError, string(coded.CodeOf(err)))
+	writeDecisionError(w, err)
+}
+
+// callerOf is who sends r, for sharing the admission places: its bearer token when the service
+// authenticates with tokens, its client certificate under TLS authentication, else its peer
+// address without the port (every request over a unix socket is one caller).
+func (s *Server) callerOf(r *http.Request) string {
+	switch s.access.mode {
+	case AuthToken:
+		if tok, ok := bearerToken(r); ok {
+			return tok
+		}
+	case AuthTLS:
+		if r.TLS != nil && len(r.TLS.PeerCertificates) > 0 {
+			return string(r.TLS.PeerCertificates[0].Signature)
+		}
+	}
+	addr := r.RemoteAddr
+	if i := strings.LastIndexByte(addr, ':'); i >= 0 {
+		addr = addr[:i]
+	}
+	return addr
+}
+
+// batchShare is what a decision of an AuthZEN batch is to its log record: the number of the
+// batch's evaluations it answers, and the cap of its line, a share of decisionLog.maxLineBytes
+// (0: the whole of it).
+type batchShare struct{ items, lineCap int }
 
 // errNotAdmitted is deciding's error when no deciding slot was free in time.
 var errNotAdmitted = errors.New("not admitted")
@@ -172,28 +219,28 @@ var errNotAdmitted = errors.New("not admitted")
 // config), and is admitted, decoded and decided again, the answer then at hand. So a plugin
 // whose checks are slow holds up its own callers only.
 func (s *Server) deciding(r *http.Request, parse func() (*snapshot.Request, error), serve func(req *snapshot.Request, facts snapshot.Facts)) error {
-	releaseDeciding := s.admit.acquire(r.Context(), s.admit.deciding)
-	if releaseDeciding == nil {
+	caller := s.callerOf(r)
+	if !s.admit.acquire(r.Context(), s.admit.deciding, caller, nil) {
 		return errNotAdmitted
 	}
 	req, err := parse()
 	if err != nil {
-		releaseDeciding()
+		s.admit.deciding.release(caller)
 		return err
 	}
 	var facts snapshot.Facts = s.facts
 	if wait := snapshot.PendingConfigCheck(req, s.facts); wait != nil {
-		releaseDeciding() // the decoded request is not used again: decoded again below
+		s.admit.deciding.release(caller) // the decoded request is not used again: decoded again below
 		facts = wait(r.Context())
-		if releaseDeciding = s.admit.acquire(r.Context(), s.admit.deciding); releaseDeciding == nil {
+		if !s.admit.acquire(r.Context(), s.admit.deciding, caller, nil) {
 			return errNotAdmitted
 		}
 		if req, err = parse(); err != nil {
-			releaseDeciding()
+			s.admit.deciding.release(caller)
 			return err
 		}
 	}
-	defer releaseDeciding()
+	defer s.admit.deciding.release(caller)
 	serve(req, facts)
 	return nil
 }
@@ -242,16 +289,18 @@ type dataAnswer struct {
 // could not be evaluated (the document is then the fail-closed deny). ok is false when the
 // decision log is required and its line could not be written: the decision must not be used.
 func (s *Server) decide(r *http.Request, path string, req *snapshot.Request, facts snapshot.Facts) (doc decision.Document, evalCode coded.Code, ok bool) {
-	return s.decideFor(r, path, req, facts, "")
+	return s.decideFor(r, path, req, facts, "", batchShare{})
 }
 
 // decideFor is decide for the first decision of a watch (watchID not empty), whose log record
-// names the watch.
-func (s *Server) decideFor(r *http.Request, path string, req *snapshot.Request, facts snapshot.Facts, watchID string) (doc decision.Document, evalCode coded.Code, ok bool) {
+// names the watch, or for a decision of an AuthZEN batch (batch: how many of its evaluations
+// it answers, and its line's share of the log's bound).
+func (s *Server) decideFor(r *http.Request, path string, req *snapshot.Request, facts snapshot.Facts, watchID string, batch batchShare) (doc decision.Document, evalCode coded.Code, ok bool) {
 	start := time.Now()
 	ctx, span := s.startDecisionSpan(r, path, req) // tracing.go; nil span when tracing is off
 	doc, in, err := s.decider.Decide(ctx, req, facts)
 	latency := time.Since(start)
+	s.observeDecisionTime(latency)
 	if err != nil {
 		// Whatever the decider returned alongside its error, the answer is the docs/contract.md, "Precise rules"
 		// "Failures" document: it never grants.
@@ -280,6 +329,10 @@ func (s *Server) decideFor(r *http.Request, path string, req *snapshot.Request, 
 		Error:      evalCode,
 		WatchID:    watchID,
 	}
+	if batch.items > 1 {
+		entry.Items = batch.items
+	}
+	entry.lineCap = batch.lineCap
 	logErr := s.dlog.write(entry)
 	s.logToOPA(ctx, r, start, entry) // status.go: OPA's decision-log plugin, when configured
 	if logErr != nil {

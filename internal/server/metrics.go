@@ -20,6 +20,7 @@ type metrics struct {
 	evalFailures *prometheus.CounterVec
 	latency      *prometheus.HistogramVec
 	logFailures  prometheus.Counter
+	logCuts      prometheus.Counter
 	requests     *prometheus.CounterVec
 	watchEvents  *prometheus.CounterVec
 }
@@ -44,6 +45,10 @@ func newMetrics(d Decider, facts FactsSource, origin func() string) *metrics {
 			Name: "authz_decision_log_failures_total",
 			Help: "Decision log lines that could not be written.",
 		}),
+		logCuts: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "authz_decision_log_cut_members_total",
+			Help: "Members of decision log lines cut to keep a line within decisionLog.maxLineBytes (a whole input cut counts one).",
+		}),
 		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "authz_http_requests_total",
 			Help: "HTTP requests, by route (\"other\" for unknown paths) and status code.",
@@ -54,7 +59,7 @@ func newMetrics(d Decider, facts FactsSource, origin func() string) *metrics {
 		}, []string{"event", "reason"}),
 	}
 	m.reg.MustRegister(
-		m.decisions, m.evalFailures, m.latency, m.logFailures, m.requests, m.watchEvents,
+		m.decisions, m.evalFailures, m.latency, m.logFailures, m.logCuts, m.requests, m.watchEvents,
 		&stateCollector{decider: d, facts: facts, origin: origin},
 		// Besides the defaults, the two runtime figures that explain a latency tail: how long
 		// runnable goroutines waited for a CPU (go_sched_latencies_seconds) and the garbage

@@ -16,6 +16,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"sync/atomic"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
@@ -81,6 +82,12 @@ type Server struct {
 	watches *watch.Hub
 	unwatch []func()
 	parked  *parked // the watches' streams taken over from net/http (watchstream.go)
+	// watchBudget shares the watches between callers (watchbudget.go).
+	watchBudget *watchBudget
+	// revokes records the watches' revokes off the streams' writers (revokelog.go).
+	revokes *revokeLog
+	// decisionNS is the observed time of a decision, a moving average (observeDecisionTime).
+	decisionNS atomic.Int64
 }
 
 // New checks cfg (Validate), opens the decision log and loads the TLS certificate. It starts
@@ -126,6 +133,8 @@ func New(cfg Config, d Decider, facts FactsSource, opts Options) (*Server, error
 	}
 	s.admit = newAdmission(cfg.Limits)
 	s.parked = newParked(s)
+	s.watchBudget = newWatchBudget(cfg.Limits)
+	s.revokes = newRevokeLog(s)
 	s.watches = watch.New(admittedDecider{s}, facts, watch.Options{RecheckInterval: cfg.Watch.RecheckInterval,
 		MaxWatches: cfg.Limits.MaxWatches, MaxBytes: cfg.Limits.MaxWatchBytes, Deadline: cfg.Limits.QueueWait,
 		Logger: s.log.Named("watch")})
@@ -141,6 +150,9 @@ func New(cfg Config, d Decider, facts FactsSource, opts Options) (*Server, error
 		s.unwatch = append(s.unwatch, p.OnPolicyChange(s.watches.PolicyChanged))
 	}
 	s.metrics = newMetrics(d, facts, s.policyOrigin)
+	if s.dlog != nil {
+		s.dlog.maxLine, s.dlog.cuts = cfg.DecisionLog.MaxLineBytes, s.metrics.logCuts
+	}
 	s.metrics.reg.MustRegister(s.access.tokenMetrics()...)
 	if c, ok := opts.Policy.(prometheus.Collector); ok {
 		s.metrics.reg.MustRegister(c) // the policy source's own: authz_bundle_operations_total
@@ -159,6 +171,7 @@ func (s *Server) Close() error {
 	ctx, cancel := context.WithTimeout(context.Background(), s.cfg.ShutdownTimeout)
 	defer cancel()
 	s.closeWatches(ctx)
+	s.revokes.flush() // the revokes' lines are written before the log is closed
 	return s.dlog.close()
 }
 

@@ -43,6 +43,23 @@ func (s *Server) handleWatch(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	defer res.Release() // a no-op once the watch took the place over
+	caller := s.callerOf(r)
+	if err := s.watchBudget.reserve(caller); err != nil {
+		s.answerNoWatch(w, r, err)
+		return
+	}
+	held := false // the caller's place went to the open watch
+	defer func() {
+		if !held {
+			s.watchBudget.unreserve(caller)
+		}
+	}()
+	charged := false // an HTTP/2 watch's cost is counted (http2WatchBytes)
+	defer func() {
+		if charged {
+			s.watches.Uncharge(http2WatchBytes)
+		}
+	}()
 	watchID := uuid.NewString()
 	// Named on every answer, errors included: the decision log records the first decision under it.
 	w.Header().Set(headerWatchID, watchID)
@@ -61,7 +78,7 @@ func (s *Server) handleWatch(w http.ResponseWriter, r *http.Request) {
 	}
 	s.admitted(w, r, s.readBody, parse, func(req *snapshot.Request, facts snapshot.Facts) {
 		seq := s.watches.Seq()
-		doc, evalCode, ok := s.decideFor(r, pathWatch, req, facts, watchID)
+		doc, evalCode, ok := s.decideFor(r, pathWatch, req, facts, watchID, batchShare{})
 		switch {
 		case !ok:
 			w.Header().Set(headerError, string(coded.DecisionLogUnavailable))
@@ -74,18 +91,34 @@ func (s *Server) handleWatch(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		if doc.Allow {
-			var err error
-			if ww, err = s.watches.Add(res, req, sent, doc, seq); err != nil {
+			// An HTTP/2 watch is served by its handler (it cannot be parked): its goroutine
+			// and buffers count against limits.maxWatchBytes, which the memory bound covers.
+			if r.ProtoMajor == 2 {
+				if !s.watches.Charge(http2WatchBytes) {
+					s.answerNoWatch(w, r, errHTTP2WatchBytes)
+					return
+				}
+				charged = true
+			}
+			h, err := s.watchBudget.hold(caller, sent)
+			if err != nil {
 				s.answerNoWatch(w, r, err)
 				return
 			}
+			if ww, err = s.watches.Add(res, req, sent, doc, seq); err != nil {
+				s.watchBudget.unhold(h)
+				s.answerNoWatch(w, r, err)
+				return
+			}
+			s.watchBudget.opened(ww, h)
+			held = true
 			// Access is checked for as long as the watch is open: Reload re-reads the tokens,
 			// then revokes the watches whose token it no longer accepts. Access is checked
 			// again once the watch is among them, so a Reload that ran before is seen too.
 			tok, _ := bearerToken(r)
 			ww.SetTag(watchCredential{token: tok})
 			if denied := s.access.check(r, ScopeDecide); denied != nil {
-				ww.Close()
+				s.closeWatch(ww)
 				ww = nil
 				s.refuse(w, r, pathWatch, ScopeDecide, denied)
 				return
@@ -101,7 +134,7 @@ func (s *Server) handleWatch(w http.ResponseWriter, r *http.Request) {
 		return // watchstream.go serves it from here
 	}
 	if ww != nil {
-		defer ww.Close()
+		defer s.closeWatch(ww)
 	}
 	s.stream(w, r, watchID, first, ww)
 }
@@ -208,6 +241,9 @@ func (s *Server) recordWatchEvent(r *http.Request, ev watch.Event, watchID strin
 	if ev.Input == nil {
 		entry.Input = nil
 	}
+	if ev.Kind == watch.KindRevoke && s.revokes.add(r, now, entry) {
+		return doc, true // recorded off the stream's writer (revokelog.go)
+	}
 	logErr := s.dlog.write(entry)
 	s.logToOPA(r.Context(), r, now, entry)
 	if logErr != nil {
@@ -223,6 +259,13 @@ func (s *Server) recordWatchEvent(r *http.Request, ev watch.Event, watchID strin
 	}
 	return doc, true
 }
+
+// http2WatchBytes is what an HTTP/2 watch costs besides its body: the handler's goroutine and
+// the stream's buffers (an HTTP/1.x watch is parked and costs a few hundred bytes).
+const http2WatchBytes = 29 << 10
+
+// errHTTP2WatchBytes: an HTTP/2 watch's cost would pass limits.maxWatchBytes.
+var errHTTP2WatchBytes = errors.New("the HTTP/2 watch's cost would pass limits.maxWatchBytes")
 
 // answerNoWatch answers a watch that could not be opened: 503 with Retry-After past
 // limits.maxWatches, 503 while the service stops.
@@ -240,6 +283,24 @@ func (s *Server) answerNoWatch(w http.ResponseWriter, r *http.Request, err error
 		writeDecisionError(w, coded.Errorf(coded.WatchLimit,
 			"the open watches hold %d bytes of request bodies, the most limits.maxWatchBytes allows; close a watch, retry after the time in Retry-After, send a smaller request, or raise the limit",
 			s.cfg.Limits.MaxWatchBytes))
+	case errors.Is(err, errHTTP2WatchBytes):
+		w.Header().Set("Retry-After", "1")
+		w.Header().Set(headerError, string(coded.WatchLimit))
+		writeDecisionError(w, coded.Errorf(coded.WatchLimit,
+			"a watch over HTTP/2 costs about %d KiB (its own goroutine and buffers) and the open watches hold limits.maxWatchBytes (%d bytes); open the watch over HTTP/1.1, where its stream costs a few hundred bytes, or retry after the time in Retry-After",
+			http2WatchBytes>>10, s.cfg.Limits.MaxWatchBytes))
+	case errors.Is(err, errCallerWatches):
+		w.Header().Set("Retry-After", "1")
+		w.Header().Set(headerError, string(coded.WatchLimit))
+		writeDecisionError(w, coded.Errorf(coded.WatchLimit,
+			"this caller has %d watches open, its share (limits.maxWatchesPerCaller); close one, retry after the time in Retry-After, or raise the limit",
+			s.watchBudget.maxCount))
+	case errors.Is(err, errCallerBytes):
+		w.Header().Set("Retry-After", "1")
+		w.Header().Set(headerError, string(coded.WatchLimit))
+		writeDecisionError(w, coded.Errorf(coded.WatchLimit,
+			"this caller's watches hold its share of request bodies, %d bytes (limits.maxWatchBytesPerCaller); close a watch, retry after the time in Retry-After, send a smaller request, or raise the limit",
+			s.watchBudget.maxBytes))
 	case errors.Is(err, watch.ErrClosed):
 		if r.ProtoMajor == 1 {
 			w.Header().Set("Connection", "close")
@@ -272,11 +333,11 @@ func (a admittedDecider) Decide(ctx context.Context, req *snapshot.Request, fact
 	if wait := snapshot.PendingConfigCheck(req, facts); wait != nil {
 		facts = wait(ctx)
 	}
-	release := a.s.admit.acquire(ctx, a.s.admit.deciding)
-	if release == nil {
+	// The watches' re-decisions are the service's own: one caller, "".
+	if !a.s.admit.acquire(ctx, a.s.admit.deciding, "", nil) {
 		return decision.FailedDocument(req.Operation), nil, a.s.admit.overloaded()
 	}
-	defer release()
+	defer a.s.admit.deciding.release("")
 	return a.s.decider.Decide(ctx, req, facts)
 }
 

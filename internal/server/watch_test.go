@@ -199,8 +199,10 @@ func TestWatchRevokesWhenTheWorkerDies(t *testing.T) {
 	require.NotEqual(t, first.doc["decision_id"], rev.doc["decision_id"])
 	s.requireEnded(t)
 
-	// Both events are decision-log records of the watch, each with its own decision id.
-	lines := dlog.lines(t)
+	// Both events are decision-log records of the watch, each with its own decision id. The
+	// revoke's is written off the stream's writer (revokelog.go): it may follow the revoke.
+	var lines []map[string]any
+	require.Eventually(t, func() bool { lines = dlog.lines(t); return len(lines) == 2 }, 10*time.Second, 5*time.Millisecond)
 	require.Len(t, lines, 2)
 	for i, ev := range []sseEvent{first, rev} {
 		assert.Equal(t, watchID, lines[i]["watch_id"])

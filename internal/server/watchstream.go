@@ -21,7 +21,8 @@ import (
 // net/http once its first event is written (the connection is hijacked, the handler returns)
 // and parked: no goroutine of its own, no buffer; a few writers write the events of every
 // parked stream as the hub leaves them, and one ticker sends the pings. A client that leaves is
-// noticed at the next write (a ping at the latest). HTTP/2 streams cannot be taken over and are
+// noticed when its close arrives (one poller for all: watchpoll_linux.go), else at the next
+// write (a ping at the latest). HTTP/2 streams cannot be taken over and are
 // served by their handler (stream in watch.go).
 
 // parkedWriters write the events of the parked streams.
@@ -44,6 +45,12 @@ type parked struct {
 	stopped chan struct{} // closed when the writers and the ticker have ended
 	wg      sync.WaitGroup
 	empty   *sync.Cond // signalled when all becomes empty
+
+	// The poller of the parked connections' closes (watchpoll_linux.go).
+	pollFD   int // the epoll set, -1 before the first stream
+	pollByFD map[int32]*parkedStream
+	polling  bool
+	pollWG   sync.WaitGroup
 }
 
 // parkedStream is one parked watch.
@@ -54,13 +61,14 @@ type parkedStream struct {
 	req     *http.Request // what the decision log records of the request (its remote address)
 
 	// guarded by parked.mu
+	pollFD  int // the connection's descriptor in the poller's set, -1 when not in it
 	queued  bool
 	pingDue bool
 	ended   bool
 }
 
 func newParked(s *Server) *parked {
-	p := &parked{s: s, all: map[*parkedStream]struct{}{}, stopped: make(chan struct{})}
+	p := &parked{s: s, all: map[*parkedStream]struct{}{}, stopped: make(chan struct{}), pollFD: -1, pollByFD: map[int32]*parkedStream{}}
 	p.wake = sync.NewCond(&p.mu)
 	p.empty = sync.NewCond(&p.mu)
 	return p
@@ -107,16 +115,16 @@ func (p *parked) park(w http.ResponseWriter, r *http.Request, watchID string, fi
 	_ = conn.SetWriteDeadline(time.Now().Add(parkedWriteTimeout))
 	if _, err := conn.Write(head.Bytes()); err != nil {
 		conn.Close()
-		ww.Close()
+		p.s.closeWatch(ww)
 		return true // the client is gone; nothing more to answer
 	}
-	ps := &parkedStream{conn: conn, ww: ww, watchID: watchID, req: &http.Request{RemoteAddr: r.RemoteAddr}}
+	ps := &parkedStream{conn: conn, ww: ww, watchID: watchID, req: &http.Request{RemoteAddr: r.RemoteAddr}, pollFD: -1}
 	p.mu.Lock()
 	if p.closing {
 		// Closed meanwhile: the hub has left the revoke; write it and end here.
 		p.mu.Unlock()
 		p.write(ps, false)
-		ps.ww.Close()
+		p.s.closeWatch(ps.ww)
 		ps.conn.Close()
 		return true
 	}
@@ -129,6 +137,7 @@ func (p *parked) park(w http.ResponseWriter, r *http.Request, watchID string, fi
 		go p.pinger()
 	}
 	p.all[ps] = struct{}{}
+	p.pollAddLocked(ps)
 	p.mu.Unlock()
 	ww.OnReady(func() { p.enqueue(ps, false) })
 	return true
@@ -214,6 +223,7 @@ func (p *parked) end(ps *parkedStream) {
 	}
 	ps.ended = true
 	delete(p.all, ps)
+	p.pollRemoveLocked(ps)
 	if len(p.all) == 0 {
 		p.empty.Broadcast()
 		if p.closing {
@@ -221,7 +231,7 @@ func (p *parked) end(ps *parkedStream) {
 		}
 	}
 	p.mu.Unlock()
-	ps.ww.Close()
+	p.s.closeWatch(ps.ww)
 	// Closed off the writer: a close costs about as much as the write of the revoke, and
 	// the other streams' revokes come first.
 	go ps.conn.Close()
@@ -273,6 +283,10 @@ func (p *parked) close(ctx context.Context) {
 	for _, ps := range left {
 		p.end(ps)
 	}
+	p.pollWG.Wait()
+	p.mu.Lock()
+	p.closePollLocked()
+	p.mu.Unlock()
 	if !started {
 		return
 	}

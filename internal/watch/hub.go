@@ -505,6 +505,26 @@ func (h *Hub) revokeLate(todo []*group, pass uint64) {
 	}
 }
 
+// Charge counts n bytes more against Options.MaxBytes: what a watch costs besides its body
+// (an HTTP/2 stream's goroutine and buffers). It reports false, charging nothing, when they
+// would pass it. Uncharge gives them back.
+func (h *Hub) Charge(n int64) bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.bytes+n > h.opts.MaxBytes {
+		return false
+	}
+	h.bytes += n
+	return true
+}
+
+// Uncharge gives back n bytes Charge counted.
+func (h *Hub) Uncharge(n int64) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.bytes -= n
+}
+
 // leave takes w out of its group (its watcher is gone or it was revoked).
 func (h *Hub) leave(w *Watch) {
 	h.mu.Lock()

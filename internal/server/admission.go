@@ -12,6 +12,7 @@ import (
 
 	"github.com/authz-dev/authz/internal/coded"
 	"github.com/authz-dev/authz/internal/decision"
+	"github.com/authz-dev/authz/internal/pipeline"
 	"github.com/authz-dev/authz/internal/policystate"
 )
 
@@ -215,8 +216,8 @@ func (p *places) cutForLocked(caller string) {
 const (
 	bodyReading = iota
 	bodyIn
-	cutShare // its caller held more than its share while another caller waited
-	cutSlow  // it came slower than limits.minBodyRate after limits.bodyGrace
+	cutShare = pipeline.CutShare // its caller held more than its share while another caller waited
+	cutSlow  = pipeline.CutSlow  // it came slower than limits.minBodyRate after limits.bodyGrace
 )
 
 // bodyHold is a reading place held by a request: its body, read through it, and how much of

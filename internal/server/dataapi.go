@@ -19,6 +19,7 @@ import (
 
 	"github.com/authz-dev/authz/internal/coded"
 	"github.com/authz-dev/authz/internal/decision"
+	"github.com/authz-dev/authz/internal/pipeline"
 	"github.com/authz-dev/authz/internal/snapshot"
 )
 
@@ -65,13 +66,13 @@ func (s *Server) handleUndefinedData(w http.ResponseWriter, r *http.Request) {
 		writeError(w, err)
 		return
 	}
-	s.withBody(w, r, s.readDataBody, func(body []byte) {
+	s.pipe.Body(s.caller(w, r, s.readDataBody), func(body []byte) {
 		if err := undefinedDataBody(body); err != nil {
 			writeError(w, err)
 			return
 		}
 		writeDataJSON(w, http.StatusOK, struct{}{}, pretty)
-	})
+	}, func(res pipeline.Result) { s.answerResult(w, r, res) })
 }
 
 // undefinedDataBody checks the body of a query for an undefined document: empty, or one JSON
@@ -113,8 +114,8 @@ func (s *Server) handleData(w http.ResponseWriter, r *http.Request) {
 		}
 		return snapshot.ParseRequestBytes(body)
 	}
-	s.admitted(w, r, s.readDataBody, parse, func(req *snapshot.Request, facts snapshot.Facts) {
-		doc, status, ok := s.answerDecision(w, r, r.URL.Path, req, facts)
+	s.pipe.Decide(s.caller(w, r, s.readDataBody), pipeline.Face{Path: r.URL.Path, Parse: parse}, func(res pipeline.Result) {
+		doc, status, ok := s.answerResult(w, r, res)
 		if !ok {
 			return
 		}

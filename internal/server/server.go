@@ -86,6 +86,8 @@ type Server struct {
 	watchBudget *watchBudget
 	// revokes records the watches' revokes off the streams' writers (revokelog.go).
 	revokes *revokeLog
+	// pipe is the one path of a decision (internal/pipeline, steps.go).
+	pipe decisionPipeline
 	// decisionNS is the observed time of a decision, a moving average (observeDecisionTime).
 	decisionNS atomic.Int64
 }
@@ -135,7 +137,8 @@ func New(cfg Config, d Decider, facts FactsSource, opts Options) (*Server, error
 	s.parked = newParked(s)
 	s.watchBudget = newWatchBudget(cfg.Limits)
 	s.revokes = newRevokeLog(s)
-	s.watches = watch.New(admittedDecider{s}, facts, watch.Options{RecheckInterval: cfg.Watch.RecheckInterval,
+	s.pipe = s.newPipeline()
+	s.watches = watch.New(redecider{s}, facts, watch.Options{RecheckInterval: cfg.Watch.RecheckInterval,
 		MaxWatches: cfg.Limits.MaxWatches, MaxBytes: cfg.Limits.MaxWatchBytes, Deadline: cfg.Limits.QueueWait,
 		Logger: s.log.Named("watch")})
 	// Every change a decision could read re-decides the watches it concerns.

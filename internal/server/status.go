@@ -85,7 +85,7 @@ func (s *Server) logToOPA(ctx context.Context, r *http.Request, start time.Time,
 		// Not cancelled with the request: a caller that hangs up after its answer does not take
 		// the decision's log entry (and OPA's masking of it) with it.
 		err = l.LogDecision(context.WithoutCancel(ctx), policystate.Decision{ID: e.DecisionID, Path: decisionPath,
-			Timestamp: start.UTC(), Input: e.Input, Result: result, Revision: e.Revision, RemoteAddr: r.RemoteAddr, Error: string(e.Error)})
+			Timestamp: start.UTC(), Input: e.Input, Result: result, Revision: e.Revision, RemoteAddr: remoteAddr(r), Error: string(e.Error)})
 	}
 	if err != nil {
 		s.log.Error("OPA decision log: the decision could not be handed over", "decision_id", e.DecisionID, "error", err)
@@ -103,4 +103,12 @@ func toJSONValue(v any) (any, error) {
 		return nil, err
 	}
 	return out, nil
+}
+
+// remoteAddr is the address r came from, "" without a request.
+func remoteAddr(r *http.Request) string {
+	if r == nil {
+		return ""
+	}
+	return r.RemoteAddr
 }

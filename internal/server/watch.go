@@ -2,7 +2,6 @@ package server
 
 import (
 	"bytes"
-	"context"
 	"encoding/json"
 	"errors"
 	"net/http"
@@ -12,6 +11,7 @@ import (
 
 	"github.com/authz-dev/authz/internal/coded"
 	"github.com/authz-dev/authz/internal/decision"
+	"github.com/authz-dev/authz/internal/pipeline"
 	"github.com/authz-dev/authz/internal/snapshot"
 	"github.com/authz-dev/authz/internal/watch"
 )
@@ -68,28 +68,30 @@ func (s *Server) handleWatch(w http.ResponseWriter, r *http.Request) {
 		first   decision.Document
 		ww      *watch.Watch
 		sent    []byte // the body, which the watch keeps to decide again
+		seq     uint64 // the hub's changes seen before the decision (watch.Hub.Seq)
 	)
 	parse := func(body []byte) (*snapshot.Request, error) {
 		if err := misdirectedDataBodyError(pathWatch, body); err != nil {
 			return nil, err
 		}
 		sent = body
-		return snapshot.ParseRequestBytes(body)
+		req, err := snapshot.ParseRequestBytes(body)
+		// Taken after the last decoding, the one decided, right before the decision: a change
+		// after it re-decides the watch.
+		seq = s.watches.Seq()
+		return req, err
 	}
-	s.admitted(w, r, s.readBody, parse, func(req *snapshot.Request, facts snapshot.Facts) {
-		seq := s.watches.Seq()
-		doc, evalCode, ok := s.decideFor(r, pathWatch, req, facts, watchID, batchShare{})
+	c := s.caller(w, r, s.readBody)
+	s.pipe.Decide(c, pipeline.Face{Path: pathWatch, Parse: parse, WatchID: watchID}, func(out pipeline.Result) {
+		doc, status, ok := s.answerResult(w, r, out)
 		switch {
 		case !ok:
-			w.Header().Set(headerError, string(coded.DecisionLogUnavailable))
-			writeDecisionError(w, coded.Errorf(coded.DecisionLogUnavailable,
-				"the decision could not be recorded in the decision log, which this service requires; nothing is granted until the log is writable again"))
 			return
-		case evalCode != "":
-			w.Header().Set(headerError, string(evalCode))
-			writeJSON(w, http.StatusInternalServerError, doc)
+		case status != http.StatusOK:
+			writeJSON(w, status, doc)
 			return
 		}
+		req := out.Req
 		if doc.Allow {
 			// An HTTP/2 watch is served by its handler (it cannot be parked): its goroutine
 			// and buffers count against limits.maxWatchBytes, which the memory bound covers.
@@ -117,7 +119,7 @@ func (s *Server) handleWatch(w http.ResponseWriter, r *http.Request) {
 			// again once the watch is among them, so a Reload that ran before is seen too.
 			tok, _ := bearerToken(r)
 			ww.SetTag(watchCredential{token: tok})
-			if denied := s.access.check(r, ScopeDecide); denied != nil {
+			if denied := s.pipe.Recheck(c); denied != nil {
 				s.closeWatch(ww)
 				ww = nil
 				s.refuse(w, r, pathWatch, ScopeDecide, denied)
@@ -199,7 +201,7 @@ func encodeEvent(kind watch.Kind, doc decision.Document, watchID string) []byte 
 // when a required decision log could not record it (a decision that is not recorded is not
 // used).
 func (s *Server) watchEvent(r *http.Request, ev watch.Event, watchID string) (watch.Kind, decision.Document) {
-	doc, recorded := s.recordWatchEvent(r, ev, watchID)
+	doc, recorded := s.recordWatchEvent(&httpCaller{s: s, r: r}, ev, watchID)
 	kind := ev.Kind
 	if !recorded && kind != watch.KindRevoke {
 		doc = decision.FailedDocument(ev.Operation)
@@ -219,45 +221,20 @@ func (s *Server) writeStream(w http.ResponseWriter, rc *http.ResponseController,
 	return rc.Flush() == nil
 }
 
-// recordWatchEvent names an event's decision (its own decision_id) and records it in the
-// decision log with the watch's id. recorded is false when the log is required and the record
-// could not be written.
-func (s *Server) recordWatchEvent(r *http.Request, ev watch.Event, watchID string) (doc decision.Document, recorded bool) {
+// recordWatchEvent names an event's decision (its own decision_id) and records it with the
+// watch's id, through the pipeline (Pipeline.Event), or off the stream's writer for a revoke
+// (revokelog.go). recorded is false when the log is required and the record could not be
+// written.
+func (s *Server) recordWatchEvent(c pipeline.Caller, ev watch.Event, watchID string) (doc decision.Document, recorded bool) {
 	doc = ev.Doc
 	doc.DecisionID = decision.NewDecisionID()
-	now := time.Now()
-	entry := logEntry{
-		DecisionID: doc.DecisionID,
-		Time:       now.UTC().Format(time.RFC3339Nano),
-		Path:       pathWatch,
-		Operation:  ev.Operation,
-		Input:      map[string]any(ev.Input),
-		Result:     doc,
-		Revision:   doc.Revision,
-		LatencyNS:  ev.Latency.Nanoseconds(),
-		Error:      ev.EvalCode,
-		WatchID:    watchID,
+	rec := pipeline.Record{Caller: c, DecisionID: doc.DecisionID, Start: time.Now(), Path: pathWatch, Operation: ev.Operation,
+		Input: ev.Input, Result: doc, Latency: ev.Latency, EvalCode: ev.EvalCode, WatchID: watchID}
+	revoke := ev.Kind == watch.KindRevoke
+	if revoke && s.revokes.add(rec) {
+		return doc, true
 	}
-	if ev.Input == nil {
-		entry.Input = nil
-	}
-	if ev.Kind == watch.KindRevoke && s.revokes.add(r, now, entry) {
-		return doc, true // recorded off the stream's writer (revokelog.go)
-	}
-	logErr := s.dlog.write(entry)
-	s.logToOPA(r.Context(), r, now, entry)
-	if logErr != nil {
-		s.metrics.logFailures.Inc()
-		if s.cfg.DecisionLog.Required {
-			s.log.Error("decision log unavailable; the watch is revoked", "decision_id", doc.DecisionID, "watch_id", watchID, "error", logErr)
-			if ev.Kind != watch.KindRevoke {
-				s.watches.RevokeAll(decision.ReasonLogUnavailable, coded.DecisionLogUnavailable)
-			}
-			return doc, false
-		}
-		s.log.Error("decision log line lost", "decision_id", doc.DecisionID, "watch_id", watchID, "error", logErr)
-	}
-	return doc, true
+	return doc, s.pipe.Event(c.Context(), rec, revoke)
 }
 
 // http2WatchBytes is what an HTTP/2 watch costs besides its body: the handler's goroutine and
@@ -321,24 +298,6 @@ func firstReason(d decision.Document) string {
 		return d.Reasons[0]
 	}
 	return "other" // a policy's own reason: the label set stays bounded
-}
-
-// admittedDecider decides the watches' requests again as a request of the API is decided: in
-// a deciding slot (limits.maxDeciding), waiting for a driver's config check outside it. A
-// re-decision not admitted within limits.queueWait fails, which revokes its watches: a
-// service too busy to decide again cannot vouch for a grant.
-type admittedDecider struct{ s *Server }
-
-func (a admittedDecider) Decide(ctx context.Context, req *snapshot.Request, facts snapshot.Facts) (decision.Document, snapshot.Input, error) {
-	if wait := snapshot.PendingConfigCheck(req, facts); wait != nil {
-		facts = wait(ctx)
-	}
-	// The watches' re-decisions are the service's own: one caller, "".
-	if !a.s.admit.acquire(ctx, a.s.admit.deciding, "", nil) {
-		return decision.FailedDocument(req.Operation), nil, a.s.admit.overloaded()
-	}
-	defer a.s.admit.deciding.release("")
-	return a.s.decider.Decide(ctx, req, facts)
 }
 
 // watchCredential is what opened a watch, checked again when the tokens are re-read.

@@ -47,6 +47,8 @@ type Caller interface {
 	// CheckAccess is the access check of the caller's credentials as they stand now: nil
 	// when it may decide.
 	CheckAccess() error
+	// RemoteAddr is the address the caller sends from, for the record.
+	RemoteAddr() string
 }
 
 // Decider makes decisions; *decision.Engine is one.
@@ -64,7 +66,7 @@ type Places interface {
 
 // Record is one decision as it is recorded.
 type Record struct {
-	Caller     Caller // nil for a record without a request (a watch's re-decision)
+	RemoteAddr string
 	DecisionID string
 	Start      time.Time
 	Path       string
@@ -300,7 +302,7 @@ func (p *Pipeline) decide(c Caller, face Face, req *snapshot.Request, facts snap
 	}
 	p.log.Debug("decision", "decision_id", doc.DecisionID, "path", face.Path, "operation", req.Operation,
 		"allow", doc.Allow, "code", doc.Code, "reasons", doc.Reasons, "latency", latency)
-	rec := Record{Caller: c, DecisionID: doc.DecisionID, Start: start, Path: face.Path, Operation: req.Operation,
+	rec := Record{RemoteAddr: c.RemoteAddr(), DecisionID: doc.DecisionID, Start: start, Path: face.Path, Operation: req.Operation,
 		Input: in, Result: doc, Latency: latency, EvalCode: evalCode, WatchID: face.WatchID, LineCap: batch.LineCap}
 	if batch.Items > 1 {
 		rec.Items = batch.Items

@@ -6,6 +6,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/authz-dev/authz/internal/audit"
 	"github.com/authz-dev/authz/internal/configcheck"
 	"github.com/authz-dev/authz/internal/watch"
 )
@@ -278,7 +279,7 @@ func (c Config) validateListener(v *configcheck.Problems) {
 // validate checks the masks and that a required log has a destination.
 func (c DecisionLogConfig) validate(v *configcheck.Problems) {
 	for i, m := range c.Mask {
-		if _, err := parseMask(m); err != nil {
+		if err := audit.CheckMask(m); err != nil {
 			v.Add(fmt.Sprintf("decisionLog.mask[%d]", i), "%v", err)
 		}
 	}

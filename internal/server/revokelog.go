@@ -17,9 +17,15 @@ type revokeLog struct {
 	s *Server
 
 	mu      sync.Mutex
-	queue   []pipeline.Record
+	queue   []revokeRecord
 	running bool
 	idle    *sync.Cond // signalled when the queue is empty and the goroutine has ended
+}
+
+// revokeRecord is one revoke to record, with the context of the request it answers.
+type revokeRecord struct {
+	ctx context.Context //nolint:containedctx // the request's, kept (without its cancel) for the record written later
+	rec pipeline.Record
 }
 
 // revokeLogQueue bounds the lines waiting to be written (about 2 KiB each with their input).
@@ -32,13 +38,13 @@ func newRevokeLog(s *Server) *revokeLog {
 }
 
 // add records rec later; it reports false when the queue is full (the caller records it).
-func (l *revokeLog) add(rec pipeline.Record) bool {
+func (l *revokeLog) add(ctx context.Context, rec pipeline.Record) bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if len(l.queue) >= revokeLogQueue {
 		return false
 	}
-	l.queue = append(l.queue, rec)
+	l.queue = append(l.queue, revokeRecord{ctx: context.WithoutCancel(ctx), rec: rec})
 	if !l.running {
 		l.running = true
 		go l.drain()
@@ -58,10 +64,10 @@ func (l *revokeLog) drain() {
 			return
 		}
 		l.mu.Unlock()
-		for _, rec := range batch {
+		for _, r := range batch {
 			// A line that cannot be written is counted and logged: the revoke it records
 			// denies already.
-			l.s.pipe.Event(context.WithoutCancel(rec.Caller.Context()), rec, true)
+			l.s.pipe.Event(r.ctx, r.rec, true)
 		}
 	}
 }

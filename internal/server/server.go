@@ -22,6 +22,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/authz-dev/authz/internal/audit"
 	"github.com/authz-dev/authz/internal/decision"
 	"github.com/authz-dev/authz/internal/snapshot"
 	"github.com/authz-dev/authz/internal/tracing"
@@ -63,18 +64,13 @@ type Server struct {
 	decider Decider
 	facts   FactsSource
 	log     hclog.Logger
-	dlog    *decisionLog
+	rec     *audit.Recorder // the decision log and OPA's (internal/audit)
 	metrics *metrics
 	handler http.Handler
 	tls     *tls.Config
 	access  *access
 	admit   *admission
 	policy  PolicyStatus
-	// opaLog receives the decisions for OPA's decision-log plugin (nil: none).
-	opaLog OPADecisionLogger
-	// opaMasks are the decision log's masks, applied to the decisions handed to OPA's
-	// decision-log plugin (nil when it is not configured).
-	opaMasks [][]string
 	// tracer opens decision spans; nil when tracing is off.
 	tracer *tracing.DecisionTracer
 	// watches are the open watches of POST /v1/authorize/watch; unwatch stops the change
@@ -113,25 +109,19 @@ func New(cfg Config, d Decider, facts FactsSource, opts Options) (*Server, error
 	if s.access, err = newAccess(cfg.Authentication); err != nil {
 		return nil, err
 	}
-	switch {
-	case opts.DecisionLog != nil:
-		s.dlog, err = newDecisionLog(opts.DecisionLog, nil, cfg.DecisionLog.Mask)
-	case cfg.DecisionLog.Path == "-":
-		s.dlog, err = newDecisionLog(os.Stderr, nil, cfg.DecisionLog.Mask)
-	case cfg.DecisionLog.Path != "":
-		if s.dlog, err = newFileDecisionLog(cfg.DecisionLog.Path, cfg.DecisionLog.Mask, s.log); err != nil {
-			return nil, fmt.Errorf("decisionLog.path: %w", err)
-		}
+	opaLog := opts.OPADecisionLog
+	if l, ok := opts.Policy.(OPADecisionLogger); ok && opaLog == nil {
+		opaLog = l
 	}
-	if err != nil {
-		return nil, fmt.Errorf("decisionLog.mask: %w", err)
+	var opa audit.OPALogger
+	if opaLog != nil {
+		opa = opaLog
 	}
-	s.opaLog = opts.OPADecisionLog
-	if l, ok := opts.Policy.(OPADecisionLogger); ok && s.opaLog == nil {
-		s.opaLog = l
-	}
-	if s.opaMasks, err = opaLogMasks(cfg, s.opaLog); err != nil {
-		return nil, fmt.Errorf("decisionLog.mask: %w", err)
+	if s.rec, err = audit.New(audit.Options{Writer: opts.DecisionLog, Path: cfg.DecisionLog.Path, Masks: cfg.DecisionLog.Mask,
+		Required: cfg.DecisionLog.Required, OPA: opa, Logger: s.log,
+		Unavailable: s.logUnavailable, // steps.go
+	}); err != nil {
+		return nil, err
 	}
 	s.admit = newAdmission(cfg.Limits)
 	s.parked = newParked(s)
@@ -153,9 +143,7 @@ func New(cfg Config, d Decider, facts FactsSource, opts Options) (*Server, error
 		s.unwatch = append(s.unwatch, p.OnPolicyChange(s.watches.PolicyChanged))
 	}
 	s.metrics = newMetrics(d, facts, s.policyOrigin)
-	if s.dlog != nil {
-		s.dlog.maxLine, s.dlog.cuts = cfg.DecisionLog.MaxLineBytes, s.metrics.logCuts
-	}
+	s.rec.CapLines(cfg.DecisionLog.MaxLineBytes, s.metrics.logCuts)
 	s.metrics.reg.MustRegister(s.access.tokenMetrics()...)
 	if c, ok := opts.Policy.(prometheus.Collector); ok {
 		s.metrics.reg.MustRegister(c) // the policy source's own: authz_bundle_operations_total
@@ -175,7 +163,7 @@ func (s *Server) Close() error {
 	defer cancel()
 	s.closeWatches(ctx)
 	s.revokes.flush() // the revokes' lines are written before the log is closed
-	return s.dlog.close()
+	return s.rec.Close()
 }
 
 // closeWatches revokes every open watch, stops the change listeners, and waits until ctx is
@@ -195,7 +183,7 @@ func (s *Server) closeWatches(ctx context.Context) {
 // reported in the error.
 func (s *Server) Reload() error {
 	var errs []error
-	if err := s.dlog.reopen(); err != nil {
+	if err := s.rec.Reopen(); err != nil {
 		s.log.Error("reload: the decision log could not be reopened; still writing to the previous file", "error", err)
 		errs = append(errs, err)
 	} else if s.cfg.DecisionLog.Path != "" && s.cfg.DecisionLog.Path != "-" {

@@ -15,7 +15,7 @@ import (
 
 // The steps of the decision pipeline (internal/pipeline) as HTTP implements them: the caller of
 // a request (its reading place, body and access), the deciding places, the recorder and the
-// observer. The pipeline calls them in its one order; a handler never calls them itself
+// observer (the recorder is internal/audit's). The pipeline calls them in its one order; a handler never calls them itself
 // (TestHandlersDecideOnlyThroughThePipeline).
 
 // decisionPipeline is what the faces use of the pipeline (*pipeline.Pipeline; a test puts a
@@ -33,7 +33,7 @@ var _ decisionPipeline = (*pipeline.Pipeline)(nil)
 
 // newPipeline is the server's pipeline over its steps.
 func (s *Server) newPipeline() *pipeline.Pipeline {
-	return pipeline.New(s.decider, s.facts, decidingPlaces{s.admit}, recorder{s}, observer{s}, s.log)
+	return pipeline.New(s.decider, s.facts, decidingPlaces{s.admit}, s.rec, observer{s}, s.log)
 }
 
 // httpCaller is one HTTP request as the pipeline's caller.
@@ -57,6 +57,7 @@ func (c *httpCaller) ReadBody() ([]byte, error) { return c.read(c.w, c.r) }
 func (c *httpCaller) BodyIn() int32             { return c.s.admit.bodyIn(c.hold) }
 func (c *httpCaller) Finish()                   { c.s.admit.finish(c.r, c.hold) }
 func (c *httpCaller) CheckAccess() error        { return c.s.access.check(c.r, ScopeDecide) }
+func (c *httpCaller) RemoteAddr() string        { return c.r.RemoteAddr }
 
 func (c *httpCaller) AdmitBody() bool {
 	c.hold = c.s.admit.admitBody(c.w, c.r, c.id)
@@ -72,42 +73,10 @@ func (p decidingPlaces) Acquire(ctx context.Context, caller string) bool {
 func (p decidingPlaces) Release(caller string) { p.a.deciding.release(caller) }
 func (p decidingPlaces) Overloaded() error     { return p.a.overloaded() }
 
-// recorder records decisions in the decision log and OPA's decision-log plugin.
-type recorder struct{ s *Server }
-
-func (l recorder) Record(ctx context.Context, rec pipeline.Record) error {
-	e := entryOf(rec)
-	err := l.s.dlog.write(e)
-	l.s.logToOPA(ctx, requestOf(rec.Caller), rec.Start, e) // status.go: when configured
-	return err
-}
-
-func (l recorder) Required() bool { return l.s.cfg.DecisionLog.Required }
-
-func (l recorder) Unavailable() {
-	l.s.watches.RevokeAll(decision.ReasonLogUnavailable, coded.DecisionLogUnavailable)
-}
-
-// entryOf is the decision log's line of rec.
-func entryOf(rec pipeline.Record) logEntry {
-	e := logEntry{
-		DecisionID: rec.DecisionID,
-		Time:       rec.Start.UTC().Format(time.RFC3339Nano),
-		Path:       rec.Path,
-		Operation:  rec.Operation,
-		Input:      map[string]any(rec.Input),
-		Result:     rec.Result,
-		Revision:   rec.Result.Revision,
-		LatencyNS:  rec.Latency.Nanoseconds(),
-		Error:      rec.EvalCode,
-		WatchID:    rec.WatchID,
-		Items:      rec.Items,
-		lineCap:    rec.LineCap,
-	}
-	if rec.Input == nil {
-		e.Input = nil
-	}
-	return e
+// logUnavailable is the recorder's answer to a required log that failed: nothing is granted
+// until the log is writable again, watched grants included.
+func (s *Server) logUnavailable() {
+	s.watches.RevokeAll(decision.ReasonLogUnavailable, coded.DecisionLogUnavailable)
 }
 
 // requestOf is the HTTP request of a caller, nil when it has none.

@@ -228,10 +228,10 @@ func (s *Server) writeStream(w http.ResponseWriter, rc *http.ResponseController,
 func (s *Server) recordWatchEvent(c pipeline.Caller, ev watch.Event, watchID string) (doc decision.Document, recorded bool) {
 	doc = ev.Doc
 	doc.DecisionID = decision.NewDecisionID()
-	rec := pipeline.Record{Caller: c, DecisionID: doc.DecisionID, Start: time.Now(), Path: pathWatch, Operation: ev.Operation,
+	rec := pipeline.Record{RemoteAddr: c.RemoteAddr(), DecisionID: doc.DecisionID, Start: time.Now(), Path: pathWatch, Operation: ev.Operation,
 		Input: ev.Input, Result: doc, Latency: ev.Latency, EvalCode: ev.EvalCode, WatchID: watchID}
 	revoke := ev.Kind == watch.KindRevoke
-	if revoke && s.revokes.add(rec) {
+	if revoke && s.revokes.add(c.Context(), rec) {
 		return doc, true
 	}
 	return doc, s.pipe.Event(c.Context(), rec, revoke)

@@ -1,4 +1,4 @@
-package server
+package audit
 
 import (
 	"context"
@@ -31,10 +31,10 @@ func (r *ctxRecorder) LogDecision(ctx context.Context, d policy.Decision) error 
 // not cancel the decision's entry in OPA's decision log.
 func TestLogToOPAOutlivesTheRequest(t *testing.T) {
 	rec := &ctxRecorder{}
-	s := &Server{opaLog: rec, log: hclog.NewNullLogger()}
+	s := &Recorder{opa: rec, log: hclog.NewNullLogger()}
 	ctx, cancel := context.WithCancel(t.Context())
 	cancel()
-	s.logToOPA(ctx, httptest.NewRequest("POST", "/v1/authorize", nil), time.Now(),
+	s.logToOPA(ctx, httptest.NewRequest("POST", "/v1/authorize", nil).RemoteAddr, time.Now(),
 		logEntry{DecisionID: "d-1", Result: decision.Document{DecisionID: "d-1"}, Revision: "r"})
 	require.NotNil(t, rec.got, "the decision was handed over")
 	assert.NoError(t, rec.ctxErr)

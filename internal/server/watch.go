@@ -150,7 +150,8 @@ func (s *Server) stream(w http.ResponseWriter, r *http.Request, watchID string, 
 	// watched for the client leaving, not for a deadline.
 	_ = rc.SetReadDeadline(time.Time{})
 	w.WriteHeader(http.StatusOK)
-	if !s.writeStream(w, rc, encodeEvent(watch.KindDecision, first, watchID)) || ww == nil {
+	out := handlerStream{w: w, rc: rc, timeout: s.cfg.HTTP.WriteTimeout}
+	if !out.send(encodeEvent(watch.KindDecision, first, watchID)) || ww == nil {
 		return
 	}
 	ping := time.NewTicker(s.cfg.Watch.PingInterval)
@@ -160,22 +161,64 @@ func (s *Server) stream(w http.ResponseWriter, r *http.Request, watchID string, 
 		case <-r.Context().Done():
 			return
 		case <-ping.C:
-			if !s.writeStream(w, rc, []byte(": ping\n\n")) {
+			if s.sendEvents(out, r, ww, watchID, true) {
 				return
 			}
 		case <-ww.Ready():
-			for {
-				ev, ok := ww.Take()
-				if !ok {
-					break
-				}
-				kind, doc := s.watchEvent(r, ev, watchID)
-				if !s.writeStream(w, rc, encodeEvent(kind, doc, watchID)) || kind == watch.KindRevoke {
-					return
-				}
+			if s.sendEvents(out, r, ww, watchID, false) {
+				return
 			}
 		}
 	}
+}
+
+// eventStream is where a watch's events are written: the handler's response (handlerStream)
+// or a parked connection (parkedStream).
+type eventStream interface {
+	// send writes b within the stream's write time-out; false when it failed.
+	send(b []byte) bool
+}
+
+// sendEvents is the one writer of a watch's events: it takes the events waiting on ww,
+// records each (watchEvent), encodes them and sends them in one write, or a ping when ping and
+// none waits. It reports whether the stream ended: the revoke was sent, or the write failed.
+func (s *Server) sendEvents(out eventStream, r *http.Request, ww *watch.Watch, watchID string, ping bool) (ended bool) {
+	var buf []byte
+	for {
+		ev, ok := ww.Take()
+		if !ok {
+			break
+		}
+		kind, doc := s.watchEvent(r, ev, watchID)
+		buf = append(buf, encodeEvent(kind, doc, watchID)...)
+		if kind == watch.KindRevoke {
+			ended = true
+			break
+		}
+	}
+	if len(buf) == 0 && ping {
+		buf = []byte(": ping\n\n")
+	}
+	if len(buf) > 0 && !out.send(buf) {
+		ended = true
+	}
+	return ended
+}
+
+// handlerStream is a stream written from its handler (HTTP/2, or a deny's one event), each
+// write within http.writeTimeout.
+type handlerStream struct {
+	w       http.ResponseWriter
+	rc      *http.ResponseController
+	timeout time.Duration
+}
+
+func (h handlerStream) send(b []byte) bool {
+	_ = h.rc.SetWriteDeadline(time.Now().Add(h.timeout))
+	if _, err := h.w.Write(b); err != nil {
+		return false
+	}
+	return h.rc.Flush() == nil
 }
 
 // encodeEvent is one server-sent event: its kind and the document with the watch's id.
@@ -210,15 +253,6 @@ func (s *Server) watchEvent(r *http.Request, ev watch.Event, watchID string) (wa
 	}
 	s.metrics.watchEvents.WithLabelValues(string(kind), firstReason(doc)).Inc()
 	return kind, doc
-}
-
-// writeStream writes b and flushes it, within http.writeTimeout.
-func (s *Server) writeStream(w http.ResponseWriter, rc *http.ResponseController, b []byte) bool {
-	_ = rc.SetWriteDeadline(time.Now().Add(s.cfg.HTTP.WriteTimeout))
-	if _, err := w.Write(b); err != nil {
-		return false
-	}
-	return rc.Flush() == nil
 }
 
 // recordWatchEvent names an event's decision (its own decision_id) and records it with the

@@ -385,7 +385,7 @@ func (c Config) MemoryLimit() int64 {
 		int64(c.Limits.MaxReading)*c.MaxBodyBytes +
 		int64(c.Limits.MaxDeciding)*decidingBytesPerBodyByte*c.MaxBodyBytes +
 		int64(c.Limits.MaxConnections)*int64(c.HTTP.MaxHeaderBytes+connectionBufferBytes) +
-		int64(c.Limits.MaxWatches)*watchBytes + c.Limits.MaxWatchBytes
+		int64(c.watches().Max)*watchBytes + c.watches().MaxBytes
 }
 
 // MemoryBound is the peak resident memory the service stays within under any number of

@@ -97,10 +97,20 @@ func New(cfg Config, d Decider, facts FactsSource, opts Options) (*Server, error
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
+	// The watch settings are read from watches: alone from here on.
+	deprecated := cfg.deprecatedWatchKeys()
+	cfg.Watch = cfg.watches()
+	cfg.Limits.MaxWatches, cfg.Limits.MaxWatchBytes, cfg.Limits.MaxWatchesPerCaller, cfg.Limits.MaxWatchBytesPerCaller = 0, 0, 0, 0
 	s := &Server{cfg: cfg, decider: d, facts: facts, log: opts.Logger, policy: opts.Policy,
 		tracer: opts.Tracing.Tracer()}
 	if s.log == nil {
 		s.log = hclog.NewNullLogger()
+	}
+	for _, k := range deprecated {
+		if k.set {
+			s.log.Warn(fmt.Sprintf("%s is deprecated: write %s instead (the old key is read for one more release)", k.old, k.new),
+				"key", k.old, "replacement", k.new)
+		}
 	}
 	var err error
 	if s.tls, err = tlsServerConfig(cfg); err != nil {
@@ -125,11 +135,11 @@ func New(cfg Config, d Decider, facts FactsSource, opts Options) (*Server, error
 	}
 	s.admit = newAdmission(cfg.Limits)
 	s.parked = newParked(s)
-	s.watchBudget = newWatchBudget(cfg.Limits)
+	s.watchBudget = newWatchBudget(cfg.Watch)
 	s.revokes = newRevokeLog(s)
 	s.pipe = s.newPipeline()
 	s.watches = watch.New(redecider{s}, facts, watch.Options{RecheckInterval: cfg.Watch.RecheckInterval,
-		MaxWatches: cfg.Limits.MaxWatches, MaxBytes: cfg.Limits.MaxWatchBytes, Deadline: cfg.Limits.QueueWait,
+		MaxWatches: cfg.Watch.Max, MaxBytes: cfg.Watch.MaxBytes, Deadline: cfg.Limits.QueueWait,
 		Logger: s.log.Named("watch")})
 	// Every change a decision could read re-decides the watches it concerns.
 	if f, ok := facts.(interface {
@@ -214,13 +224,13 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 			"max_connections", maxConns, "configured", s.cfg.Limits.MaxConnections, "fd_reserve", s.cfg.Limits.FDReserve)
 	}
 	// A parked watch keeps a descriptor beside the connections (watchstream.go).
-	maxWatches, err := connectionCap(s.cfg.Limits.MaxWatches, s.cfg.Limits.FDReserve+maxConns)
+	maxWatches, err := connectionCap(s.cfg.Watch.Max, s.cfg.Limits.FDReserve+maxConns)
 	if err != nil {
 		maxWatches = 0
 	}
-	if maxWatches < s.cfg.Limits.MaxWatches {
+	if maxWatches < s.cfg.Watch.Max {
 		s.log.Warn("watch cap lowered to keep file descriptors for connections and plugins (raise ulimit -n to allow more)",
-			"max_watches", maxWatches, "configured", s.cfg.Limits.MaxWatches, "max_connections", maxConns, "fd_reserve", s.cfg.Limits.FDReserve)
+			"max_watches", maxWatches, "configured", s.cfg.Watch.Max, "max_connections", maxConns, "fd_reserve", s.cfg.Limits.FDReserve)
 	}
 	s.watches.SetMaxWatches(maxWatches)
 	limited := newConnLimit(ln, maxConns, s.log)

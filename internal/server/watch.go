@@ -94,7 +94,7 @@ func (s *Server) handleWatch(w http.ResponseWriter, r *http.Request) {
 		req := out.Req
 		if doc.Allow {
 			// An HTTP/2 watch is served by its handler (it cannot be parked): its goroutine
-			// and buffers count against limits.maxWatchBytes, which the memory bound covers.
+			// and buffers count against watches.maxBytes, which the memory bound covers.
 			if r.ProtoMajor == 2 {
 				if !s.watches.Charge(http2WatchBytes) {
 					s.answerNoWatch(w, r, errHTTP2WatchBytes)
@@ -275,42 +275,42 @@ func (s *Server) recordWatchEvent(c pipeline.Caller, ev watch.Event, watchID str
 // the stream's buffers (an HTTP/1.x watch is parked and costs a few hundred bytes).
 const http2WatchBytes = 29 << 10
 
-// errHTTP2WatchBytes: an HTTP/2 watch's cost would pass limits.maxWatchBytes.
-var errHTTP2WatchBytes = errors.New("the HTTP/2 watch's cost would pass limits.maxWatchBytes")
+// errHTTP2WatchBytes: an HTTP/2 watch's cost would pass watches.maxBytes.
+var errHTTP2WatchBytes = errors.New("the HTTP/2 watch's cost would pass watches.maxBytes")
 
 // answerNoWatch answers a watch that could not be opened: 503 with Retry-After past
-// limits.maxWatches, 503 while the service stops.
+// watches.max, 503 while the service stops.
 func (s *Server) answerNoWatch(w http.ResponseWriter, r *http.Request, err error) {
 	switch {
 	case errors.Is(err, watch.ErrLimit):
 		w.Header().Set("Retry-After", "1")
 		w.Header().Set(headerError, string(coded.WatchLimit))
 		writeDecisionError(w, coded.Errorf(coded.WatchLimit,
-			"%d watches are open, the most this service allows (limits.maxWatches, lowered to what ulimit -n leaves beside the connections); close one, retry after the time in Retry-After, or raise the limit",
+			"%d watches are open, the most this service allows (watches.max, formerly limits.maxWatches, lowered to what ulimit -n leaves beside the connections); close one, retry after the time in Retry-After, or raise the limit",
 			s.watches.MaxWatches()))
 	case errors.Is(err, watch.ErrBytes):
 		w.Header().Set("Retry-After", "1")
 		w.Header().Set(headerError, string(coded.WatchLimit))
 		writeDecisionError(w, coded.Errorf(coded.WatchLimit,
-			"the open watches hold %d bytes of request bodies, the most limits.maxWatchBytes allows; close a watch, retry after the time in Retry-After, send a smaller request, or raise the limit",
-			s.cfg.Limits.MaxWatchBytes))
+			"the open watches hold %d bytes of request bodies, the most watches.maxBytes (formerly limits.maxWatchBytes) allows; close a watch, retry after the time in Retry-After, send a smaller request, or raise the limit",
+			s.cfg.Watch.MaxBytes))
 	case errors.Is(err, errHTTP2WatchBytes):
 		w.Header().Set("Retry-After", "1")
 		w.Header().Set(headerError, string(coded.WatchLimit))
 		writeDecisionError(w, coded.Errorf(coded.WatchLimit,
-			"a watch over HTTP/2 costs about %d KiB (its own goroutine and buffers) and the open watches hold limits.maxWatchBytes (%d bytes); open the watch over HTTP/1.1, where its stream costs a few hundred bytes, or retry after the time in Retry-After",
-			http2WatchBytes>>10, s.cfg.Limits.MaxWatchBytes))
+			"a watch over HTTP/2 costs about %d KiB (its own goroutine and buffers) and the open watches hold watches.maxBytes (%d bytes); open the watch over HTTP/1.1, where its stream costs a few hundred bytes, or retry after the time in Retry-After",
+			http2WatchBytes>>10, s.cfg.Watch.MaxBytes))
 	case errors.Is(err, errCallerWatches):
 		w.Header().Set("Retry-After", "1")
 		w.Header().Set(headerError, string(coded.WatchLimit))
 		writeDecisionError(w, coded.Errorf(coded.WatchLimit,
-			"this caller has %d watches open, its share (limits.maxWatchesPerCaller); close one, retry after the time in Retry-After, or raise the limit",
+			"this caller has %d watches open, its share (watches.maxPerCaller, formerly limits.maxWatchesPerCaller); close one, retry after the time in Retry-After, or raise the limit",
 			s.watchBudget.maxCount))
 	case errors.Is(err, errCallerBytes):
 		w.Header().Set("Retry-After", "1")
 		w.Header().Set(headerError, string(coded.WatchLimit))
 		writeDecisionError(w, coded.Errorf(coded.WatchLimit,
-			"this caller's watches hold its share of request bodies, %d bytes (limits.maxWatchBytesPerCaller); close a watch, retry after the time in Retry-After, send a smaller request, or raise the limit",
+			"this caller's watches hold its share of request bodies, %d bytes (watches.maxBytesPerCaller, formerly limits.maxWatchBytesPerCaller); close a watch, retry after the time in Retry-After, send a smaller request, or raise the limit",
 			s.watchBudget.maxBytes))
 	case errors.Is(err, watch.ErrClosed):
 		if r.ProtoMajor == 1 {

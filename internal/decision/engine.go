@@ -132,21 +132,23 @@ func (e *Engine) Decide(ctx context.Context, req *snapshot.Request, facts snapsh
 		ctx, cancel = context.WithTimeout(ctx, e.opts.EvalTimeout)
 		defer cancel()
 	}
-	in := snapshot.Build(ctx, req, facts, snapshot.Options{Now: e.opts.Now, ConfigTimeout: e.opts.ConfigCheckTimeout})
+	in, parsed := snapshot.BuildParsed(ctx, req, facts, snapshot.Options{Now: e.opts.Now, ConfigTimeout: e.opts.ConfigCheckTimeout})
 	ectx, span := tracing.Start(ctx, tracing.SpanEvaluate)
-	doc, err := e.decideInput(ectx, in, true)
+	doc, err := e.decideInput(ectx, in, parsed, true)
 	tracing.End(span, err)
 	return doc, in, err
 }
 
 // Evaluate evaluates an assembled input document. Like Decide, it always returns a document.
 func (e *Engine) Evaluate(ctx context.Context, in snapshot.Input) (Document, error) {
-	return e.decideInput(ctx, in, false)
+	return e.decideInput(ctx, in, snapshot.ParsedFacts{}, false)
 }
 
 // decideInput answers from the cache when it holds the decision, else evaluates (waiting for a
 // slot when slot is set) and caches a well-formed result. Every answer gets a fresh decision id.
-func (e *Engine) decideInput(ctx context.Context, in snapshot.Input, slot bool) (Document, error) {
+// parsed makes in["facts"] as OPA reads it when in comes from snapshot.BuildParsed (the zero
+// value otherwise); it is used only when the decision is evaluated.
+func (e *Engine) decideInput(ctx context.Context, in snapshot.Input, parsed snapshot.ParsedFacts, slot bool) (Document, error) {
 	op, _ := in["operation"].(string)
 	p := e.cur.Load()
 	var key [32]byte
@@ -170,7 +172,7 @@ func (e *Engine) decideInput(ctx context.Context, in snapshot.Input, slot bool) 
 			case <-ctx.Done():
 			}
 		}
-		doc, err = e.evaluate(ctx, p, in, op)
+		doc, err = e.evaluate(ctx, p, in, parsed, op)
 		if err == nil && cacheable {
 			e.cache.put(key, doc)
 		}
@@ -196,14 +198,14 @@ func NewDecisionID() string {
 	return u.String()
 }
 
-func (e *Engine) evaluate(ctx context.Context, p *prepared, in snapshot.Input, op string) (Document, error) {
+func (e *Engine) evaluate(ctx context.Context, p *prepared, in snapshot.Input, parsed snapshot.ParsedFacts, op string) (Document, error) {
 	if p == nil {
 		return Document{}, coded.Errorf(coded.EvalNoPolicy, "no policy is loaded: start with the embedded policy or a bundle")
 	}
 	if err := ctxErr(ctx); err != nil {
 		return Document{}, err
 	}
-	val, err := ast.InterfaceToValue(p.reads.prune(in))
+	val, err := ast.InterfaceToValue(p.reads.prune(in, parsed.Value()))
 	if err != nil {
 		return Document{}, &coded.Error{Code: coded.EvalBadInput, Err: err}
 	}

@@ -66,6 +66,9 @@ type prepared struct {
 	// reads is what the policy can read of input; uncacheable says when its decisions are not
 	// cached (and the input is then handed to OPA whole).
 	reads inputReads
+	// consts are the policy's literal rules, handed to OPA with their values (nil: none, or
+	// a policy prepared with caller options, whose rules are not known here).
+	consts *constants
 }
 
 // New returns an engine with no policy: every decision denies with coded.EvalNoPolicy until
@@ -81,13 +84,13 @@ func New(opts Options) *Engine {
 	return e
 }
 
-func (e *Engine) prepare(ctx context.Context, revision string, reads inputReads, opts ...func(*rego.Rego)) error {
+func (e *Engine) prepare(ctx context.Context, revision string, reads inputReads, consts *constants, opts ...func(*rego.Rego)) error {
 	opts = append(slices.Clip(opts), rego.Query(Query))
 	pq, err := rego.New(opts...).PrepareForEval(ctx)
 	if err != nil {
 		return &coded.Error{Code: coded.PolicyCompile, Err: fmt.Errorf("prepare %s (revision %s): %w", Query, revision, err)}
 	}
-	e.cur.Store(&prepared{query: pq, revision: revision, gen: e.gens.Add(1), reads: reads})
+	e.cur.Store(&prepared{query: pq, revision: revision, gen: e.gens.Add(1), reads: reads, consts: consts})
 	if e.cache != nil {
 		e.cache.purge()
 	}
@@ -209,7 +212,12 @@ func (e *Engine) evaluate(ctx context.Context, p *prepared, in snapshot.Input, p
 	if err != nil {
 		return Document{}, &coded.Error{Code: coded.EvalBadInput, Err: err}
 	}
-	rs, err := p.query.Eval(ctx, rego.EvalParsedInput(val))
+	var rs rego.ResultSet
+	if p.consts != nil {
+		rs, err = p.query.Eval(ctx, rego.EvalParsedInput(val), rego.EvalVirtualCache(newConstantsCache(p.consts)))
+	} else {
+		rs, err = p.query.Eval(ctx, rego.EvalParsedInput(val))
+	}
 	if err != nil {
 		if cerr := ctxErr(ctx); cerr != nil {
 			return Document{}, cerr

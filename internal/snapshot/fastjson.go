@@ -117,8 +117,8 @@ type scratch struct {
 }
 
 // maxScratchChunks bounds the chunks of each stack a scratch keeps for the next document (the
-// others are dropped).
-const maxScratchChunks = 2
+// others are dropped): 1,024 values.
+const maxScratchChunks = 16
 
 var scratchPool = sync.Pool{New: func() any { return &scratch{} }}
 
@@ -129,8 +129,10 @@ func (sc *scratch) put() {
 	scratchPool.Put(sc)
 }
 
-// chunkLen is the length of one chunk of a chunkStack.
-const chunkLen = 512
+// chunkLen is the length of one chunk of a chunkStack: small, so that a small request costs what
+// it cost on a slice (a chunk of 512 made the cached decision, parse included, measurably
+// slower: a bigger block to allocate after each collection emptied the pool).
+const chunkLen = 64
 
 // chunkStack is a stack kept in chunks of chunkLen values: a push never moves what is on the
 // stack, so a stack that grows to n values has allocated room for about n values once. (A slice

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"fmt"
 	"maps"
+	"runtime"
 	"slices"
 	"syscall"
 	"testing"
@@ -87,6 +88,7 @@ func benchDecideFixture(b *testing.B, opts decision.Options, f specexamples.Fixt
 	require.NoError(b, err)
 	eng := decisiontest.EmbeddedEngine(b, opts)
 	b.ReportAllocs()
+	runtime.GC() // the set-up's garbage is not the decisions' CPU time
 	cpu0 := processCPU()
 	for b.Loop() {
 		req, err := snapshot.ParseRequestBytes(reqJSON)

@@ -3,6 +3,7 @@ package decision_test
 import (
 	"bytes"
 	"context"
+	"errors"
 	"math/rand/v2"
 	"testing"
 
@@ -94,4 +95,44 @@ func TestParsedFactsAgreeWithTheGeneralPath(t *testing.T) {
 		check("generated", reqJSON, factsJSON)
 	}
 	require.Greater(t, checked, n, "the generator must give decidable cases")
+}
+
+// TestConcurrentDecisionsShareParsedValues: decisions in parallel on one engine share the parsed
+// facts (one plugin record and worker) and the policy's constants; run with -race, no decision
+// may write what another reads, and every one grants as the first did.
+func TestConcurrentDecisionsShareParsedValues(t *testing.T) {
+	eng := decisiontest.EmbeddedEngine(t, decision.Options{Cache: decision.CacheOptions{Disabled: true}})
+	reqJSON, factsJSON := specexamples.NewFixture().JSON()
+	facts, err := snapshot.ParseFacts(bytes.NewReader(factsJSON))
+	require.NoError(t, err)
+	want, _, err := eng.Decide(t.Context(), mustRequest(t, reqJSON), facts)
+	require.NoError(t, err)
+	require.True(t, want.Allow)
+	errs := make(chan error, 8)
+	for range 8 {
+		go func() {
+			for range 50 {
+				got, _, err := eng.Decide(context.Background(), mustRequest(t, reqJSON), facts)
+				if err == nil && got.Capabilities != want.Capabilities {
+					err = errors.New("a concurrent decision differs")
+				}
+				if err != nil {
+					errs <- err
+					return
+				}
+			}
+			errs <- nil
+		}()
+	}
+	for range 8 {
+		require.NoError(t, <-errs)
+	}
+}
+
+func mustRequest(t testing.TB, b []byte) *snapshot.Request {
+	req, err := snapshot.ParseRequestBytes(b)
+	if err != nil {
+		t.Error(err)
+	}
+	return req
 }

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"flag"
-	"fmt"
 	"io"
 	"strings"
 
@@ -72,12 +71,24 @@ func runServe(ctx context.Context, args []string, _ io.Reader, _, stderr io.Writ
 		return c, err
 	}
 	err = service.Run(ctx, cfg, service.Options{LogOutput: stderr, Reread: reread})
-	var ce *service.ConfigError
+	var (
+		ce *service.ConfigError
+		le *service.ListenError
+	)
 	switch {
 	case errors.As(err, &ce):
 		return usageError("serve: %v", ce.Err)
 	case err != nil:
-		return fmt.Errorf("serve: %w", err)
+		// Once the configuration is read, what ends the service is a line of its log, in the
+		// log's format (JSON with log.json), never a plain line among JSON ones; exit status 1.
+		log := service.NewLogger(cfg.Log, stderr)
+		if errors.As(err, &le) {
+			log.Error("serve: cannot listen on the configured address; is another process (another authz) using it?",
+				"addr", cfg.Server.Addr, "error", le.Err)
+		} else {
+			log.Error("serve: stopped by an error", "error", err)
+		}
+		return &exitError{code: 1}
 	}
 	return nil
 }

@@ -25,6 +25,10 @@ func printVersion(w io.Writer) error {
 		return err
 	}
 	b := server.Build()
-	_, err = fmt.Fprintf(w, "authz %s\npolicy %s\nrevision %s\ngo %s\nopa %s\n", b.Version, rev, b.Revision, b.GoVersion, b.OPAVersion)
+	built := b.GoVersion + ", opa " + b.OPAVersion
+	if b.Revision != "" {
+		built = "revision " + b.Revision + ", " + built
+	}
+	_, err = fmt.Fprintf(w, "authz %s (%s)\npolicy %s\n", b.Version, built, rev)
 	return err
 }

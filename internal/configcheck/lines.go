@@ -58,7 +58,7 @@ func WithLines(err error, src []byte) []error {
 
 // replaceField is leaf with its *FieldError old (leaf itself or below a *DocumentError) as new.
 func replaceField(leaf error, old, new *FieldError) error {
-	if leaf == error(old) {
+	if leaf == error(old) { //nolint:errorlint // the node itself, not an error it wraps
 		return new
 	}
 	if de, ok := leaf.(*DocumentError); ok { //nolint:errorlint // the node itself

@@ -70,7 +70,6 @@ func write(n int, miss bool) error {
 		return err
 	}
 	w := bufio.NewWriterSize(os.Stdout, 1<<20)
-	defer w.Flush()
 	for i := range n {
 		in := clone(rows[i%len(rows)].in)
 		in["now_ns"] = 1796042400000000000 + int64(i)*1e6
@@ -104,8 +103,12 @@ func write(n int, miss bool) error {
 		if err != nil {
 			return err
 		}
-		w.Write(line)
-		w.WriteByte('\n')
+		if _, err := w.Write(append(line, '\n')); err != nil {
+			return err
+		}
+	}
+	if err := w.Flush(); err != nil {
+		return err
 	}
 	st := check.CacheStats()
 	fmt.Fprintf(os.Stderr, "replay-log: %d lines; of the first %d decisions %d missed the cache\n", n, min(n, 2000), st.Misses)

@@ -6,6 +6,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"strings"
 	"time"
@@ -223,6 +224,14 @@ func (c *checker) checkPolicy(cfg policy.Config, dc service.DecisionConfig) {
 	cfg.Watch = false
 	if !remote {
 		cfg.OPA = nil // no decision-log or status uploads: they would start OPA's plugins
+	} else {
+		// The download goes to a private directory removed at the end, never to the
+		// service's persistence_directory (its accepted bundles and their order), and
+		// nothing is reported to the decision-log or status services.
+		cfg.OPA = maps.Clone(cfg.OPA)
+		for _, k := range []string{"persistence_directory", "decision_logs", "status"} {
+			delete(cfg.OPA, k)
+		}
 	}
 	ctx, cancel := context.WithTimeout(c.ctx, checkFetchTimeout)
 	defer cancel()
@@ -233,6 +242,14 @@ func (c *checker) checkPolicy(cfg policy.Config, dc service.DecisionConfig) {
 	}
 	defer src.Close(context.WithoutCancel(ctx))
 	for eng.Revision() == "" {
+		// A bundle OPA or authz refused (a failed download or verification) is reported at
+		// once rather than waited for.
+		for name, b := range src.Status().Bundles {
+			if b.Code != "" {
+				c.add(&configcheck.FieldError{Field: "opa.bundles." + name, Err: fmt.Errorf("%s: %s", b.Code, b.Message)})
+				return
+			}
+		}
 		select {
 		case <-ctx.Done():
 			msg := src.Status().LastError

@@ -129,3 +129,31 @@ func TestCheckStartsAndBindsNothing(t *testing.T) {
 	assert.NoFileExists(t, sock, "the socket was bound")
 	assert.NoFileExists(t, marker, "the driver was started")
 }
+
+// TestCheckFetch: remote bundles are validated but not downloaded without --fetch; with it a
+// signed bundle is downloaded, verified and compiled (exit 0), and a tampered one is a
+// problem of its bundle (exit 2).
+func TestCheckFetch(t *testing.T) {
+	t.Parallel()
+	a, _ := policytest.Keys(t)
+	srv := policytest.NewBundleServer(t)
+	dir := t.TempDir()
+	facts := testutil.WriteFile(t, dir, "facts.json", specFacts)
+	cfg := remoteServeConfig(t, dir, srv.URL, a.Public)
+
+	code, out, errOut := runCLI(t, "", "check", "--config", cfg, "--facts", facts)
+	require.Equal(t, 0, code, errOut)
+	assert.Contains(t, out, "remote bundles under opa: validated, not fetched")
+
+	good := policytest.Signing{Key: a.Private, KeyID: "default"}
+	srv.Publish(policytest.MakeBundle(t, policytest.BundleSpec{Revision: "v1", Sign: good}))
+	code, out, errOut = runCLI(t, "", "check", "--config", cfg, "--facts", facts, "--fetch")
+	require.Equal(t, 0, code, errOut)
+	assert.Contains(t, out, "policy: v1 (remote:authz), compiled and its signature verified")
+
+	srv.Publish(policytest.MakeBundle(t, policytest.BundleSpec{Revision: "tampered", Sign: good,
+		Tamper: map[string]string{"authz/decision.rego": "package authz\n\ndecision := {\"allow\": true}\n"}}))
+	code, _, errOut = runCLI(t, "", "check", "--config", cfg, "--facts", facts, "--fetch")
+	require.Equal(t, 2, code, errOut)
+	assert.Contains(t, errOut, "opa.bundles.authz")
+}

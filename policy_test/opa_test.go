@@ -15,6 +15,7 @@ import (
 	"github.com/open-policy-agent/opa/v1/storage"
 	"github.com/open-policy-agent/opa/v1/storage/inmem"
 	"github.com/open-policy-agent/opa/v1/tester"
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
 
@@ -71,4 +72,47 @@ func TestRegoSuites(t *testing.T) {
 	pct := 100 * float64(covered) / float64(covered+missed)
 	t.Logf("%d Rego tests, policy coverage %.2f%% (%d of %d lines)", n, pct, covered, covered+missed)
 	require.GreaterOrEqual(t, pct, coverageThreshold, "policy coverage is below the threshold")
+}
+
+// TestRoutineTableEditFailsOnlyTheContractSuite: the edit the README calls routine, a
+// capability's required methods in the capability table, fails only the contract suite
+// (data.authz_test.contract), which says the edit changes the contract; the suites that test
+// the policy's mechanics follow the table. Here nativeSyncIn also requires a method no worker
+// of the fixtures reports.
+func TestRoutineTableEditFailsOnlyTheContractSuite(t *testing.T) {
+	res, err := loader.NewFileLoader().All([]string{"../policies", "."})
+	require.NoError(t, err)
+	const from, to = `"methods": {"environmentSyncIn"},`, `"methods": {"environmentSyncIn", "environmentSyncInChecked"},`
+	modules := map[string]*ast.Module{}
+	edited := false
+	for name, f := range res.Modules {
+		m := f.Parsed
+		if strings.HasSuffix(filepath.ToSlash(name), "policies/authz/tables/tables.rego") {
+			src := string(f.Raw)
+			require.Contains(t, src, from, "the capability table no longer has the line this test edits")
+			m, err = ast.ParseModuleWithOpts(name, strings.Replace(src, from, to, 1), ast.ParserOptions{RegoVersion: ast.RegoV1, ProcessAnnotation: true})
+			require.NoError(t, err)
+			edited = true
+		}
+		modules[name] = m
+	}
+	require.True(t, edited, "tables.rego not found")
+	store := inmem.NewFromObject(res.Documents)
+	txn := storage.NewTransactionOrDie(t.Context(), store)
+	defer store.Abort(t.Context(), txn)
+	results, err := tester.NewRunner().SetStore(store).SetModules(modules).SetTimeout(30*time.Second).RunTests(t.Context(), txn)
+	require.NoError(t, err)
+	var contract, others []string
+	for r := range results {
+		if !r.Fail && r.Error == nil {
+			continue
+		}
+		if r.Package == "data.authz_test.contract" {
+			contract = append(contract, r.Name)
+		} else {
+			others = append(others, r.Package+"."+r.Name)
+		}
+	}
+	assert.Empty(t, others, "a routine edit of the capability table fails suites other than the contract's")
+	assert.Contains(t, contract, "test_tables_capability_methods", "the contract suite no longer pins the capability table")
 }

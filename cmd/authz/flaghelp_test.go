@@ -11,7 +11,7 @@ import (
 // The flag help names each flag's argument with one word: a back-quoted phrase in a usage text
 // would become the argument's name ("-bundle opa build").
 func TestFlagHelpNamesEachArgumentWithOneWord(t *testing.T) {
-	for _, cmd := range []string{"serve", "decide", "replay"} {
+	for _, cmd := range []string{"serve", "check", "decide", "replay"} {
 		t.Run(cmd, func(t *testing.T) {
 			var stdout, stderr bytes.Buffer
 			_ = run(t.Context(), []string{cmd, "-h"}, strings.NewReader(""), &stdout, &stderr)

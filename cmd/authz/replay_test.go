@@ -4,10 +4,14 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"io"
 	"net/http"
 	"os"
 	"path/filepath"
+	"runtime"
+	"strconv"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -253,10 +257,155 @@ func BenchmarkReplayUncached(b *testing.B) {
 	for range b.N {
 		f, err := os.Open(logPath)
 		require.NoError(b, err)
-		out, err := replayLog(context.Background(), eng, f)
+		n := 0
+		_, err = replayStream(context.Background(), eng, f, func(*replayed) error { n++; return nil })
 		f.Close()
 		require.NoError(b, err)
-		require.Len(b, out, records)
+		require.Equal(b, records, n)
 	}
 	b.ReportMetric(float64(records*b.N)/b.Elapsed().Seconds(), "records/s")
+}
+
+// withPath is the log at path with every record's "path" set to endpoint.
+func withPath(t *testing.T, path, endpoint string) string {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	require.NoError(t, err)
+	var out bytes.Buffer
+	for _, line := range strings.Split(strings.TrimSpace(string(b)), "\n") {
+		var rec map[string]any
+		require.NoError(t, json.Unmarshal([]byte(line), &rec))
+		rec["path"] = endpoint
+		l, err := json.Marshal(rec)
+		require.NoError(t, err)
+		out.Write(l)
+		out.WriteByte('\n')
+	}
+	return testutil.WriteFile(t, t.TempDir(), "with-path.jsonl", out.String())
+}
+
+// TestReplayNamesCapabilitiesAndEndpoints: each changed decision names the capabilities it
+// loses or gains, and the summary counts them per capability and per endpoint, so that a
+// deny → deny line that lost a capability says which.
+func TestReplayNamesCapabilitiesAndEndpoints(t *testing.T) {
+	t.Parallel()
+	logPath, grants, records := exampleLog(t, 1)
+	logPath = withPath(t, logPath, "/v1/authorize")
+	denyAll := constantPolicy(t, false)
+
+	code, out, errOut := runCLI(t, "", "replay", "--log", logPath, "--bundle", denyAll, "--json")
+	require.Equal(t, 0, code, errOut)
+	rep := replayJSON(t, out)
+	require.Equal(t, grants, rep.Counts[outGrantToDeny])
+	removed := grants + rep.Counts[outCapsLost] // a grant that becomes a deny, a deny that loses a capability
+	assert.Equal(t, removed, rep.GrantsRemoved)
+	ep := rep.Endpoints["/v1/authorize"]
+	require.NotNil(t, ep, out)
+	assert.Equal(t, records, ep.Records)
+	assert.Equal(t, rep.Changes, ep.Changed)
+	assert.Equal(t, removed, ep.GrantsRemoved)
+	// Every grant of the log had duplexCommandStream: the deny-all policy takes it from each.
+	require.NotNil(t, rep.Capabilities["duplexCommandStream"], out)
+	assert.Equal(t, capabilityChanges{Lost: grants}, *rep.Capabilities["duplexCommandStream"])
+	lost := 0
+	for _, c := range rep.Changed {
+		assert.Empty(t, c.Gained)
+		assert.Equal(t, "/v1/authorize", c.Endpoint)
+		if c.Kind == outGrantToDeny {
+			assert.Equal(t, c.Before.Capabilities, c.Lost, "the record names every capability it lost")
+		}
+		lost += len(c.Lost)
+	}
+	sum := 0
+	for _, c := range rep.Capabilities {
+		sum += c.Lost
+	}
+	assert.Equal(t, lost, sum, "the per-capability summary adds up the records")
+
+	code, out, _ = runCLI(t, "", "replay", "--log", logPath, "--bundle", denyAll)
+	require.Equal(t, 0, code)
+	assert.Regexp(t, `(?m)^  duplexCommandStream +\+0 -`+strconv.Itoa(grants)+`$`, out)
+	assert.Regexp(t, `(?m)^  /v1/authorize +`+strconv.Itoa(records)+` decisions, \d+ changed, 0 grants added, `+strconv.Itoa(removed)+` grants removed$`, out)
+	assert.Regexp(t, `(?m)^  line \d+ \S+ /v1/authorize: grant → deny: .* -duplexCommandStream`, out)
+}
+
+// TestReplayFailOn: --fail-on chooses what fails a CI gate: a policy that turns every grant
+// into a deny passes the default (grant-added) and fails grant-removed and any-change; the
+// policy that decided passes all three.
+func TestReplayFailOn(t *testing.T) {
+	t.Parallel()
+	logPath, _, _ := exampleLog(t, 1)
+	denyAll := constantPolicy(t, false)
+	code, out, _ := runCLI(t, "", "replay", "--log", logPath, "--bundle", denyAll, "--json")
+	require.Equal(t, 0, code)
+	removed := replayJSON(t, out).GrantsRemoved
+	require.Positive(t, removed)
+	for _, tc := range []struct {
+		name   string
+		args   []string
+		code   int
+		stderr string
+	}{
+		{name: "default: grant-added", args: []string{"--bundle", denyAll}, code: 0},
+		{name: "grant-added", args: []string{"--bundle", denyAll, "--fail-on", "grant-added"}, code: 0},
+		{name: "grant-removed", args: []string{"--bundle", denyAll, "--fail-on", "grant-removed"}, code: 1,
+			stderr: strconv.Itoa(removed) + " decisions lose a grant"},
+		{name: "any-change", args: []string{"--bundle", denyAll, "--fail-on", "any-change"}, code: 1, stderr: "decisions change"},
+		{name: "same policy, any-change", args: []string{"--fail-on", "any-change"}, code: 0},
+		{name: "same policy, grant-removed", args: []string{"--fail-on", "grant-removed"}, code: 0},
+		{name: "unknown value", args: []string{"--fail-on", "grants"}, code: 2, stderr: "--fail-on must be"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			code, _, errOut := runCLI(t, "", append([]string{"replay", "--log", logPath}, tc.args...)...)
+			assert.Equal(t, tc.code, code, errOut)
+			assert.Contains(t, errOut, tc.stderr)
+		})
+	}
+}
+
+// endlessLog is a reader of n decision-log lines, made as they are read, that counts them.
+type endlessLog struct {
+	line []byte
+	n    int
+	read atomic.Int64
+	cur  []byte
+}
+
+func (l *endlessLog) Read(p []byte) (int, error) {
+	if len(l.cur) == 0 {
+		if int(l.read.Load()) == l.n {
+			return 0, io.EOF
+		}
+		l.read.Add(1)
+		l.cur = l.line
+	}
+	k := copy(p, l.cur)
+	l.cur = l.cur[k:]
+	return k, nil
+}
+
+// TestReplayStreams: replay hands on each line's outcome while it reads the log, in line order,
+// and never reads far ahead of what it has handed on: the lines in memory are bounded whatever
+// the log's length (a log is not held until its end).
+func TestReplayStreams(t *testing.T) {
+	t.Parallel()
+	logPath, _, _ := exampleLog(t, 1)
+	b, err := os.ReadFile(logPath)
+	require.NoError(t, err)
+	first, _, _ := bytes.Cut(b, []byte("\n"))
+	const n = 20000
+	src := &endlessLog{line: append(first, '\n'), n: n}
+	eng := decisiontest.EmbeddedEngine(t, decision.Options{})
+	var handed, ahead int64
+	lines, err := replayStream(t.Context(), eng, src, func(r *replayed) error {
+		handed++
+		require.Equal(t, int(handed), r.line, "in line order")
+		ahead = max(ahead, src.read.Load()-handed)
+		return nil
+	})
+	require.NoError(t, err)
+	assert.Equal(t, n, lines)
+	assert.Equal(t, int64(n), handed)
+	bound := int64((3*runtime.GOMAXPROCS(0) + 2) * replayBatch)
+	assert.LessOrEqual(t, ahead, bound, "lines read and not yet handed on")
 }

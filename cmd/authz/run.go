@@ -14,6 +14,7 @@ duplex command stream (the decision contract: docs/contract.md).
 
 Usage:
   authz serve  [flags]                 run the HTTP authorization service (docs/service.md)
+  authz check  [--config FILE] [flags] check a configuration without starting anything
   authz decide --facts FILE [flags]    decide one request (read from stdin or --request)
   authz run    [opa run flags]         OPA's run command with the gate built in (docs/service.md)
   authz replay --log FILE [flags]      re-decide a decision log on a policy: what would change
@@ -85,6 +86,7 @@ type command func(ctx context.Context, args []string, stdin io.Reader, stdout, s
 // commands are the subcommands by name: the one place a command is found.
 var commands = map[string]command{
 	"serve":          runServe,
+	"check":          runCheck,
 	"decide":         runDecide,
 	"run":            runOPA,
 	"replay":         runReplay,

@@ -72,14 +72,14 @@ func TestVersionPrintsThePolicyRevision(t *testing.T) {
 // answers -h, and a name the table does not hold is a usage error (exit 2).
 func TestCommands(t *testing.T) {
 	listed := regexp.MustCompile(`(?m)^  authz (\w+)`).FindAllStringSubmatch(usage, -1)
-	require.Len(t, listed, 6, "serve, decide, run, replay, version, help")
+	require.Len(t, listed, 7, "serve, check, decide, run, replay, version, help")
 	for _, m := range listed {
 		assert.Contains(t, commands, m[1], "the usage lists %q", m[1])
 	}
-	for _, name := range []string{"serve", "decide", "run", "replay", "version", "--version", "help", "-h", "-help", "--help", "example-driver"} {
+	for _, name := range []string{"serve", "check", "decide", "run", "replay", "version", "--version", "help", "-h", "-help", "--help", "example-driver"} {
 		assert.Contains(t, commands, name)
 	}
-	assert.Len(t, commands, 11, "a new command is added to this test and, unless hidden, to the usage")
+	assert.Len(t, commands, 12, "a new command is added to this test and, unless hidden, to the usage")
 
 	tests := []struct {
 		name     string
@@ -89,6 +89,7 @@ func TestCommands(t *testing.T) {
 		wantErr  string
 	}{
 		{name: "serve help", args: []string{"serve", "-h"}, wantOut: "Usage: authz serve"},
+		{name: "check help", args: []string{"check", "-h"}, wantOut: "Usage: authz check"},
 		{name: "decide help", args: []string{"decide", "-h"}, wantOut: "Usage: authz decide"},
 		{name: "replay help", args: []string{"replay", "-h"}, wantOut: "Usage: authz replay"},
 		{name: "version", args: []string{"version"}, wantOut: "policy "},

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"flag"
-	"fmt"
 	"io"
 	"strings"
 
@@ -72,12 +71,24 @@ func runServe(ctx context.Context, args []string, _ io.Reader, _, stderr io.Writ
 		return c, err
 	}
 	err = service.Run(ctx, cfg, service.Options{LogOutput: stderr, Reread: reread})
-	var ce *service.ConfigError
+	var (
+		ce *service.ConfigError
+		le *service.ListenError
+	)
 	switch {
 	case errors.As(err, &ce):
 		return usageError("serve: %v", ce.Err)
 	case err != nil:
-		return fmt.Errorf("serve: %w", err)
+		// Once the configuration is read, what ends the service is a line of its log, in the
+		// log's format (JSON with log.json), never a plain line among JSON ones; exit status 1.
+		log := service.NewLogger(cfg.Log, stderr)
+		if errors.As(err, &le) {
+			log.Error("serve: cannot listen on the configured address; is another process (another authz) using it?",
+				"addr", cfg.Server.Addr, "error", le.Err)
+		} else {
+			log.Error("serve: stopped by an error", "error", err)
+		}
+		return &exitError{code: 1}
 	}
 	return nil
 }
@@ -87,19 +98,32 @@ func runServe(ctx context.Context, args []string, _ io.Reader, _, stderr io.Writ
 // and once over it, so that each flag is written once, bound to its field. serve is false when
 // there is nothing to serve: the help was asked for (err nil), or err.
 func serveConfig(args []string, stderr io.Writer) (cfg service.Config, serve bool, err error) {
+	return serveConfigOf("serve", serveUsage, args, stderr, nil)
+}
+
+// serveConfigOf is serveConfig for command name (serve, check) with its usage text, whose flag
+// set has the flags extra adds besides those of serve (extra may be nil).
+func serveConfigOf(name, usage string, args []string, stderr io.Writer, extra func(*flag.FlagSet)) (cfg service.Config, ok bool, err error) {
+	flags := func(cfg *service.Config, file *string) *flag.FlagSet {
+		fs := serveFlags(cfg, file)
+		if extra != nil {
+			extra(fs)
+		}
+		return fs
+	}
 	cfg = service.DefaultConfig()
 	var file string
-	if ok, err := parseFlags(serveFlags(&cfg, &file), serveUsage, args, stderr, "see authz serve -h"); !ok {
+	if ok, err := parseFlags(flags(&cfg, &file), usage, args, stderr, "see authz "+name+" -h"); !ok {
 		return cfg, false, err
 	}
 	if file == "" {
 		return cfg, true, nil
 	}
 	if cfg, err = service.LoadConfig(file); err != nil {
-		return cfg, false, usageError("serve: %v", err)
+		return cfg, false, usageError("%s: %v", name, err)
 	}
-	if err := serveFlags(&cfg, new(string)).Parse(args); err != nil {
-		return cfg, false, usageError("serve: %v", err)
+	if err := flags(&cfg, new(string)).Parse(args); err != nil {
+		return cfg, false, usageError("%s: %v", name, err)
 	}
 	return cfg, true, nil
 }

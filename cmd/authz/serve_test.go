@@ -253,3 +253,30 @@ func onlyPlugin(t testing.TB, c *http.Client, base string) pluginhost.PluginStat
 	}
 	panic("unreachable")
 }
+
+// TestServeBindFailureIsALogLine: an address another process holds ends `authz serve` with
+// exit status 1 and one line of the service log in its format, a JSON line with --log-json,
+// that names the address; nothing in plain text among the JSON lines.
+func TestServeBindFailureIsALogLine(t *testing.T) {
+	t.Parallel()
+	held, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	t.Cleanup(func() { held.Close() })
+	facts := testutil.WriteFile(t, t.TempDir(), "facts.json", specFacts)
+	var stderr bytes.Buffer
+	err = run(t.Context(), []string{"serve", "--log-json", "--facts", facts, "--addr", held.Addr().String()}, strings.NewReader(""), io.Discard, &stderr)
+	var ee *exitError
+	require.ErrorAs(t, err, &ee, "%v", err)
+	assert.Equal(t, 1, ee.code)
+	assert.Empty(t, ee.msg, "main would print it as a plain line")
+	var found bool
+	for _, line := range strings.Split(strings.TrimSpace(stderr.String()), "\n") {
+		var m map[string]any
+		require.NoError(t, json.Unmarshal([]byte(line), &m), "a log line that is not JSON: %q", line)
+		if m["@level"] == "error" && m["addr"] == held.Addr().String() {
+			found = true
+			assert.Contains(t, m["error"], "address already in use")
+		}
+	}
+	assert.True(t, found, "no JSON ERROR line names the address:\n%s", stderr.String())
+}

@@ -3,19 +3,11 @@ package main
 import (
 	"fmt"
 	"io"
-	"runtime/debug"
 
 	"github.com/authz-dev/authz/internal/decision"
+	"github.com/authz-dev/authz/internal/server"
 	"github.com/authz-dev/authz/policies"
 )
-
-// version is the module version of the build, or "devel".
-func version() string {
-	if bi, ok := debug.ReadBuildInfo(); ok && bi.Main.Version != "" && bi.Main.Version != "(devel)" {
-		return bi.Main.Version
-	}
-	return "devel"
-}
 
 // policyRevision is the revision of the embedded policy: the "revision" of every decision this
 // binary makes with it.
@@ -32,6 +24,11 @@ func printVersion(w io.Writer) error {
 	if err != nil {
 		return err
 	}
-	_, err = fmt.Fprintf(w, "authz %s\npolicy %s\n", version(), rev)
+	b := server.Build()
+	built := b.GoVersion + ", opa " + b.OPAVersion
+	if b.Revision != "" {
+		built = "revision " + b.Revision + ", " + built
+	}
+	_, err = fmt.Fprintf(w, "authz %s (%s)\npolicy %s\n", b.Version, built, rev)
 	return err
 }

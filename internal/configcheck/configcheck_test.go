@@ -112,3 +112,25 @@ func TestUnderKeepsTheCause(t *testing.T) {
 	require.ErrorAs(t, err, &fe)
 	assert.Equal(t, "plugins.authz.addr", fe.Field)
 }
+
+func TestWithLinesFindsTheField(t *testing.T) {
+	src := []byte("addr: x\nplugins:\n  - id: a\n    sha256: abc\ndecisionLog:\n  mask:\n    - /a\n    - /b\n")
+	var p configcheck.Problems
+	p.Add("plugins[0].sha256", "bad")
+	p.Add("decisionLog.mask[1]", "bad")
+	p.Add("tls.key", "not in the file")
+	p.Include(&configcheck.FieldError{Field: "addr", Line: 9, Err: errors.New("told")})
+	p.Include(errors.New("whole"))
+	var got []string
+	for _, e := range configcheck.WithLines(configcheck.Under("plugins.authz", p.Err()), nil) {
+		got = append(got, e.Error())
+	}
+	assert.Equal(t, []string{"plugins.authz.plugins[0].sha256: bad", "plugins.authz.decisionLog.mask[1]: bad",
+		"plugins.authz.tls.key: not in the file", "plugins.authz.addr (line 9): told", "plugins.authz: whole"}, got, "no source: no lines")
+	got = nil
+	for _, e := range configcheck.WithLines(p.Err(), src) {
+		got = append(got, e.Error())
+	}
+	assert.Equal(t, []string{"plugins[0].sha256 (line 4): bad", "decisionLog.mask[1] (line 8): bad",
+		"tls.key: not in the file", "addr (line 9): told", "whole"}, got)
+}

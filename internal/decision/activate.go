@@ -26,6 +26,7 @@ type Policy struct {
 	compiler *ast.Compiler
 	store    storage.Store
 	reads    inputReads
+	consts   *constants // its literal rules, handed to OPA evaluated (nil: none)
 }
 
 // Revision is the revision the policy is activated under.
@@ -90,7 +91,7 @@ func checkedPolicy(c *ast.Compiler, store storage.Store, revision string) (*Poli
 	if len(c.GetRulesExact(entrypointRef)) == 0 {
 		return nil, coded.Errorf(coded.PolicyCompile, "revision %s does not define %s: a policy for authz must define the rule decision in package authz", revision, Query)
 	}
-	return &Policy{revision: revision, compiler: c, store: store, reads: analyzeInputReads(c.Modules)}, nil
+	return &Policy{revision: revision, compiler: c, store: store, reads: analyzeInputReads(c.Modules), consts: findConstants(c)}, nil
 }
 
 // Activate prepares the entrypoint of p and makes p the current policy. Decisions in flight
@@ -101,7 +102,7 @@ func (e *Engine) Activate(ctx context.Context, p *Policy) error {
 	if p == nil {
 		return coded.Errorf(coded.PolicyCompile, "no policy to activate")
 	}
-	return e.prepare(ctx, p.revision, p.reads, rego.Compiler(p.compiler), rego.Store(p.store))
+	return e.prepare(ctx, p.revision, p.reads, p.consts, rego.Compiler(p.compiler), rego.Store(p.store))
 }
 
 // snapshotStore copies data (a JSON-shaped document) into a store of its own. The store holds

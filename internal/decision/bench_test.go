@@ -4,7 +4,9 @@ import (
 	"bytes"
 	"fmt"
 	"maps"
+	"runtime"
 	"slices"
+	"syscall"
 	"testing"
 	"time"
 
@@ -66,19 +68,47 @@ func BenchmarkDecideCacheHit(b *testing.B) {
 }
 
 func benchDecide(b *testing.B, opts decision.Options) {
-	reqJSON, _ := specexamples.NewFixture().JSON()
-	_, facts := benchFixture(b)
+	benchDecideFixture(b, opts, specexamples.NewFixture(), true)
+}
+
+// BenchmarkDecideDeny is BenchmarkDecide on a deny: the worker of the pinned plugin reports no
+// method, so the decision explains why (reasons method_not_verified and the like).
+func BenchmarkDecideDeny(b *testing.B) {
+	f := specexamples.NewFixture()
+	f.Worker()["supportedMethods"] = []any{}
+	benchDecideFixture(b, uncached, f, false)
+}
+
+// benchDecideFixture decides f's request from its bytes on f's facts, wanting allow; it reports
+// the process's CPU time per decision (cpu-ns/op: user and system, the runtime's own work such
+// as garbage collection included) beside the wall time.
+func benchDecideFixture(b *testing.B, opts decision.Options, f specexamples.Fixture, allow bool) {
+	reqJSON, factsJSON := f.JSON()
+	facts, err := snapshot.ParseFacts(bytes.NewReader(factsJSON))
+	require.NoError(b, err)
 	eng := decisiontest.EmbeddedEngine(b, opts)
 	b.ReportAllocs()
+	runtime.GC() // the set-up's garbage is not the decisions' CPU time
+	cpu0 := processCPU()
 	for b.Loop() {
 		req, err := snapshot.ParseRequestBytes(reqJSON)
 		if err != nil {
 			b.Fatal(err)
 		}
-		if d, _, err := eng.Decide(b.Context(), req, facts); err != nil || !d.Allow {
-			b.Fatal("want a grant", err)
+		if d, _, err := eng.Decide(b.Context(), req, facts); err != nil || d.Allow != allow {
+			b.Fatal("want allow", allow, err)
 		}
 	}
+	b.ReportMetric(float64((processCPU()-cpu0).Nanoseconds())/float64(b.N), "cpu-ns/op")
+}
+
+// processCPU is the CPU time (user and system) the process has used so far.
+func processCPU() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
 // BenchmarkDecideCacheHitParsed is a repeated decision through the Go API, which takes a parsed

@@ -14,6 +14,7 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/open-policy-agent/opa/v1/ast"
+	"github.com/open-policy-agent/opa/v1/metrics"
 	"github.com/open-policy-agent/opa/v1/rego"
 
 	"github.com/authz-dev/authz/internal/changes"
@@ -66,6 +67,9 @@ type prepared struct {
 	// reads is what the policy can read of input; uncacheable says when its decisions are not
 	// cached (and the input is then handed to OPA whole).
 	reads inputReads
+	// consts are the policy's literal rules, handed to OPA with their values (nil: none, or
+	// a policy prepared with caller options, whose rules are not known here).
+	consts *constants
 }
 
 // New returns an engine with no policy: every decision denies with coded.EvalNoPolicy until
@@ -81,13 +85,13 @@ func New(opts Options) *Engine {
 	return e
 }
 
-func (e *Engine) prepare(ctx context.Context, revision string, reads inputReads, opts ...func(*rego.Rego)) error {
+func (e *Engine) prepare(ctx context.Context, revision string, reads inputReads, consts *constants, opts ...func(*rego.Rego)) error {
 	opts = append(slices.Clip(opts), rego.Query(Query))
 	pq, err := rego.New(opts...).PrepareForEval(ctx)
 	if err != nil {
 		return &coded.Error{Code: coded.PolicyCompile, Err: fmt.Errorf("prepare %s (revision %s): %w", Query, revision, err)}
 	}
-	e.cur.Store(&prepared{query: pq, revision: revision, gen: e.gens.Add(1), reads: reads})
+	e.cur.Store(&prepared{query: pq, revision: revision, gen: e.gens.Add(1), reads: reads, consts: consts})
 	if e.cache != nil {
 		e.cache.purge()
 	}
@@ -132,21 +136,23 @@ func (e *Engine) Decide(ctx context.Context, req *snapshot.Request, facts snapsh
 		ctx, cancel = context.WithTimeout(ctx, e.opts.EvalTimeout)
 		defer cancel()
 	}
-	in := snapshot.Build(ctx, req, facts, snapshot.Options{Now: e.opts.Now, ConfigTimeout: e.opts.ConfigCheckTimeout})
+	in, parsed := snapshot.BuildParsed(ctx, req, facts, snapshot.Options{Now: e.opts.Now, ConfigTimeout: e.opts.ConfigCheckTimeout})
 	ectx, span := tracing.Start(ctx, tracing.SpanEvaluate)
-	doc, err := e.decideInput(ectx, in, true)
+	doc, err := e.decideInput(ectx, in, parsed, true)
 	tracing.End(span, err)
 	return doc, in, err
 }
 
 // Evaluate evaluates an assembled input document. Like Decide, it always returns a document.
 func (e *Engine) Evaluate(ctx context.Context, in snapshot.Input) (Document, error) {
-	return e.decideInput(ctx, in, false)
+	return e.decideInput(ctx, in, snapshot.ParsedFacts{}, false)
 }
 
 // decideInput answers from the cache when it holds the decision, else evaluates (waiting for a
 // slot when slot is set) and caches a well-formed result. Every answer gets a fresh decision id.
-func (e *Engine) decideInput(ctx context.Context, in snapshot.Input, slot bool) (Document, error) {
+// parsed makes in["facts"] as OPA reads it when in comes from snapshot.BuildParsed (the zero
+// value otherwise); it is used only when the decision is evaluated.
+func (e *Engine) decideInput(ctx context.Context, in snapshot.Input, parsed snapshot.ParsedFacts, slot bool) (Document, error) {
 	op, _ := in["operation"].(string)
 	p := e.cur.Load()
 	var key [32]byte
@@ -170,7 +176,7 @@ func (e *Engine) decideInput(ctx context.Context, in snapshot.Input, slot bool) 
 			case <-ctx.Done():
 			}
 		}
-		doc, err = e.evaluate(ctx, p, in, op)
+		doc, err = e.evaluate(ctx, p, in, parsed, op)
 		if err == nil && cacheable {
 			e.cache.put(key, doc)
 		}
@@ -196,18 +202,23 @@ func NewDecisionID() string {
 	return u.String()
 }
 
-func (e *Engine) evaluate(ctx context.Context, p *prepared, in snapshot.Input, op string) (Document, error) {
+func (e *Engine) evaluate(ctx context.Context, p *prepared, in snapshot.Input, parsed snapshot.ParsedFacts, op string) (Document, error) {
 	if p == nil {
 		return Document{}, coded.Errorf(coded.EvalNoPolicy, "no policy is loaded: start with the embedded policy or a bundle")
 	}
 	if err := ctxErr(ctx); err != nil {
 		return Document{}, err
 	}
-	val, err := ast.InterfaceToValue(p.reads.prune(in))
+	val, err := ast.InterfaceToValue(p.reads.prune(in, parsed.Value()))
 	if err != nil {
 		return Document{}, &coded.Error{Code: coded.EvalBadInput, Err: err}
 	}
-	rs, err := p.query.Eval(ctx, rego.EvalParsedInput(val))
+	var rs rego.ResultSet
+	if p.consts != nil {
+		rs, err = p.query.Eval(ctx, rego.EvalParsedInput(val), noMetrics, rego.EvalVirtualCache(newConstantsCache(p.consts)))
+	} else {
+		rs, err = p.query.Eval(ctx, rego.EvalParsedInput(val), noMetrics)
+	}
 	if err != nil {
 		if cerr := ctxErr(ctx); cerr != nil {
 			return Document{}, cerr
@@ -219,6 +230,10 @@ func (e *Engine) evaluate(ctx context.Context, p *prepared, in snapshot.Input, o
 	}
 	return readResultSet(rs)
 }
+
+// noMetrics has an evaluation keep no metrics: nothing reads them, and rego would make a fresh
+// set of them for every evaluation (BenchmarkDecide: 6 allocations and 0.5 KiB fewer without).
+var noMetrics = rego.EvalMetrics(metrics.NoOp())
 
 // readResultSet accepts exactly one result with one expression whose value is a decision.
 func readResultSet(rs rego.ResultSet) (Document, error) {

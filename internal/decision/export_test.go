@@ -31,14 +31,14 @@ func (e *Engine) LoadModules(ctx context.Context, modules map[string]string, rev
 	if c.Compile(parsed); c.Failed() {
 		return &coded.Error{Code: coded.PolicyCompile, Err: fmt.Errorf("compile (revision %s): %w", revision, c.Errors)}
 	}
-	return e.prepare(ctx, revision, analyzeInputReads(c.Modules), rego.Compiler(c))
+	return e.prepare(ctx, revision, analyzeInputReads(c.Modules), findConstants(c), rego.Compiler(c))
 }
 
 // Prepare prepares the entrypoint with caller rego options and makes it the engine's policy
 // under revision, for tests. Its decisions are never cached: its store may change without a
 // new revision.
 func (e *Engine) Prepare(ctx context.Context, revision string, opts ...func(*rego.Rego)) error {
-	return e.prepare(ctx, revision, inputReads{uncacheable: "the policy was prepared with caller options (its data may change)"}, opts...)
+	return e.prepare(ctx, revision, inputReads{uncacheable: "the policy was prepared with caller options (its data may change)"}, nil, opts...)
 }
 
 // CacheStatus says why decisions of this policy would not be cached; "" when they would.
@@ -53,4 +53,12 @@ func embeddedEngine(tb testing.TB, opts Options) *Engine {
 	e := New(opts)
 	require.NoError(tb, e.Activate(tb.Context(), p))
 	return e
+}
+
+// WithoutConstants makes the current policy evaluate its literal rules as OPA does, in every
+// query, for a test that compares the two.
+func (e *Engine) WithoutConstants() {
+	p := *e.cur.Load()
+	p.consts = nil
+	e.cur.Store(&p)
 }

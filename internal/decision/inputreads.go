@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"slices"
 	"sort"
 	"strconv"
@@ -343,14 +344,23 @@ func appendString(buf []byte, s string) []byte {
 
 // prune returns the part of in that the policy can read: only the top-level members its read
 // paths start with (all of in when the reads are not bounded), so that converting it for OPA
-// skips what no rule looks at.
-func (r *inputReads) prune(in map[string]any) map[string]any {
+// skips what no rule looks at. factsValue, when not nil, stands for in["facts"] (already in the
+// form OPA reads, which ast.InterfaceToValue keeps as it is); in itself is never modified.
+func (r *inputReads) prune(in map[string]any, factsValue ast.Value) map[string]any {
 	if r.uncacheable != "" || r.tops == nil {
-		return in
+		if _, ok := in["facts"]; !ok || factsValue == nil {
+			return in
+		}
+		out := maps.Clone(in)
+		out["facts"] = factsValue
+		return out
 	}
 	out := make(map[string]any, len(r.tops))
 	for _, k := range r.tops {
 		if v, ok := in[k]; ok {
+			if k == "facts" && factsValue != nil {
+				v = factsValue
+			}
 			out[k] = v
 		}
 	}

@@ -235,3 +235,15 @@ func parseSection(raw []byte, plugins bool) (*Config, error) {
 func (c *Config) equal(o *Config) bool {
 	return reflect.DeepEqual(c.Config, o.Config) && c.OPAWriteAPI == o.OPAWriteAPI && c.GateBundle == o.GateBundle
 }
+
+// CheckSection parses and checks a plugins.authz section (YAML or JSON) as Validate does,
+// without an OPA plugin manager (`authz check --opa-config`): it starts and binds nothing, and
+// returns the gate's service configuration. Errors name their fields below plugins.authz.
+// OPA's keys and bundles sections are not looked at here (OPA's own configuration check does).
+func (f Factory) CheckSection(raw []byte) (service.Config, error) {
+	cfg, err := parseConfig(raw, f.Plugins)
+	if err != nil {
+		return service.Config{}, err
+	}
+	return cfg.Config, nil
+}

@@ -7,8 +7,10 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 
 	"github.com/open-policy-agent/opa/v1/ast"
@@ -114,9 +116,22 @@ func readBundleWithin(path string, vc *bundle.VerificationConfig, lim bundleLimi
 	}
 	b, err := r.Read()
 	if err != nil {
-		return nil, err
+		return nil, explainNoKeyID(err, vc)
 	}
 	return &b, nil
+}
+
+// explainNoKeyID says what OPA's "verification key ID is empty" means and what to do: the
+// signature names no key, most often because `opa build --claims-file` replaced the payload
+// that --verification-key-id would have written its keyid into.
+func explainNoKeyID(err error, vc *bundle.VerificationConfig) error {
+	if vc == nil || !strings.Contains(err.Error(), "verification key ID is empty") {
+		return err
+	}
+	ids := slices.Sorted(maps.Keys(vc.PublicKeys))
+	return fmt.Errorf("%w: the bundle's signature names no key (no \"kid\" in its header, no \"keyid\" claim), and it must name %s: "+
+		"add \"keyid\": %q to the claims file of `opa build --claims-file` (the file replaces the claims opa build writes, keyid included) and build the bundle again",
+		err, strings.Join(ids, " or "), ids[0])
 }
 
 // tarScanner reads the entries of a gzipped tar within bounds: the decompressed stream,

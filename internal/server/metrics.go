@@ -61,6 +61,7 @@ func newMetrics(d Decider, facts FactsSource, origin func() string) *metrics {
 	m.reg.MustRegister(
 		m.decisions, m.evalFailures, m.latency, m.logFailures, m.logCuts, m.requests, m.watchEvents,
 		&stateCollector{decider: d, facts: facts, origin: origin},
+		buildInfoGauge(),
 		// Besides the defaults, the two runtime figures that explain a latency tail: how long
 		// runnable goroutines waited for a CPU (go_sched_latencies_seconds) and the garbage
 		// collector's stop-the-world pauses (go_sched_pauses_total_gc_seconds).
@@ -70,6 +71,18 @@ func newMetrics(d Decider, facts FactsSource, origin func() string) *metrics {
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 	)
 	return m
+}
+
+// buildInfoGauge is authz_build_info: always 1, what the binary was built from in its labels
+// (the convention of prometheus_build_info and go_build_info).
+func buildInfoGauge() prometheus.Collector {
+	b := Build()
+	return prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "authz_build_info",
+		Help: "What the binary was built from (always 1; the module version, VCS revision, Go and OPA versions are the labels).",
+		ConstLabels: prometheus.Labels{"version": b.Version, "revision": b.Revision,
+			"go_version": b.GoVersion, "opa_version": b.OPAVersion},
+	}, func() float64 { return 1 })
 }
 
 func (m *metrics) observeDecision(op string, allow bool, code string, evalErr coded.Code, d time.Duration) {

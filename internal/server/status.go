@@ -17,10 +17,18 @@ type PolicyStatus interface {
 	Status() policystate.Status
 }
 
+// statusDocument is the answer of GET /v1/status: the policy's status and, under "build",
+// what the binary was built from.
+type statusDocument struct {
+	policystate.Status
+	Build BuildInfo `json:"build"`
+}
+
 // handleStatus answers GET /v1/status: the active revision, where it came from, when it was
-// activated, and per bundle OPA's bundle status (with the last error).
+// activated, per bundle OPA's bundle status (with the last error), and the build (version,
+// VCS revision, Go and OPA versions).
 func (s *Server) handleStatus(w http.ResponseWriter, _ *http.Request) {
-	writeJSON(w, http.StatusOK, s.policyStatus())
+	writeJSON(w, http.StatusOK, statusDocument{Status: s.policyStatus(), Build: Build()})
 }
 
 func (s *Server) policyStatus() policystate.Status {

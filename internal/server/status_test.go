@@ -2,10 +2,12 @@ package server_test
 
 import (
 	"net/http"
+	"runtime"
 	"testing"
 	"time"
 
 	bundleplugin "github.com/open-policy-agent/opa/v1/plugins/bundle"
+	opaversion "github.com/open-policy-agent/opa/v1/version"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -64,4 +66,24 @@ func TestReadyOnlyOncePolicyIsActive(t *testing.T) {
 	m := get(t, url+"/v1/status").json(t)
 	assert.Equal(t, eng.Revision(), m["revision"])
 	assert.Equal(t, policy.OriginEmbedded, m["origin"])
+}
+
+// The build the binary came from is in GET /v1/status ("build") and in authz_build_info, so an
+// operator can tell which version every replica runs.
+func TestStatusAndMetricsShowTheBuild(t *testing.T) {
+	t.Parallel()
+	url := startHTTP(t, newServer(t))
+	b := server.Build()
+	assert.NotEmpty(t, b.Version)
+	assert.Equal(t, runtime.Version(), b.GoVersion)
+	assert.Equal(t, opaversion.Version, b.OPAVersion)
+
+	a := get(t, url+"/v1/status")
+	require.Equal(t, http.StatusOK, a.status, "%s", a.body)
+	build, ok := a.json(t)["build"].(map[string]any)
+	require.True(t, ok, "no build object in %s", a.body)
+	assert.Equal(t, map[string]any{"version": b.Version, "revision": b.Revision, "go_version": b.GoVersion, "opa_version": b.OPAVersion}, build)
+
+	metrics := string(get(t, url+"/metrics").body)
+	assert.Contains(t, metrics, `authz_build_info{go_version="`+b.GoVersion+`",opa_version="`+b.OPAVersion+`",revision="`+b.Revision+`",version="`+b.Version+`"} 1`)
 }

@@ -8,6 +8,7 @@ import (
 	"net"
 	"os"
 	"runtime"
+	"strings"
 	"sync"
 	"time"
 
@@ -288,12 +289,30 @@ func (g *Gate) reloads(ctx context.Context) []reload {
 	rs := []reload{{"server (decision log, tokens)", func() { _ = g.srv.Reload() }}}
 	if g.policy != nil {
 		// A bundle that fails is logged and the active policy stays.
-		rs = append(rs, reload{"policy", func() { _ = g.policy.Reload(ctx) }})
+		rs = append(rs, reload{"policy", func() { g.reloadPolicy(ctx) }})
 	}
 	if g.host != nil && g.reread != nil {
 		rs = append(rs, reload{"plugins", func() { reconfigurePlugins(ctx, g.host, g.cfg, g.reread, g.log) }})
 	}
 	return rs
+}
+
+// reloadPolicy reloads the policy (policy.Source.Reload: a bundle file is read again, bundles
+// with trigger: manual are downloaded; polled bundles keep their polling) and logs the policy's
+// part of the reload in one line: the revision before and after, and the failure if any.
+func (g *Gate) reloadPolicy(ctx context.Context) {
+	before := g.policy.Status().Revision
+	err := g.policy.Reload(ctx)
+	st := g.policy.Status()
+	args := []any{"revision", st.Revision, "previous_revision", before, "changed", st.Revision != before, "origin", st.Origin}
+	if st.Origin != "" && strings.HasPrefix(st.Origin, policy.OriginRemote) {
+		args = append(args, "note", "bundles with polling are downloaded at their next poll; trigger: manual ones at every reload")
+	}
+	if err != nil {
+		g.log.Warn("reload: policy not reloaded; the active policy stays", append(args, "error", err)...)
+		return
+	}
+	g.log.Info("reload: policy", args...)
 }
 
 // Reload reloads, one after the other, what can be reloaded while serving (reloads): each

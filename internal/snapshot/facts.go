@@ -2,6 +2,8 @@ package snapshot
 
 import (
 	"context"
+
+	"github.com/open-policy-agent/opa/v1/ast"
 )
 
 // Facts is the host state one decision reads (docs/contract.md, "The facts (host state)"). Implementations answer from their
@@ -44,6 +46,7 @@ type Worker struct {
 
 	alive       func() bool
 	doc         map[string]any // facts.worker, rendered once
+	value       ast.Value      // doc as OPA reads it, converted once (nil: convert doc)
 	configValid any            // the facts file's answer to ConfigValid (nil: absent, so valid)
 }
 
@@ -57,6 +60,7 @@ func NewWorker(generation uint64, methods []string, alive func() bool) *Worker {
 		docMethods[i] = m
 	}
 	w.doc = map[string]any{"generation": generation, "supportedMethods": docMethods}
+	w.value, _ = ast.InterfaceToValue(w.doc) // strings and a uint64: it cannot fail
 	return w
 }
 

@@ -6,6 +6,8 @@ import (
 	"slices"
 	"time"
 
+	"github.com/open-policy-agent/opa/v1/ast"
+
 	"github.com/authz-dev/authz/internal/tracing"
 )
 
@@ -23,10 +25,19 @@ type Options struct {
 // Build assembles the input document of one decision from a checked request and the facts as they
 // are now. It never fails: what cannot be looked up is left out, and the policy denies on it.
 func Build(ctx context.Context, req *Request, facts Facts, opts Options) Input {
+	in, _ := BuildParsed(ctx, req, facts, opts)
+	return in
+}
+
+// BuildParsed is Build, and also returns what makes input.facts as OPA reads it (Facts.Value),
+// for an evaluator that hands OPA a parsed input: the plugin record and the worker are
+// converted once per facts generation (PluginIndex, NewWorker) rather than once per decision.
+// Nothing is converted until Value is called.
+func BuildParsed(ctx context.Context, req *Request, facts Facts, opts Options) (Input, ParsedFacts) {
 	ctx, span := tracing.Start(ctx, tracing.SpanInput)
 	defer span.End()
 	r := resolve(req)
-	factsDoc, plugin, worker := lookUpFacts(facts, r)
+	factsDoc, plugin, worker, rec := lookUpFacts(facts, r)
 	configFailed := checkConfig(ctx, req, facts, r, plugin, worker, opts.ConfigTimeout)
 	// Last, after its methods were read and its config checked: is the worker still running?
 	// A decision on a generation that has ended carries no worker, so the policy denies
@@ -35,7 +46,49 @@ func Build(ctx context.Context, req *Request, facts Facts, opts Options) Input {
 		delete(factsDoc, "worker")
 		configFailed = false
 	}
-	return assemble(req, r, factsDoc, configFailed, opts.Now)
+	return assemble(req, r, factsDoc, configFailed, opts.Now), ParsedFacts{doc: factsDoc, worker: worker, rec: rec}
+}
+
+// ParsedFacts makes the input's facts as OPA reads them; the zero value makes nothing.
+type ParsedFacts struct {
+	doc    map[string]any
+	worker *Worker
+	rec    *rendered
+}
+
+// Value is input.facts as OPA reads it, equal to ast.InterfaceToValue(in["facts"]) of the input
+// BuildParsed returned with it; nil for the zero ParsedFacts or when a part cannot be converted
+// (the caller then converts in["facts"] itself, and fails as it would have). It is shared: do
+// not modify it.
+func (p ParsedFacts) Value() ast.Value {
+	if p.doc == nil {
+		return nil
+	}
+	return parsedFacts(p.doc, p.worker, p.rec)
+}
+
+// parsedFacts is factsDoc as OPA reads it, taking the parsed forms of the plugin record (rec,
+// when factsDoc carries its document) and of the worker from where they were converted once;
+// nil when a part cannot be converted.
+func parsedFacts(factsDoc map[string]any, worker *Worker, rec *rendered) ast.Value {
+	var room [3][2]*ast.Term
+	items := room[:0]
+	for k, doc := range factsDoc {
+		var v ast.Value
+		switch {
+		case k == "plugin" && rec != nil:
+			v = rec.parsed()
+		case k == "worker" && worker != nil && worker.value != nil:
+			v = worker.value
+		default:
+			v, _ = ast.InterfaceToValue(doc)
+		}
+		if v == nil {
+			return nil
+		}
+		items = append(items, [2]*ast.Term{ast.InternedTerm(k), ast.NewTerm(v)})
+	}
+	return ast.NewObject(items...)
 }
 
 // resolved is what a request names: the driver, the provider key and the plugin to consult.
@@ -74,7 +127,7 @@ func resolve(req *Request) resolved {
 
 // lookUpFacts reads the facts the request names: the plugin record and its worker (from one
 // snapshot of one generation) and the built-in provider.
-func lookUpFacts(facts Facts, r resolved) (factsDoc, plugin map[string]any, worker *Worker) {
+func lookUpFacts(facts Facts, r resolved) (factsDoc, plugin map[string]any, worker *Worker, rec *rendered) {
 	factsDoc = map[string]any{}
 	if r.pluginID != "" {
 		if p, ok := facts.Plugin(text(r.pluginID)); ok && p.Record != nil {
@@ -86,7 +139,7 @@ func lookUpFacts(facts Facts, r resolved) (factsDoc, plugin map[string]any, work
 			if idx == nil {
 				idx = NewPluginIndex(p.Record)
 			}
-			factsDoc["plugin"] = idx.For(text(r.providerKey), text(r.driverKey))
+			factsDoc["plugin"], rec = idx.forRendered(text(r.providerKey), text(r.driverKey))
 			if p.Worker != nil {
 				worker = p.Worker
 				factsDoc["worker"] = worker.Document()
@@ -98,7 +151,7 @@ func lookUpFacts(facts Facts, r resolved) (factsDoc, plugin map[string]any, work
 			factsDoc["builtinProvider"] = b
 		}
 	}
-	return factsDoc, plugin, worker
+	return factsDoc, plugin, worker, rec
 }
 
 // consultsConfigCheck reports whether the decision consults the driver's config check: on the

@@ -1,5 +1,11 @@
 package snapshot
 
+import (
+	"sync"
+
+	"github.com/open-policy-agent/opa/v1/ast"
+)
+
 // PluginIndex is a plugin record with its manifest entries indexed by driverKey. It is built once
 // per record (the live host: when it publishes a generation; a facts file: when it is parsed), so
 // that a decision carries only the entries it can look up and its cost does not grow with the
@@ -17,9 +23,10 @@ package snapshot
 // must not be modified.
 type PluginIndex struct {
 	record  map[string]any        // the full record
+	whole   *rendered             // record, for a manifest that is not indexed
 	indexed bool                  // manifest is an object and environmentDrivers an array
 	byKey   map[string]keyEntries // driverKey -> its entries
-	none    map[string]any        // the record with no entries (a key no entry has)
+	none    *rendered             // the record with no entries (a key no entry has)
 }
 
 // keyEntries are the entries of one driverKey with their positions in the manifest, and the
@@ -27,13 +34,33 @@ type PluginIndex struct {
 type keyEntries struct {
 	pos     []int
 	entries []any
-	record  map[string]any
+	record  *rendered
+}
+
+// rendered is a record the index hands out, with its parsed form (the value OPA reads), made
+// once on first use and shared by every decision that carries the record.
+type rendered struct {
+	doc   map[string]any
+	once  sync.Once
+	value ast.Value // nil: doc could not be converted
+}
+
+func newRendered(doc map[string]any) *rendered { return &rendered{doc: doc} }
+
+// parsed is ast.InterfaceToValue(r.doc), converted once; nil when it cannot be converted.
+func (r *rendered) parsed() ast.Value {
+	r.once.Do(func() {
+		if v, err := ast.InterfaceToValue(r.doc); err == nil {
+			r.value = v
+		}
+	})
+	return r.value
 }
 
 // NewPluginIndex indexes a plugin record (JSON values as encoding/json decodes them into any).
 // It reads the record once; the record must not be modified afterwards.
 func NewPluginIndex(record map[string]any) *PluginIndex {
-	x := &PluginIndex{record: record}
+	x := &PluginIndex{record: record, whole: newRendered(record)}
 	manifest, ok := record["manifest"].(map[string]any)
 	if !ok {
 		return x
@@ -59,10 +86,10 @@ func NewPluginIndex(record map[string]any) *PluginIndex {
 		x.byKey[key] = ke
 	}
 	for k, ke := range x.byKey {
-		ke.record = x.with(ke.entries)
+		ke.record = newRendered(x.with(ke.entries))
 		x.byKey[k] = ke
 	}
-	x.none = x.with([]any{})
+	x.none = newRendered(x.with([]any{}))
 	return x
 }
 
@@ -74,8 +101,15 @@ func (x *PluginIndex) Record() map[string]any { return x.record }
 // built, without allocating; with two distinct keys that both have entries it merges them in
 // manifest order.
 func (x *PluginIndex) For(a, b string) map[string]any {
+	doc, _ := x.forRendered(a, b)
+	return doc
+}
+
+// forRendered is For, and also the rendered record when the index holds it (nil for two
+// merged keys, whose record is made for the call).
+func (x *PluginIndex) forRendered(a, b string) (map[string]any, *rendered) {
 	if !x.indexed {
-		return x.record
+		return x.record, x.whole
 	}
 	if a == "" || a == b {
 		a, b = b, ""
@@ -97,13 +131,13 @@ func (x *PluginIndex) For(a, b string) map[string]any {
 				j++
 			}
 		}
-		return x.with(merged)
+		return x.with(merged), nil
 	case okA:
-		return ea.record
+		return ea.record.doc, ea.record
 	case okB:
-		return eb.record
+		return eb.record.doc, eb.record
 	default:
-		return x.none
+		return x.none.doc, x.none
 	}
 }
 

@@ -61,17 +61,20 @@ func ParseRequestBytes(body []byte) (*Request, error) {
 		}
 	case direct:
 		// The fast decoder measured the document on its way: within the bounds and without
-		// numbers (the only values boundValue may rewrite), it needs no second walk, and the
-		// request is made from the top-level members without a map of them.
+		// a number with an exponent (the only values boundValue may rewrite), it needs no
+		// second walk, and the request is made from the top-level members without a map of
+		// them.
 		return requestFromMembers(members)
 	}
 	return requestFromValue(doc)
 }
 
 // withinRequestBounds reports whether a document of these measurements is within the request
-// bounds and holds no number, so that boundValue would find nothing to refuse or rewrite.
+// bounds and holds no number with an exponent, so that boundValue would find nothing to refuse
+// or rewrite: only a number with an exponent can be beyond what the policy engine represents
+// (ast.NumberChecked; TestOnlyExponentsAreRewritten holds it to that).
 func withinRequestBounds(st fastStats) bool {
-	return st.maxDepth <= MaxRequestDepth && st.maxString <= MaxRequestStringBytes && !st.numbers
+	return st.maxDepth <= MaxRequestDepth && st.maxString <= MaxRequestStringBytes && !st.exponents
 }
 
 // requestFromValue checks a decoded JSON value (as encoding/json decodes into any, numbers as

@@ -71,9 +71,12 @@ type Options struct {
 	Workers int
 	// DecideTimeout bounds one re-decision (the decider's own bound applies too).
 	DecideTimeout time.Duration
-	// Deadline is how long after a change its re-decisions may take: a watch whose
-	// re-decision has not finished by then is revoked (reason evaluation_failed, code
-	// EVAL_TIMEOUT), since its grant may already be gone. One second when zero.
+	// Deadline bounds one re-decision once it has started: a watch whose re-decision is
+	// still running after it is revoked (reason evaluation_failed, code EVAL_TIMEOUT), since
+	// its grant may already be gone and the service cannot tell. It protects against a stuck
+	// re-decision (a driver that never answers its config check, a decider that ignores its
+	// context), not against a queue: a re-decision waiting for a worker behind the others of
+	// a large change is not failing, and is decided in its turn. One second when zero.
 	Deadline time.Duration
 	// Logger receives the hub's warnings; none when nil.
 	Logger hclog.Logger
@@ -406,8 +409,8 @@ func (h *Hub) pass() {
 	if len(todo) == 0 {
 		return
 	}
-	late := time.AfterFunc(h.opts.Deadline, func() { h.revokeLate(todo, pass) })
-	defer late.Stop()
+	// Every worker takes the next group as soon as it is done with one, so a change is
+	// re-decided on every core (Options.Workers) however many distinct requests it touches.
 	work := make(chan *group)
 	var wg sync.WaitGroup
 	for range min(h.opts.Workers, len(todo)) {
@@ -415,7 +418,7 @@ func (h *Hub) pass() {
 		go func() {
 			defer wg.Done()
 			for g := range work {
-				h.redecide(g)
+				h.redecide(g, pass)
 			}
 		}()
 	}
@@ -430,13 +433,18 @@ func (h *Hub) pass() {
 }
 
 // redecide decides g's request again and tells each of its watches what changed for it.
-func (h *Hub) redecide(g *group) {
+func (h *Hub) redecide(g *group, pass uint64) {
 	select {
 	case <-h.stop:
 		return // Close revokes them
 	default:
 	}
-	ctx, cancel := context.WithTimeout(h.ctx, h.opts.DecideTimeout)
+	// The deadline counts from here, when the re-decision starts, not from the change: it
+	// catches a re-decision that is stuck. The decider is told through its context; one that
+	// does not return in time is revoked all the same (stuck), and what it answers later is
+	// dropped.
+	ctx, cancel := context.WithTimeout(h.ctx, min(h.opts.DecideTimeout, h.opts.Deadline))
+	stuck := time.AfterFunc(h.opts.Deadline, func() { h.revokeStuck(g, pass) })
 	start := time.Now()
 	var (
 		doc decision.Document
@@ -446,7 +454,16 @@ func (h *Hub) redecide(g *group) {
 	if err == nil {
 		doc, in, err = h.d.Decide(ctx, req, h.facts)
 	}
+	if cerr := ctx.Err(); err == nil && cerr != nil {
+		// An answer that comes after the deadline (or Close) is not trusted, whatever it says.
+		code := coded.EvalCanceled
+		if errors.Is(cerr, context.DeadlineExceeded) {
+			code = coded.EvalTimeout
+		}
+		err = &coded.Error{Code: code, Err: cerr}
+	}
 	cancel()
+	stuck.Stop()
 	ev := Event{Doc: doc, Operation: g.operation, Input: in, Latency: time.Since(start)}
 	if err != nil {
 		// Whatever the decider returned beside its error, the watch ends on the fail-closed deny.
@@ -472,37 +489,32 @@ func (h *Hub) redecide(g *group) {
 		h.drop(g)
 		return
 	}
-	g.pass = h.passes
+	g.pass = pass
 	ev.Kind = KindUpdate
 	for w := range g.watches {
 		w.update(ev)
 	}
 }
 
-// revokeLate revokes the watches of the groups of pass whose re-decision has not finished by
-// the deadline: their grant may be gone, and the service cannot tell in time.
-func (h *Hub) revokeLate(todo []*group, pass uint64) {
+// revokeStuck revokes the watches of g when its re-decision of pass is still running at the
+// deadline: their grant may be gone, and the service cannot tell in time.
+func (h *Hub) revokeStuck(g *group, pass uint64) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	n := 0
-	for _, g := range todo {
-		if h.groups[g.key] != g || g.pass >= pass {
-			continue // decided, or gone
-		}
-		doc := decision.FailedDocument(g.operation)
-		doc.Revision = g.anyLast().Revision
-		ev := Event{Kind: KindRevoke, Doc: doc, Operation: g.operation, EvalCode: coded.EvalTimeout, Latency: h.opts.Deadline}
-		for w := range g.watches {
-			w.revoke(ev)
-			n++
-		}
-		clear(g.watches)
-		h.drop(g)
+	if h.groups[g.key] != g || g.pass >= pass {
+		return // decided, or gone
 	}
-	if n > 0 {
-		h.opts.Logger.Warn("watched decisions were not re-decided in time after a change; their watches are revoked",
-			"watches", n, "deadline", h.opts.Deadline)
+	doc := decision.FailedDocument(g.operation)
+	doc.Revision = g.anyLast().Revision
+	ev := Event{Kind: KindRevoke, Doc: doc, Operation: g.operation, EvalCode: coded.EvalTimeout, Latency: h.opts.Deadline}
+	n := len(g.watches)
+	for w := range g.watches {
+		w.revoke(ev)
 	}
+	clear(g.watches)
+	h.drop(g)
+	h.opts.Logger.Warn("a watched decision was not re-decided in time; its watches are revoked",
+		"watches", n, "operation", g.operation, "deadline", h.opts.Deadline)
 }
 
 // Charge counts n bytes more against Options.MaxBytes: what a watch costs besides its body

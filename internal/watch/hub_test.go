@@ -411,3 +411,84 @@ func TestCloseDoesNotWaitForASlowReDecision(t *testing.T) {
 	require.Equal(t, KindRevoke, ev.Kind)
 	require.Equal(t, []string{decision.ReasonServiceStopping}, ev.Doc.Reasons)
 }
+
+// busyDecider decides as fakeDecider after a fixed time of work (as an evaluation takes), or
+// fails when its context ends first.
+type busyDecider struct {
+	*fakeDecider
+	busy time.Duration
+}
+
+func (d *busyDecider) Decide(ctx context.Context, req *snapshot.Request, f snapshot.Facts) (decision.Document, snapshot.Input, error) {
+	t := time.NewTimer(d.busy)
+	defer t.Stop()
+	select {
+	case <-t.C:
+	case <-ctx.Done():
+		doc, in, _ := d.fakeDecider.Decide(ctx, req, f)
+		return doc, in, &coded.Error{Code: coded.EvalTimeout, Err: ctx.Err()}
+	}
+	return d.fakeDecider.Decide(ctx, req, f)
+}
+
+// TestAQueueOfReDecisionsIsNotAFailure: a change touching more distinct requests than the
+// workers decide within the deadline revokes none of them when the policy still grants them
+// all: the deadline bounds one re-decision once it has started (a stuck one), not the time a
+// re-decision waits for its turn. When the change does take the grant away, every watch is
+// revoked with the policy's own reason, none with evaluation_failed. (Before, the deadline ran
+// from the change, and every watch still queued at that time was revoked with
+// evaluation_failed.)
+func TestAQueueOfReDecisionsIsNotAFailure(t *testing.T) {
+	t.Parallel()
+	const n = 400
+	d := &busyDecider{fakeDecider: newFakeDecider(), busy: 2 * time.Millisecond}
+	// 400 re-decisions of 2 ms on 2 workers take 400 ms at best: four times the deadline.
+	h := New(d, nil, Options{Workers: 2, Deadline: 100 * time.Millisecond})
+	defer h.Close()
+	watches := make([]*Watch, n)
+	for i := range watches {
+		watches[i] = open(t, h, d, request(fmt.Sprint("p", i), i))
+	}
+	decided := func(want int64) {
+		t.Helper()
+		deadline := time.Now().Add(30 * time.Second)
+		for d.total.Load() < want {
+			require.True(t, time.Now().Before(deadline), "re-decided %d of %d", d.total.Load()-n, n)
+			time.Sleep(time.Millisecond)
+		}
+	}
+
+	// A revision that changes no decision: every watch stays open, nothing is sent.
+	d.set(func(d *fakeDecider) { d.calls = map[string]int{} })
+	h.PolicyChanged("r1")
+	decided(2 * n)
+	require.Eventually(t, func() bool {
+		h.mu.Lock()
+		defer h.mu.Unlock()
+		for _, g := range h.groups {
+			if g.pass == 0 {
+				return false
+			}
+		}
+		return true
+	}, 30*time.Second, time.Millisecond, "every group's re-decision recorded")
+	require.Equal(t, n, h.Open())
+	for _, w := range watches {
+		requireNothing(t, w)
+	}
+
+	// A revision that takes the grant away: every watch is revoked with the policy's reason.
+	d.set(func(d *fakeDecider) {
+		for i := range n {
+			d.denied[fmt.Sprint("p", i)] = true
+		}
+	})
+	h.PolicyChanged("r2")
+	for _, w := range watches {
+		ev := next(t, w)
+		require.Equal(t, KindRevoke, ev.Kind)
+		require.Empty(t, ev.EvalCode)
+		require.Equal(t, []string{"worker_not_running"}, ev.Doc.Reasons)
+	}
+	require.Equal(t, 0, h.Open())
+}

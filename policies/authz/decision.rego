@@ -490,29 +490,10 @@ _declarations := _entry_declarations(_entry, object.get(_entry, "sandboxCapabili
 }
 
 # METADATA
-# title: Unverified capabilities
-# description: Capabilities with a method that is not verified (as in _snapshot).
-_unverified := {k | some k, cap in tables.capabilities; not object.subset(_methods, cap.methods)}
-
-# METADATA
-# title: Capabilities the declaration allows
-# description: |
-#   A declared true allows; any other declared value (false, a string, a number) withholds; no
-#   declaration allows ordinary capabilities and withholds opt-in ones (as in capabilities).
-_declared := {k | some k, cap in tables.capabilities; object.get(_declarations, k, cap.optIn == false) == true}
-
-# METADATA
-# title: Narrowed capabilities
-# description: A narrowing flag of the capability is exactly true in the input (as in _snapshot).
-_narrowed := {k |
-	some k, cap in tables.capabilities
-	some flag in cap.narrowedBy
-	input.narrowing[flag] == true
-}
-
-# METADATA
 # title: Capability reason applies
-# description: Whether a reason after the identity checks applies to capability k.
+# description: |
+#   Whether a reason after the identity checks applies to capability k. Each helper looks at k
+#   alone (a deny explains one capability), not at every capability of the table.
 _capability_reason(k, "worker_not_running") if {
 	not _verified(k)
 	_plugin_path
@@ -524,16 +505,35 @@ _capability_reason(k, "method_not_verified") if {
 	not _worker_missing
 }
 
-_capability_reason(k, "capability_not_declared") if not k in _declared
+_capability_reason(k, "capability_not_declared") if not _declared(k)
 
-_capability_reason(k, "capability_narrowed") if k in _narrowed
+_capability_reason(k, "capability_narrowed") if _narrowed(k)
 
 # METADATA
 # title: Capability verified
-# description: A capability of the table whose every method is verified.
+# description: A capability of the table whose every method is verified (as in _snapshot).
 _verified(k) if {
-	tables.capabilities[k]
-	not k in _unverified
+	cap := tables.capabilities[k]
+	object.subset(_methods, cap.methods)
+}
+
+# METADATA
+# title: Capability the declaration allows
+# description: |
+#   A capability of the table that the declarations allow: a declared true allows; any other
+#   declared value (false, a string, a number) withholds; no declaration allows an ordinary
+#   capability and withholds an opt-in one (as in capabilities).
+_declared(k) if {
+	cap := tables.capabilities[k]
+	object.get(_declarations, k, cap.optIn == false) == true
+}
+
+# METADATA
+# title: Capability narrowed
+# description: A narrowing flag of the capability is exactly true in the input (as in _snapshot).
+_narrowed(k) if {
+	some flag in tables.capabilities[k].narrowedBy
+	input.narrowing[flag] == true
 }
 
 # METADATA

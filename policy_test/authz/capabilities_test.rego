@@ -6,6 +6,7 @@
 package authz_test
 
 import data.authz
+import data.authz.tables
 
 # ---------------------------------------------------------------------------------------------
 # All nine, and each one on its own
@@ -105,17 +106,15 @@ test_only_capabilities_needing_a_method_lose_it if {
 }
 
 test_requirement_groups_all_needed if {
-	# concurrentSyncOperations needs environmentSyncIn and environmentSyncOut
-	only_in := authz.capabilities with input as full_methods(["environmentSyncIn"])
-	only_in == caps({"nativeSyncIn"})
-	both := authz.capabilities with input as full_methods(["environmentSyncIn", "environmentSyncOut"])
-	both == caps({"nativeSyncIn", "nativeSyncOut", "concurrentSyncOperations"})
-
-	# reusableLeases needs all three lease methods
-	two := authz.capabilities with input as full_methods(["environmentResumeLease", "environmentReleaseLease"])
-	two == caps_none
-	three := authz.capabilities with input as full_methods(["environmentResumeLease", "environmentReleaseLease", "environmentDestroyLease"])
-	three == caps({"reusableLeases"})
+	# every capability needs every one of the methods the table lists for it
+	every k, c in tables.capabilities {
+		with_all := authz.capabilities with input as full_methods([m | some m in c.methods])
+		with_all[k] == true
+		every m in c.methods {
+			without := authz.capabilities with input as full_methods([x | some x in c.methods; x != m])
+			without[k] == false
+		}
+	}
 }
 
 test_each_capability_verified_alone if {

@@ -106,17 +106,11 @@ capability_keys := [
 
 # METADATA
 # title: Every worker method
-# description: All worker methods that docs/contract.md, "The nine capabilities" names.
-all_methods := [
-	"environmentResumeLease",
-	"environmentReleaseLease",
-	"environmentDestroyLease",
-	"environmentSyncIn",
-	"environmentSyncOut",
-	"environmentExecute",
-	"duplexChannelOpen",
-	"environmentRunnerIngressEndpoint",
-]
+# description: |
+#   Every worker method some capability of the capability table requires, read from the table,
+#   so that the suites that test the policy's mechanics follow a routine edit of a capability's
+#   methods. The contract's own list is pinned in the contract suite (policy_test/authz/contract).
+all_methods := sort({m | some c in data.authz.tables.capabilities; some m in c.methods})
 
 # METADATA
 # title: Everything declared
@@ -287,3 +281,14 @@ ingress_evaluation_failed_doc := ingress_denied(["evaluation_failed"], set())
 #   doc with the JSON pointer path set to value (json.patch add: replaces an existing member);
 #   unlike object.union, an empty object here really empties the member.
 set_path(doc, path, value) := json.patch(doc, [{"op": "add", "path": path, "value": value}])
+
+# METADATA
+# title: contract example 14 input
+# description: getRunnerIngressEndpoint on the plugin driver, method and declaration present.
+row14 := plugin_driver({
+	"operation": "getRunnerIngressEndpoint",
+	"facts": {
+		"plugin": {"manifest": {"environmentDrivers": [object.union(daytona_entry, {"sandboxCapabilities": {"runnerWebSocketIngress": true}})]}},
+		"worker": {"supportedMethods": ["environmentRunnerIngressEndpoint"]},
+	},
+})

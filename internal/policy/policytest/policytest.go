@@ -15,6 +15,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -75,6 +76,9 @@ type Signing struct {
 	// IssuedAt is the iat claim (seconds since the epoch), as `opa build --claims-file` sets
 	// it; none when zero.
 	IssuedAt int64
+	// Claims are further claims of the claims file ("keyid": the key's name, as the docs'
+	// recipe writes it).
+	Claims map[string]any
 }
 
 // claimsFile writes the claims of sign as `opa build --claims-file` reads them; "" when the
@@ -88,6 +92,7 @@ func claimsFile(tb testing.TB, sign Signing) string {
 	if sign.IssuedAt != 0 {
 		claims["iat"] = sign.IssuedAt
 	}
+	maps.Copy(claims, sign.Claims)
 	if len(claims) == 0 {
 		return ""
 	}

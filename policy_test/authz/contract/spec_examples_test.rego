@@ -1,10 +1,34 @@
-# docs/contract.md, "Worked examples" examples
-#
-# Rows 1 to 14 of docs/contract.md, "Worked examples" as input documents (fixture F with the row's change, as the
-# host assembles it), asserting allow, code, message, reasons, the snapshot and the "also" column.
-package authz_test
+# METADATA
+# title: The contract suite
+# description: |
+#   A test of this suite that fails means the policy no longer decides as docs/contract.md
+#   says: this changes the contract. The other suites (data.authz_test) test the policy's
+#   mechanics and follow the tables; this one pins the contract's capability table
+#   (tables_test.rego) and its worked examples: rows 1 to 14 of docs/contract.md, "Worked examples", as
+#   input documents (fixture F with the row's change, as the host assembles it), asserting
+#   allow, code, message, reasons, the snapshot and the "also" column. A routine edit of the
+#   tables (a capability's methods, say) fails here, and only here, when it changes what the
+#   contract's examples decide: change docs/contract.md with it, or do not make it.
+package authz_test.contract
 
 import data.authz
+import data.authz_test.builtin_f
+import data.authz_test.capability_keys
+import data.authz_test.deny
+import data.authz_test.duplex_denied
+import data.authz_test.duplex_unsupported_message
+import data.authz_test.f
+import data.authz_test.f_without
+import data.authz_test.fixture_f
+import data.authz_test.grant
+import data.authz_test.ingress_unsupported_message
+import data.authz_test.not_registered_message
+import data.authz_test.row12
+import data.authz_test.row14
+import data.authz_test.with_declared
+import data.authz_test.with_entries
+import data.authz_test.with_entry
+import data.authz_test.with_methods
 
 test_row_01_fixture_f_grants if {
 	d := authz.decision with input as fixture_f
@@ -147,14 +171,3 @@ test_row_14_runner_ingress_on_plugin_driver if {
 	d.capabilities.runnerWebSocketIngress == true
 	d.message == "Environment driver \"plugin\" does not support runner ingress."
 }
-
-# METADATA
-# title: contract example 14 input
-# description: getRunnerIngressEndpoint on the plugin driver, method and declaration present.
-row14 := plugin_driver({
-	"operation": "getRunnerIngressEndpoint",
-	"facts": {
-		"plugin": {"manifest": {"environmentDrivers": [object.union(daytona_entry, {"sandboxCapabilities": {"runnerWebSocketIngress": true}})]}},
-		"worker": {"supportedMethods": ["environmentRunnerIngressEndpoint"]},
-	},
-})

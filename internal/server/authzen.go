@@ -15,6 +15,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/authz-dev/authz/internal/api"
 	"github.com/authz-dev/authz/internal/coded"
 	"github.com/authz-dev/authz/internal/decision"
 	"github.com/authz-dev/authz/internal/pipeline"
@@ -82,13 +83,13 @@ type authzenAnswer struct {
 // authzenContext is the decision document without allow (which is the answer's decision),
 // and the evaluation failure's code when the decision could not be evaluated.
 type authzenContext struct {
-	Code         string                 `json:"code"`
-	Message      string                 `json:"message"`
-	Reasons      []string               `json:"reasons"`
-	Capabilities *decision.Capabilities `json:"capabilities,omitempty"`
-	DecisionID   string                 `json:"decision_id,omitempty"`
-	Revision     string                 `json:"revision,omitempty"`
-	Error        string                 `json:"error,omitempty"`
+	Code         string            `json:"code"`
+	Message      string            `json:"message"`
+	Reasons      []string          `json:"reasons"`
+	Capabilities *api.Capabilities `json:"capabilities,omitempty"`
+	DecisionID   string            `json:"decision_id,omitempty"`
+	Revision     string            `json:"revision,omitempty"`
+	Error        string            `json:"error,omitempty"`
 }
 
 func answerOf(doc decision.Document, evalCode string) authzenAnswer {

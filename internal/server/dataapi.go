@@ -17,6 +17,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/authz-dev/authz/internal/api"
 	"github.com/authz-dev/authz/internal/coded"
 	"github.com/authz-dev/authz/internal/decision"
 	"github.com/authz-dev/authz/internal/pipeline"
@@ -155,8 +156,8 @@ func documentPath(p string) ([]string, error) {
 	case len(segs) == 1:
 		return segs, nil
 	case len(segs) == 2 && key == "capabilities":
-		if !slices.Contains(decision.CapabilityKeys[:], segs[1]) {
-			return nil, notFound("the capabilities are " + strings.Join(decision.CapabilityKeys[:], ", "))
+		if !slices.Contains(api.CapabilityKeys[:], segs[1]) {
+			return nil, notFound("the capabilities are " + strings.Join(api.CapabilityKeys[:], ", "))
 		}
 		return segs, nil
 	case len(segs) == 2 && key == "reasons":

@@ -11,6 +11,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"github.com/authz-dev/authz/internal/api"
 	"github.com/authz-dev/authz/internal/coded"
 	"github.com/authz-dev/authz/internal/decision"
 	"github.com/authz-dev/authz/internal/hoststate"
@@ -164,9 +165,9 @@ func (s *Server) callerOf(r *http.Request) string {
 }
 
 type capabilitiesAnswer struct {
-	Capabilities decision.Capabilities `json:"capabilities"`
-	DecisionID   string                `json:"decision_id"`
-	Revision     string                `json:"revision"`
+	Capabilities api.Capabilities `json:"capabilities"`
+	DecisionID   string           `json:"decision_id"`
+	Revision     string           `json:"revision"`
 }
 
 type dataAnswer struct {

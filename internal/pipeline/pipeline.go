@@ -111,6 +111,22 @@ type Pipeline struct {
 	recorder Recorder
 	observer Observer
 	log      hclog.Logger
+	// seen, when set (Observe), is told every call of the pipeline.
+	seen func(call string)
+}
+
+// Observe has seen told every call of the pipeline ("Decide /v1/authorize", "Body",
+// "DecideBody PATH", "Recheck", "Redecide", "Event"), before it runs: a recording double for
+// the tests that every face goes through the pipeline. Set it before the pipeline is used.
+func (p *Pipeline) Observe(seen func(call string)) { p.seen = seen }
+
+func (p *Pipeline) note(call, path string) {
+	if p.seen != nil {
+		if path != "" {
+			call += " " + path
+		}
+		p.seen(call)
+	}
 }
 
 // New is the pipeline of the service.
@@ -125,9 +141,6 @@ func New(d Decider, facts snapshot.Facts, places Places, rec Recorder, obs Obser
 type Face struct {
 	// Path names the face in the record, the metrics and the span.
 	Path string
-	// Parse decodes the body into the service's request; it may be called twice (the
-	// decoded request is given up while a config check is waited for).
-	Parse func(body []byte) (*snapshot.Request, error)
 	// WatchID names the watch whose first decision this is.
 	WatchID string
 }
@@ -171,61 +184,88 @@ type Result struct {
 type Batch struct{ Items, LineCap int }
 
 // Decide is the whole path of one request: its body read under admission, access checked,
-// decoded, decided and recorded. answer is called once with the result, within the deciding
-// place when the request was decided.
-func (p *Pipeline) Decide(c Caller, face Face, answer func(Result)) {
-	p.Body(c, func(body []byte) {
-		p.DecideBody(c, face, func() (*snapshot.Request, error) { return face.Parse(body) }, Batch{}, answer)
-	}, answer)
+// decoded with parse (which may be called twice: the decoded request is given up while a
+// config check is waited for), decided and recorded. answer is called once with the result,
+// within the deciding place when the request was decided.
+func (p *Pipeline) Decide(c Caller, face Face, parse func(body []byte) (*snapshot.Request, error), answer func(Result)) {
+	p.note("Decide", face.Path)
+	if !c.AdmitBody() {
+		answer(Result{Outcome: Overloaded})
+		return
+	}
+	defer c.Finish()
+	body, refused, ok := p.readBody(c)
+	if !ok {
+		answer(refused)
+		return
+	}
+	p.decideIn(c, face.Path, face.WatchID, parse, body, nil, Batch{}, answer)
 }
 
 // Body reads c's body holding a reading place from before its first byte until serve returns,
 // and checks access again once it is in: a token revoked while the body was being sent decides
 // nothing. serve gets the body; answer gets why there is none.
 func (p *Pipeline) Body(c Caller, serve func(body []byte), answer func(Result)) {
+	p.note("Body", "")
 	if !c.AdmitBody() {
 		answer(Result{Outcome: Overloaded})
 		return
 	}
 	defer c.Finish()
-	body, err := c.ReadBody()
-	if why := c.BodyIn(); why != 0 {
-		answer(Result{Outcome: CutShort, Cut: why})
-		return
-	}
-	if err != nil {
-		answer(Result{Outcome: Refused, Err: err})
-		return
-	}
-	if err := p.Recheck(c); err != nil {
-		answer(Result{Outcome: Denied, Err: err})
+	body, refused, ok := p.readBody(c)
+	if !ok {
+		answer(refused)
 		return
 	}
 	serve(body)
 }
 
+// readBody reads c's body in its reading place, then checks access again (Recheck); ok is
+// false, with the refusal, when the body was cut, could not be read or access is refused.
+func (p *Pipeline) readBody(c Caller) (body []byte, refused Result, ok bool) {
+	body, err := c.ReadBody()
+	if why := c.BodyIn(); why != 0 {
+		return nil, Result{Outcome: CutShort, Cut: why}, false
+	}
+	if err != nil {
+		return nil, Result{Outcome: Refused, Err: err}, false
+	}
+	if err := p.Recheck(c); err != nil {
+		return nil, Result{Outcome: Denied, Err: err}, false
+	}
+	return body, Result{}, true
+}
+
 // Recheck is the one access check after the middleware's: for a body read in full, or a
 // watch registered, after a tokens reload may have run.
-func (p *Pipeline) Recheck(c Caller) error { return c.CheckAccess() }
+func (p *Pipeline) Recheck(c Caller) error {
+	p.note("Recheck", "")
+	return c.CheckAccess()
+}
 
 // DecideBody decodes a request with parse and decides it (an AuthZEN batch's evaluations, from
 // a body Body read), in a deciding place.
 func (p *Pipeline) DecideBody(c Caller, face Face, parse func() (*snapshot.Request, error), batch Batch, answer func(Result)) {
-	var (
-		res   Result
-		ctx   = c.Context()
-		facts = p.facts
-	)
-	err := p.admitted(ctx, c.ID(), parse, &facts, func(req *snapshot.Request) {
-		res = p.decide(c, face, req, facts, batch)
-		answer(res)
-	})
+	p.note("DecideBody", face.Path)
+	p.decideIn(c, face.Path, face.WatchID, nil, nil, parse, batch, answer)
+}
+
+// decideIn decodes a request (parse, or parseBody of body when parse is nil) and decides it in
+// a deciding place; answer gets the result within the place.
+func (p *Pipeline) decideIn(c Caller, path, watchID string, parseBody func([]byte) (*snapshot.Request, error), body []byte,
+	parse func() (*snapshot.Request, error), batch Batch, answer func(Result)) {
+	ctx, caller := c.Context(), c.ID()
+	req, facts, err := p.admit(ctx, caller, parseBody, body, parse, p.facts)
 	switch {
 	case errors.Is(err, errNotAdmitted):
 		answer(Result{Outcome: Overloaded})
+		return
 	case err != nil:
 		answer(Result{Outcome: Refused, Err: err})
+		return
 	}
+	defer p.places.Release(caller)
+	answer(p.decide(c, path, watchID, req, facts, batch))
 }
 
 // Redecide decides a watch's request again, as a request of the API is decided: in a deciding
@@ -233,56 +273,58 @@ func (p *Pipeline) DecideBody(c Caller, face Face, parse func() (*snapshot.Reque
 // admitted in time fails (a service too busy to decide again cannot vouch for a grant). It is
 // recorded when its event is sent (Event).
 func (p *Pipeline) Redecide(ctx context.Context, req *snapshot.Request, facts snapshot.Facts) (decision.Document, snapshot.Input, error) {
-	var (
-		doc decision.Document
-		in  snapshot.Input
-		err error
-	)
+	p.note("Redecide", "")
 	parse := func() (*snapshot.Request, error) { return req, nil }
-	if p.admitted(ctx, "", parse, &facts, func(req *snapshot.Request) {
-		doc, in, err = p.decider.Decide(ctx, req, facts)
-	}) != nil {
+	admitted, facts, err := p.admit(ctx, "", nil, nil, parse, facts)
+	if err != nil {
 		return decision.FailedDocument(req.Operation), nil, p.places.Overloaded()
 	}
-	return doc, in, err
+	defer p.places.Release("")
+	return p.decider.Decide(ctx, admitted, facts)
 }
 
 // errNotAdmitted: no deciding place came in time.
 var errNotAdmitted = errors.New("not admitted")
 
-// admitted decodes a request with parse and hands it to serve, in a deciding place. A
-// driver's config check that must be asked is not waited for in the place: the request gives
-// its place and its decoded form up, waits (the answer then at hand in *facts), and is
-// admitted and decoded again. So a plugin whose checks are slow holds up its own callers only.
-func (p *Pipeline) admitted(ctx context.Context, caller string, parse func() (*snapshot.Request, error), facts *snapshot.Facts, serve func(*snapshot.Request)) error {
-	if !p.places.Acquire(ctx, caller) {
-		return errNotAdmitted
+// admit takes a deciding place and decodes the request in it (parse, or parseBody of body);
+// on success the place is held, for the caller to release. A driver's config check that must
+// be asked is not waited for in the place: the request gives its place and its decoded form
+// up, waits (the answer then at hand in the facts returned), and is admitted and decoded again.
+// So a plugin whose checks are slow holds up its own callers only.
+func (p *Pipeline) admit(ctx context.Context, caller string, parseBody func([]byte) (*snapshot.Request, error), body []byte,
+	parse func() (*snapshot.Request, error), facts snapshot.Facts) (*snapshot.Request, snapshot.Facts, error) {
+	decode := func() (*snapshot.Request, error) {
+		if parse != nil {
+			return parse()
+		}
+		return parseBody(body)
 	}
-	req, err := parse()
+	if !p.places.Acquire(ctx, caller) {
+		return nil, facts, errNotAdmitted
+	}
+	req, err := decode()
 	if err != nil {
 		p.places.Release(caller)
-		return err
+		return nil, facts, err
 	}
-	if wait := snapshot.PendingConfigCheck(req, *facts); wait != nil {
+	if wait := snapshot.PendingConfigCheck(req, facts); wait != nil {
 		p.places.Release(caller) // the decoded request is not used again: decoded again below
-		*facts = wait(ctx)
+		facts = wait(ctx)
 		if !p.places.Acquire(ctx, caller) {
-			return errNotAdmitted
+			return nil, facts, errNotAdmitted
 		}
-		if req, err = parse(); err != nil {
+		if req, err = decode(); err != nil {
 			p.places.Release(caller)
-			return err
+			return nil, facts, err
 		}
 	}
-	defer p.places.Release(caller)
-	serve(req)
-	return nil
+	return req, facts, nil
 }
 
 // decide makes, answers fail-closed, records and observes one decision.
-func (p *Pipeline) decide(c Caller, face Face, req *snapshot.Request, facts snapshot.Facts, batch Batch) Result {
+func (p *Pipeline) decide(c Caller, path, watchID string, req *snapshot.Request, facts snapshot.Facts, batch Batch) Result {
 	start := time.Now()
-	ctx, span := p.observer.StartSpan(c, face.Path, req)
+	ctx, span := p.observer.StartSpan(c, path, req)
 	doc, in, err := p.decider.Decide(ctx, req, facts)
 	latency := time.Since(start)
 	p.observer.DecisionTime(latency)
@@ -300,10 +342,10 @@ func (p *Pipeline) decide(c Caller, face Face, req *snapshot.Request, facts snap
 	if doc.Reasons == nil {
 		doc.Reasons = []string{}
 	}
-	p.log.Debug("decision", "decision_id", doc.DecisionID, "path", face.Path, "operation", req.Operation,
+	p.log.Debug("decision", "decision_id", doc.DecisionID, "path", path, "operation", req.Operation,
 		"allow", doc.Allow, "code", doc.Code, "reasons", doc.Reasons, "latency", latency)
-	rec := Record{RemoteAddr: c.RemoteAddr(), DecisionID: doc.DecisionID, Start: start, Path: face.Path, Operation: req.Operation,
-		Input: in, Result: doc, Latency: latency, EvalCode: evalCode, WatchID: face.WatchID, LineCap: batch.LineCap}
+	rec := Record{RemoteAddr: c.RemoteAddr(), DecisionID: doc.DecisionID, Start: start, Path: path, Operation: req.Operation,
+		Input: in, Result: doc, Latency: latency, EvalCode: evalCode, WatchID: watchID, LineCap: batch.LineCap}
 	if batch.Items > 1 {
 		rec.Items = batch.Items
 	}
@@ -345,5 +387,6 @@ func (p *Pipeline) record(ctx context.Context, rec Record, grants bool) bool {
 // reports false when a required log could not record it; a failed record of an event that may
 // grant (not a revoke) revokes every watch.
 func (p *Pipeline) Event(ctx context.Context, rec Record, revoke bool) bool {
+	p.note("Event", "")
 	return p.record(ctx, rec, !revoke)
 }

@@ -301,7 +301,7 @@ func (s *Server) handleAuthZENEvaluation(w http.ResponseWriter, r *http.Request)
 		}
 		return e.request()
 	}
-	s.pipe.Decide(s.caller(w, r, s.readBody), pipeline.Face{Path: pathAuthZENEvaluation, Parse: parse}, func(res pipeline.Result) {
+	s.pipe.Decide(s.caller(w, r, false), pipeline.Face{Path: pathAuthZENEvaluation}, parse, func(res pipeline.Result) {
 		s.answerAuthZEN(w, r, res)
 	})
 }
@@ -321,7 +321,7 @@ func (s *Server) answerAuthZEN(w http.ResponseWriter, r *http.Request, res pipel
 func (s *Server) handleAuthZENEvaluations(w http.ResponseWriter, r *http.Request) {
 	arrived := time.Now()
 	echoRequestID(w, r)
-	c := s.caller(w, r, s.readBody)
+	c := s.caller(w, r, false)
 	s.pipe.Body(c, func(body []byte) {
 		var batch authzenEvaluations
 		if err := decodeAuthZEN(body, authzenEvaluationsShape, &batch); err != nil {

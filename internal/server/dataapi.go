@@ -67,7 +67,7 @@ func (s *Server) handleUndefinedData(w http.ResponseWriter, r *http.Request) {
 		writeError(w, err)
 		return
 	}
-	s.pipe.Body(s.caller(w, r, s.readDataBody), func(body []byte) {
+	s.pipe.Body(s.caller(w, r, true), func(body []byte) {
 		if err := undefinedDataBody(body); err != nil {
 			writeError(w, err)
 			return
@@ -115,7 +115,7 @@ func (s *Server) handleData(w http.ResponseWriter, r *http.Request) {
 		}
 		return snapshot.ParseRequestBytes(body)
 	}
-	s.pipe.Decide(s.caller(w, r, s.readDataBody), pipeline.Face{Path: r.URL.Path, Parse: parse}, func(res pipeline.Result) {
+	s.pipe.Decide(s.caller(w, r, true), pipeline.Face{Path: r.URL.Path}, parse, func(res pipeline.Result) {
 		doc, status, ok := s.answerResult(w, r, res)
 		if !ok {
 			return

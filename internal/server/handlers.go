@@ -113,7 +113,7 @@ func (s *Server) decisionHandler(path string) http.HandlerFunc {
 			}
 			return snapshot.ParseRequestBytes(body)
 		}
-		s.pipe.Decide(s.caller(w, r, s.readBody), pipeline.Face{Path: path, Parse: parse}, func(res pipeline.Result) {
+		s.pipe.Decide(s.caller(w, r, false), pipeline.Face{Path: path}, parse, func(res pipeline.Result) {
 			doc, status, ok := s.answerResult(w, r, res)
 			if !ok {
 				return

@@ -24,6 +24,7 @@ import (
 
 	"github.com/authz-dev/authz/internal/audit"
 	"github.com/authz-dev/authz/internal/decision"
+	"github.com/authz-dev/authz/internal/pipeline"
 	"github.com/authz-dev/authz/internal/snapshot"
 	"github.com/authz-dev/authz/internal/tracing"
 	"github.com/authz-dev/authz/internal/watch"
@@ -83,7 +84,7 @@ type Server struct {
 	// revokes records the watches' revokes off the streams' writers (revokelog.go).
 	revokes *revokeLog
 	// pipe is the one path of a decision (internal/pipeline, steps.go).
-	pipe decisionPipeline
+	pipe *pipeline.Pipeline
 	// decisionNS is the observed time of a decision, a moving average (observeDecisionTime).
 	decisionNS atomic.Int64
 }

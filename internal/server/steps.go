@@ -18,19 +18,6 @@ import (
 // observer (the recorder is internal/audit's). The pipeline calls them in its one order; a handler never calls them itself
 // (TestHandlersDecideOnlyThroughThePipeline).
 
-// decisionPipeline is what the faces use of the pipeline (*pipeline.Pipeline; a test puts a
-// recording double in its place).
-type decisionPipeline interface {
-	Decide(c pipeline.Caller, face pipeline.Face, answer func(pipeline.Result))
-	Body(c pipeline.Caller, serve func(body []byte), answer func(pipeline.Result))
-	DecideBody(c pipeline.Caller, face pipeline.Face, parse func() (*snapshot.Request, error), batch pipeline.Batch, answer func(pipeline.Result))
-	Recheck(c pipeline.Caller) error
-	Redecide(ctx context.Context, req *snapshot.Request, facts snapshot.Facts) (decision.Document, snapshot.Input, error)
-	Event(ctx context.Context, rec pipeline.Record, revoke bool) bool
-}
-
-var _ decisionPipeline = (*pipeline.Pipeline)(nil)
-
 // newPipeline is the server's pipeline over its steps.
 func (s *Server) newPipeline() *pipeline.Pipeline {
 	return pipeline.New(s.decider, s.facts, decidingPlaces{s.admit}, s.rec, observer{s}, s.log)
@@ -41,27 +28,35 @@ type httpCaller struct {
 	s    *Server
 	w    http.ResponseWriter
 	r    *http.Request
-	read func(http.ResponseWriter, *http.Request) ([]byte, error)
+	data bool // the body is the Data API's (readDataBody), not readBody's
 	id   string
 	hold *bodyHold
 }
 
-// caller is r's caller, its body read with read.
-func (s *Server) caller(w http.ResponseWriter, r *http.Request, read func(http.ResponseWriter, *http.Request) ([]byte, error)) *httpCaller {
-	return &httpCaller{s: s, w: w, r: r, read: read, id: s.callerOf(r)}
+// caller is r's caller, its body read by readBody, or by readDataBody when data. It lives in
+// the request's reading place (bodyHold, from a pool): it is not used after the pipeline
+// returned.
+func (s *Server) caller(w http.ResponseWriter, r *http.Request, data bool) *httpCaller {
+	h := newBodyHold()
+	h.hc = httpCaller{s: s, w: w, r: r, data: data, id: s.callerOf(r), hold: h}
+	return &h.hc
 }
 
-func (c *httpCaller) Context() context.Context  { return c.r.Context() }
-func (c *httpCaller) ID() string                { return c.id }
-func (c *httpCaller) ReadBody() ([]byte, error) { return c.read(c.w, c.r) }
-func (c *httpCaller) BodyIn() int32             { return c.s.admit.bodyIn(c.hold) }
-func (c *httpCaller) Finish()                   { c.s.admit.finish(c.r, c.hold) }
-func (c *httpCaller) CheckAccess() error        { return c.s.access.check(c.r, ScopeDecide) }
-func (c *httpCaller) RemoteAddr() string        { return c.r.RemoteAddr }
+func (c *httpCaller) Context() context.Context { return c.r.Context() }
+func (c *httpCaller) ID() string               { return c.id }
+func (c *httpCaller) ReadBody() ([]byte, error) {
+	if c.data {
+		return c.s.readDataBody(c.w, c.r)
+	}
+	return c.s.readBody(c.w, c.r)
+}
+func (c *httpCaller) BodyIn() int32      { return c.s.admit.bodyIn(c.hold) }
+func (c *httpCaller) Finish()            { c.s.admit.finish(c.r, c.hold) }
+func (c *httpCaller) CheckAccess() error { return c.s.access.check(c.r, ScopeDecide) }
+func (c *httpCaller) RemoteAddr() string { return c.r.RemoteAddr }
 
 func (c *httpCaller) AdmitBody() bool {
-	c.hold = c.s.admit.admitBody(c.w, c.r, c.id)
-	return c.hold != nil
+	return c.s.admit.admitBody(c.hold, c.w, c.r, c.id)
 }
 
 // decidingPlaces are the admission's deciding places (limits.maxDeciding).

@@ -81,8 +81,8 @@ func (s *Server) handleWatch(w http.ResponseWriter, r *http.Request) {
 		seq = s.watches.Seq()
 		return req, err
 	}
-	c := s.caller(w, r, s.readBody)
-	s.pipe.Decide(c, pipeline.Face{Path: pathWatch, Parse: parse, WatchID: watchID}, func(out pipeline.Result) {
+	c := s.caller(w, r, false)
+	s.pipe.Decide(c, pipeline.Face{Path: pathWatch, WatchID: watchID}, parse, func(out pipeline.Result) {
 		doc, status, ok := s.answerResult(w, r, out)
 		switch {
 		case !ok:

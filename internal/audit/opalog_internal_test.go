@@ -10,19 +10,19 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/authz-dev/authz/internal/api"
 	"github.com/authz-dev/authz/internal/decision"
-	"github.com/authz-dev/authz/internal/policy"
 )
 
 // ctxRecorder is an OPADecisionLogger that keeps the context and decision it was handed.
 type ctxRecorder struct {
 	ctxErr error
-	got    *policy.Decision
+	got    *api.Decision
 }
 
 func (r *ctxRecorder) DecisionLogs() bool { return true }
 
-func (r *ctxRecorder) LogDecision(ctx context.Context, d policy.Decision) error {
+func (r *ctxRecorder) LogDecision(ctx context.Context, d api.Decision) error {
 	r.ctxErr, r.got = ctx.Err(), &d
 	return nil
 }

@@ -16,8 +16,8 @@ import (
 	"github.com/hashicorp/go-hclog"
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/authz-dev/authz/internal/api"
 	"github.com/authz-dev/authz/internal/pipeline"
-	"github.com/authz-dev/authz/internal/policystate"
 )
 
 // DecisionPath is the path of every decision below data, whatever endpoint asked for it.
@@ -27,7 +27,7 @@ const DecisionPath = "authz/decision"
 type OPALogger interface {
 	// DecisionLogs reports whether OPA's decision_logs are configured.
 	DecisionLogs() bool
-	LogDecision(ctx context.Context, d policystate.Decision) error
+	LogDecision(ctx context.Context, d api.Decision) error
 }
 
 // Options are what a Recorder records to.
@@ -170,7 +170,7 @@ func (r *Recorder) logToOPA(ctx context.Context, remoteAddr string, start time.T
 	if err == nil {
 		// Not cancelled with the request: a caller that hangs up after its answer does not take
 		// the decision's log entry (and OPA's masking of it) with it.
-		err = l.LogDecision(context.WithoutCancel(ctx), policystate.Decision{ID: e.DecisionID, Path: DecisionPath,
+		err = l.LogDecision(context.WithoutCancel(ctx), api.Decision{ID: e.DecisionID, Path: DecisionPath,
 			Timestamp: start.UTC(), Input: e.Input, Result: result, Revision: e.Revision, RemoteAddr: remoteAddr, Error: string(e.Error)})
 	}
 	if err != nil {

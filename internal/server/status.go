@@ -4,9 +4,7 @@ import (
 	"context"
 	"net/http"
 
-	bundleplugin "github.com/open-policy-agent/opa/v1/plugins/bundle"
-
-	"github.com/authz-dev/authz/internal/policystate"
+	"github.com/authz-dev/authz/internal/api"
 )
 
 // pathStatus is the policy status endpoint.
@@ -14,13 +12,13 @@ const pathStatus = "/v1/status"
 
 // PolicyStatus reports the state of the policy (*policy.Source is one).
 type PolicyStatus interface {
-	Status() policystate.Status
+	Status() api.Status
 }
 
 // statusDocument is the answer of GET /v1/status: the policy's status and, under "build",
 // what the binary was built from.
 type statusDocument struct {
-	policystate.Status
+	api.Status
 	Build BuildInfo `json:"build"`
 }
 
@@ -31,12 +29,12 @@ func (s *Server) handleStatus(w http.ResponseWriter, _ *http.Request) {
 	writeJSON(w, http.StatusOK, statusDocument{Status: s.policyStatus(), Build: Build()})
 }
 
-func (s *Server) policyStatus() policystate.Status {
+func (s *Server) policyStatus() api.Status {
 	if s.policy != nil {
 		return s.policy.Status()
 	}
 	// A server made without a policy source serves whatever its decider has loaded.
-	return policystate.Status{Revision: s.decider.Revision(), Origin: policystate.OriginEmbedded, Bundles: map[string]*bundleplugin.Status{}}
+	return api.Status{Revision: s.decider.Revision(), Origin: api.OriginEmbedded, Bundles: map[string]*api.BundleStatus{}}
 }
 
 // policyOrigin is the origin label of authz_policy_revision_info.
@@ -46,11 +44,11 @@ func (s *Server) policyOrigin() string {
 			return o
 		}
 	}
-	return policystate.OriginEmbedded
+	return api.OriginEmbedded
 }
 
 // OPADecisionLogger hands decisions to OPA's decision-log plugin (*policy.Source is one).
 type OPADecisionLogger interface {
 	DecisionLogs() bool
-	LogDecision(ctx context.Context, d policystate.Decision) error
+	LogDecision(ctx context.Context, d api.Decision) error
 }

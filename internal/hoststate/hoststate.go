@@ -43,6 +43,9 @@ type Containment struct {
 	GID int `json:"gid"`
 	// Seccomp: the driver started with the host's seccomp filter (docs/drivers.md).
 	Seccomp bool `json:"seccomp"`
+	// PidNamespace: the driver runs in a pid namespace of its own, under an init that ends it
+	// (and everything it started) with the host.
+	PidNamespace bool `json:"pidNamespace"`
 	// Cgroup: the worker runs in a cgroup of its own, ended as a whole.
 	Cgroup bool `json:"cgroup"`
 	// HostNonDumpable: the host process is not dumpable.

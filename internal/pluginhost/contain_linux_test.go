@@ -44,7 +44,7 @@ func init() {
 func hostilePlugin(tb testing.TB, id, mode, out string, flags ...string) PluginConfig {
 	tb.Helper()
 	path, sum := driverBinary(tb)
-	args := append([]string{hostile.Marker, mode, "-key", "test.hostile." + id, "-out", out}, flags...)
+	args := append([]string{hostile.Marker, mode, "-key", "test.hostile." + id, "-out", out, "-target", strconv.Itoa(os.Getpid())}, flags...)
 	return PluginConfig{ID: id, Path: path, SHA256: sum, Args: args}
 }
 
@@ -79,7 +79,8 @@ func loopbackListener(tb testing.TB) {
 	tb.Cleanup(func() { _ = ln.Close() })
 }
 
-// assertRefused checks that each attempt of the steal driver failed with EPERM or EACCES.
+// assertRefused checks that each attempt of the steal driver failed with EPERM or EACCES (or
+// ESRCH: the host is not even in the driver's pid namespace).
 func assertRefused(t *testing.T, raw []byte, attempts ...string) {
 	t.Helper()
 	var res map[string]hostile.Outcome
@@ -93,7 +94,7 @@ func assertRefused(t *testing.T, raw []byte, attempts ...string) {
 			t.Errorf("%s: the driver succeeded: %s", a, o.Detail)
 			continue
 		}
-		assert.Contains(t, []int{int(syscall.EPERM), int(syscall.EACCES)}, o.Errno, "%s: want EPERM or EACCES, got %s", a, o.Detail)
+		assert.Contains(t, []int{int(syscall.EPERM), int(syscall.EACCES), int(syscall.ESRCH)}, o.Errno, "%s: want EPERM, EACCES or ESRCH, got %s", a, o.Detail)
 		t.Logf("%s: refused (%s)", a, o.Detail)
 	}
 	t.Logf("%d of %d reach-in attempts succeeded", succeeded, len(attempts))

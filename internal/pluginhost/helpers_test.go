@@ -59,7 +59,7 @@ func TestMain(m *testing.M) {
 		os.Exit(liveness.Main(os.Args[2:]))
 	}
 	if len(os.Args) > 1 && os.Args[1] == asHost {
-		os.Exit(runAsHost())
+		os.Exit(runAsHost(os.Args[2:]))
 	}
 	goleak.VerifyTestMain(removeDriverAfter{m})
 }

@@ -5,8 +5,10 @@ package pluginhost
 import (
 	"fmt"
 	"os"
+	"os/exec"
 	"strconv"
 	"strings"
+	"syscall"
 
 	"golang.org/x/sys/unix"
 )
@@ -30,14 +32,163 @@ const launchFD = 3
 // launcherExitCode is the launcher's exit status when it cannot filter or execute the driver.
 const launcherExitCode = 126
 
+// launchInitArg makes the host's executable the init of a driver's pid namespace:
+//
+//	argv: [driver argv[0], launchInitArg, limits, driver argv[1:]...]   fd 3: the sealed copy, fd 4: events
+//
+// It forks the driver stage (launchChildArg: the launcher above, which first sends its own
+// credentials over fd 4, so that the host learns the driver's pid in the host's pid
+// namespace), stays pid 1 (never executes the driver itself), reaps every process of the
+// namespace, and reports the driver's stops, continues and exit over fd 4. When it ends (the
+// driver exited, or its parent-death signal came with the host's death), the kernel kills every
+// process left in the namespace: nothing a driver starts outlives it, whatever it does to its
+// own parent-death signal.
+const launchInitArg = "--authz-driver-init"
+
+// launchChildArg is the driver stage started by the init: limits, credentials on fd 4, seccomp,
+// then the driver.
+const launchChildArg = "--authz-driver-launch-child"
+
+// launchProbeArg makes the launcher exit 0 at once: the host starts it once in new namespaces
+// to learn whether the kernel allows them.
+const launchProbeArg = "--authz-driver-probe"
+
+// launchNSArg makes the host's executable the parent of a driver's namespaces when the host is
+// not root: a user namespace is made by the parent writing the child's uid map, which a
+// non-dumpable host (see hostContainment) cannot do. This launcher, freshly executed and so
+// dumpable, starts the rest of its argv (the init, or the probe) in new user and pid
+// namespaces, makes itself non-dumpable, and exits with its child's status; its parent-death
+// signal and the child's chain the host's death down to the init.
+const launchNSArg = "--authz-driver-ns"
+
+// launchEventFD is the descriptor of the events socket in the init and the driver stage.
+const launchEventFD = 4
+
+// Events the init sends the host, one per datagram.
+const (
+	eventStop = "stop"
+	eventCont = "cont"
+	eventExit = "exit" // "exit N": N is the driver's wait status
+)
+
 func init() {
-	if len(os.Args) > 1 && os.Args[1] == launchArg {
-		os.Exit(runLauncher(os.Args))
+	if len(os.Args) > 1 {
+		switch os.Args[1] {
+		case launchArg:
+			os.Exit(runLauncher(os.Args, false))
+		case launchChildArg:
+			os.Exit(runLauncher(os.Args, true))
+		case launchInitArg:
+			os.Exit(runInit(os.Args))
+		case launchNSArg:
+			os.Exit(runNamespaces(os.Args))
+		case launchProbeArg:
+			os.Exit(0)
+		}
 	}
 }
 
-// runLauncher is the launcher; it returns only when it failed.
-func runLauncher(args []string) int {
+// runNamespaces starts argv[2:] in new user and pid namespaces and returns its exit status.
+func runNamespaces(args []string) int {
+	fail := func(err error) int {
+		fmt.Fprintf(os.Stderr, "authz driver launcher: %v; the driver was not started\n", err)
+		return launcherExitCode
+	}
+	if len(args) < 3 {
+		return fail(fmt.Errorf("want what to start"))
+	}
+	cmd := exec.Command("/proc/self/exe", args[2:]...)
+	cmd.Args[0] = args[0]
+	cmd.Env = os.Environ()
+	cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, os.Stdout, os.Stderr
+	if args[2] == launchInitArg {
+		exe, events := os.NewFile(launchFD, "driver"), os.NewFile(launchEventFD, "events")
+		cmd.ExtraFiles = []*os.File{exe, events}
+		defer func() { _ = exe.Close(); _ = events.Close() }()
+	}
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true, Pdeathsig: syscall.SIGKILL}
+	namespaceAttr(cmd.SysProcAttr)
+	if err := cmd.Start(); err != nil {
+		return fail(fmt.Errorf("start the driver's namespaces: %w", err))
+	}
+	// From here on the driver (the same user) may not open this process's memory.
+	_ = unix.Prctl(unix.PR_SET_DUMPABLE, 0, 0, 0, 0)
+	for _, f := range cmd.ExtraFiles {
+		_ = f.Close()
+	}
+	err := cmd.Wait()
+	if ee, ok := err.(*exec.ExitError); ok {
+		if ws, ok := ee.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+			return 128 + int(ws.Signal())
+		}
+		return ee.ExitCode()
+	}
+	if err != nil {
+		return launcherExitCode
+	}
+	return 0
+}
+
+// runInit is the init of a driver's pid namespace; it returns the driver's exit status (128+N
+// when signal N ended it).
+func runInit(args []string) int {
+	fail := func(err error) int {
+		fmt.Fprintf(os.Stderr, "authz driver launcher: %v; the driver was not started\n", err)
+		return launcherExitCode
+	}
+	// The driver (often the same user) may not open this process's memory to lie in its name.
+	if err := unix.Prctl(unix.PR_SET_DUMPABLE, 0, 0, 0, 0); err != nil {
+		return fail(fmt.Errorf("make the launcher non-dumpable: %w", err))
+	}
+	if len(args) < 3 {
+		return fail(fmt.Errorf("want the limits argument"))
+	}
+	if err := sendCredentials("init"); err != nil {
+		return fail(fmt.Errorf("tell the host the launcher's pid: %w", err))
+	}
+	cmd := exec.Command("/proc/self/exe", append([]string{launchChildArg}, args[2:]...)...)
+	cmd.Args[0] = args[0]
+	cmd.Env = os.Environ()
+	cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, os.Stdout, os.Stderr
+	exe, events := os.NewFile(launchFD, "driver"), os.NewFile(launchEventFD, "events")
+	cmd.ExtraFiles = []*os.File{exe, events}
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true, Pdeathsig: syscall.SIGKILL}
+	if err := cmd.Start(); err != nil {
+		return fail(fmt.Errorf("start the driver: %w", err))
+	}
+	_ = exe.Close()
+	driver := cmd.Process.Pid
+	send := func(msg string) { _, _ = events.Write([]byte(msg)) }
+	for {
+		var ws unix.WaitStatus
+		pid, err := unix.Wait4(-1, &ws, unix.WUNTRACED|unix.WCONTINUED, nil)
+		if err == unix.EINTR {
+			continue
+		}
+		if err != nil { // ECHILD: nothing left (cannot happen before the driver's exit is seen)
+			return launcherExitCode
+		}
+		if pid != driver {
+			continue // an orphan of the driver, reaped
+		}
+		switch {
+		case ws.Stopped():
+			send(eventStop)
+		case ws.Continued():
+			send(eventCont)
+		case ws.Exited(), ws.Signaled():
+			send(eventExit + " " + strconv.FormatUint(uint64(ws), 10))
+			if ws.Signaled() {
+				return 128 + int(ws.Signal())
+			}
+			return ws.ExitStatus()
+		}
+	}
+}
+
+// runLauncher is the launcher; it returns only when it failed. As the driver stage of an init
+// (child), it sends its credentials over the events socket first.
+func runLauncher(args []string, child bool) int {
 	fail := func(err error) int {
 		fmt.Fprintf(os.Stderr, "authz driver launcher: %v; the driver was not started\n", err)
 		return launcherExitCode
@@ -48,6 +199,12 @@ func runLauncher(args []string) int {
 	if err := setLimits(args[2]); err != nil {
 		return fail(err)
 	}
+	if child {
+		if err := sendCredentials("pid"); err != nil {
+			return fail(fmt.Errorf("tell the host the driver's pid: %w", err))
+		}
+		_ = unix.Close(launchEventFD)
+	}
 	if err := installSeccomp(); err != nil {
 		return fail(err)
 	}
@@ -56,6 +213,13 @@ func runLauncher(args []string) int {
 	argv := append([]string{args[0]}, args[3:]...)
 	err := unix.Exec(fmt.Sprintf("/proc/self/fd/%d", launchFD), argv, os.Environ())
 	return fail(fmt.Errorf("execute the driver: %w", err))
+}
+
+// sendCredentials sends msg with this process's credentials over the events socket: the kernel
+// writes the sender's pid as the receiving host sees it.
+func sendCredentials(msg string) error {
+	oob := unix.UnixCredentials(&unix.Ucred{Pid: int32(os.Getpid()), Uid: uint32(os.Getuid()), Gid: uint32(os.Getgid())})
+	return unix.Sendmsg(launchEventFD, []byte(msg), oob, nil, 0)
 }
 
 // rlimits are the resource limits of ResourceLimits, by their name in the launcher's argument.

@@ -17,6 +17,9 @@
 //	                       made its controlling terminal (which only a seccomp filter
 //	                       refuses), and send SIGCONT to the host; -target PID is the host
 //	                       (default: the parent)
+//	outlive -out FILE      clear its parent-death signal, start a child (own session) that clears
+//	                       its own and sleeps for 10 minutes; FILE gets both pids as the host
+//	                       sees them (from /proc/self), one a line, once the child runs
 //	fork-escape -out FILE  leave one orphan (double fork, setsid, no environment, /proc/self/exe
 //	                       re-executed) that sleeps for 10 minutes; FILE gets its pid
 //
@@ -47,6 +50,7 @@ import (
 
 	"github.com/authz-dev/authz/driverplugin"
 	"github.com/authz-dev/authz/internal/testdrivers/faults"
+	"github.com/authz-dev/authz/internal/testdrivers/hostpid"
 )
 
 // Marker is the first argument that makes a test binary run as this driver (see Main).
@@ -102,6 +106,13 @@ func Main(args []string) int {
 		d, _ := time.ParseDuration(argAt(args, 1))
 		time.Sleep(d)
 		return 0
+	case "linger": // the outlive mode's child: write its pid to args[1], then sleep
+		_ = unix.Prctl(unix.PR_SET_PDEATHSIG, 0, 0, 0, 0)
+		if err := writeFile(argAt(args, 1), []byte(ownHostPID())); err != nil {
+			return 1
+		}
+		time.Sleep(10 * time.Minute)
+		return 0
 	}
 	fs := flag.NewFlagSet("hostile "+mode, flag.ContinueOnError)
 	out := fs.String("out", "", "file for what the driver did")
@@ -126,6 +137,8 @@ func Main(args []string) int {
 		attack = func() error {
 			return writeJSON(*out, ttyAttacks(hostPID(*target)))
 		}
+	case "outlive":
+		attack = func() error { return outlive(*out) }
 	case "fork-escape":
 		attack = func() error { return orphans(*out, 1, "10m") }
 	default:
@@ -361,6 +374,35 @@ func OpenPTY() (master, slave *os.File, err error) {
 	return master, slave, nil
 }
 
+// ownHostPID is this process's pid as the host sees it.
+func ownHostPID() string { return strconv.Itoa(hostpid.Self()) }
+
+// outlive clears the driver's parent-death signal and starts a child that clears its own.
+func outlive(out string) error {
+	if err := unix.Prctl(unix.PR_SET_PDEATHSIG, 0, 0, 0, 0); err != nil {
+		return err
+	}
+	gc := out + ".child"
+	c := exec.Command("/proc/self/exe", Marker, "linger", gc)
+	c.Env = []string{}
+	c.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+	if err := c.Start(); err != nil {
+		return err
+	}
+	go func() { _ = c.Wait() }()
+	deadline := time.Now().Add(time.Minute)
+	for {
+		b, err := os.ReadFile(gc)
+		if err == nil {
+			return writeFile(out, []byte(ownHostPID()+"\n"+string(b)+"\n"))
+		}
+		if time.Now().After(deadline) {
+			return errors.New("the child wrote no pid")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
 // orphans leaves n orphans that sleep for d (double fork, setsid, no environment) and writes
 // their pids to out.
 func orphans(out string, n int, d string) error {
@@ -388,7 +430,7 @@ func forkOrphan(args []string) int {
 		fmt.Fprintln(os.Stderr, "hostile fork:", err)
 		return 1
 	}
-	fmt.Println(c.Process.Pid)
+	fmt.Println(hostpid.Of(c.Process.Pid))
 	return 0
 }
 

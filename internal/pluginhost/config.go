@@ -97,6 +97,24 @@ type PluginConfig struct {
 	NoNewPrivileges bool `yaml:"noNewPrivileges"`
 	// ResourceLimits are resource limits of the driver process; a zero field leaves the host's limit.
 	ResourceLimits ResourceLimits `yaml:"limits"`
+	// Sandbox widens what the driver's Landlock sandbox lets it reach (Linux; docs/drivers.md,
+	// "What a driver can and cannot do"). By default a driver reads system libraries,
+	// certificates and name resolution files, writes only its private temporary directory
+	// (TMPDIR), binds no TCP port and connects to none.
+	Sandbox SandboxConfig `yaml:"sandbox"`
+}
+
+// SandboxConfig is what a driver may reach beyond its default sandbox.
+type SandboxConfig struct {
+	// ReadPaths are files or directories (absolute; directories with everything below) the
+	// driver may read and execute.
+	ReadPaths []string `yaml:"readPaths"`
+	// WritePaths are files or directories (absolute) the driver may read, write, execute,
+	// create in and remove from.
+	WritePaths []string `yaml:"writePaths"`
+	// ConnectTCP are the TCP ports the driver may connect to (on any address: its API's
+	// port, 443 for HTTPS). Landlock cannot bound the address, only the port.
+	ConnectTCP []uint16 `yaml:"connectTCP"`
 }
 
 // ResourceLimits are per-driver resource limits (setrlimit), applied to the driver process right after
@@ -304,6 +322,16 @@ func (c Config) validatePlugins(v *configcheck.Problems) {
 			v.Add(field+".user", "%v", err)
 		}
 		validateCgroupLimits(v, field+".limits", p.ResourceLimits)
+		for j, path := range p.Sandbox.ReadPaths {
+			if !filepath.IsAbs(path) {
+				v.Add(fmt.Sprintf("%s.sandbox.readPaths[%d]", field, j), "%q must be an absolute path", path)
+			}
+		}
+		for j, path := range p.Sandbox.WritePaths {
+			if !filepath.IsAbs(path) {
+				v.Add(fmt.Sprintf("%s.sandbox.writePaths[%d]", field, j), "%q must be an absolute path", path)
+			}
+		}
 		switch {
 		case p.SHA256 == "" && c.InsecureSkipPinCheck:
 			// Allowed in development only; Start warns.

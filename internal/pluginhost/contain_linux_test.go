@@ -223,6 +223,74 @@ func TestDriverHasNoTerminal(t *testing.T) {
 	}
 }
 
+// victimKey is the plugin key of the driver the files mode attacks.
+const victimKey = "test.victim"
+
+// TestDriverOfANonRootHostIsSandboxed: a host running as an ordinary user (nobody), so its
+// drivers run as that user too: a driver cannot read the host's tokens, configuration or
+// decision log, nor append to the decision log, nor open another driver's memory, nor signal
+// the host, nor connect to a TCP port its configuration does not allow. Its attempt to bind a
+// TCP port is logged, not checked: this kernel's Landlock refuses an IPv6 bind and let an IPv4
+// one through (docs/drivers.md).
+func TestDriverOfANonRootHostIsSandboxed(t *testing.T) {
+	if os.Getuid() != 0 {
+		t.Fatal("starting a host as nobody needs root: run it as root (CI does)")
+	}
+	nobody, err := user.Lookup("nobody")
+	require.NoError(t, err, "CI has a user nobody")
+	uid, _ := strconv.Atoi(nobody.Uid)
+	gid, _ := strconv.Atoi(nobody.Gid)
+	dir := sharedDir(t)
+	exe := copyTestBinary(t, dir)
+	private := func(name string) string {
+		d := filepath.Join(dir, name)
+		require.NoError(t, os.Mkdir(d, 0o700))
+		require.NoError(t, os.Chown(d, uid, gid))
+		return d
+	}
+	secrets, outDir := private("service"), private("out")
+	var files []string
+	for _, name := range []string{"tokens", "config.yaml", "decisions.log"} {
+		path := filepath.Join(secrets, name)
+		require.NoError(t, os.WriteFile(path, []byte(name+" of the service\n"), 0o600))
+		require.NoError(t, os.Chown(path, uid, gid))
+		files = append(files, path)
+	}
+	decisionLog := files[2]
+	out := filepath.Join(outDir, "files.json")
+
+	ctx, cancel := context.WithTimeout(t.Context(), 90*time.Second)
+	defer cancel()
+	host := exec.CommandContext(ctx, exe, asContainHost, out, "files",
+		"-read", strings.Join(files, ","), "-append", decisionLog, "-victim", victimKey)
+	host.Env = []string{"TMPDIR=" + dir}
+	host.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid), Groups: []uint32{}}}
+	logs, err := host.CombinedOutput()
+	require.NoError(t, err, "the host as nobody: %s", logs)
+	raw, err := os.ReadFile(out)
+	require.NoError(t, err, "%s", logs)
+	var res map[string]hostile.Outcome
+	require.NoError(t, json.Unmarshal(raw, &res), "%s", raw)
+	t.Logf("%s: %+v", hostile.AttemptBindTCP, res[hostile.AttemptBindTCP])
+	attempts := []string{hostile.AppendAttempt(decisionLog), hostile.AttemptVictimMem, hostile.AttemptSIGCONT, hostile.AttemptConnectTCP}
+	for _, f := range files {
+		attempts = append(attempts, hostile.ReadAttempt(f))
+	}
+	for _, a := range attempts {
+		o, ok := res[a]
+		require.True(t, ok, "the driver reported no %q attempt: %s", a, raw)
+		if o.OK {
+			t.Errorf("%s: the driver succeeded: %s", a, o.Detail)
+			continue
+		}
+		assert.NotZero(t, o.Errno, "%s: want a refusal by the kernel, got %s", a, o.Detail)
+		t.Logf("%s: refused (%s)", a, o.Detail)
+	}
+	b, err := os.ReadFile(decisionLog)
+	require.NoError(t, err)
+	assert.Equal(t, "decisions.log of the service\n", string(b), "the decision log is as the service wrote it")
+}
+
 // runContainHost runs a host (of whatever user this process is) with one hostile driver, in
 // mode args[1] (default steal), writing to args[0], until the driver has written it.
 func runContainHost(args []string) int {
@@ -245,7 +313,16 @@ func runContainHost(args []string) int {
 	if len(args) > 1 {
 		mode = args[1]
 	}
-	cfg.Plugins = []PluginConfig{{ID: mode, Path: self, SHA256: sum, Args: []string{hostile.Marker, mode, "-out", args[0], "-target", strconv.Itoa(os.Getpid())}}}
+	driverArgs := []string{hostile.Marker, mode, "-out", args[0], "-target", strconv.Itoa(os.Getpid()),
+		"-connect", strconv.Itoa(ln.Addr().(*net.TCPAddr).Port)}
+	if len(args) > 2 {
+		driverArgs = append(driverArgs, args[2:]...)
+	}
+	cfg.Plugins = []PluginConfig{{ID: mode, Path: self, SHA256: sum, Args: driverArgs,
+		Sandbox: SandboxConfig{WritePaths: []string{filepath.Dir(args[0])}}}}
+	if mode == "files" { // another plugin's driver, for the first to attack
+		cfg.Plugins = append(cfg.Plugins, PluginConfig{ID: "victim", Path: self, SHA256: sum, Args: []string{asDriver, "-plugin-key", victimKey}})
+	}
 	cfg.StartTimeout = 30 * time.Second
 	cfg.Logger = hclog.New(&hclog.LoggerOptions{Output: os.Stderr, Level: hclog.Warn})
 	h, err := New(cfg)
@@ -595,4 +672,31 @@ func TestStaleCgroupIsWarned(t *testing.T) {
 	assert.Contains(t, lines[0], "[WARN]")
 	assert.Contains(t, lines[0], "cgroup="+stale)
 	assert.Contains(t, lines[0], "processes=2")
+}
+
+// TestSocketDirsOfKilledDriversAreRemoved: the private directory of a worker (its socket, its
+// TMPDIR) goes with the worker, also when the driver was killed: none is left behind.
+func TestSocketDirsOfKilledDriversAreRemoved(t *testing.T) {
+	runParallel(t)
+	cfg := testConfig(t, driverPlugin(t, "killed"))
+	cfg.SocketDir = t.TempDir()
+	dirs := func() []string {
+		m, err := filepath.Glob(filepath.Join(cfg.SocketDir, "plugin-dir*"))
+		require.NoError(t, err)
+		return m
+	}
+	h, rec := startHost(t, cfg)
+	waitStarted(t, h, rec)
+	for range 3 {
+		w := state(t, h, "killed").Worker
+		require.NotNil(t, w)
+		require.NoError(t, syscall.Kill(w.PID, syscall.SIGKILL))
+		waitFor(t, 30*time.Second, "a restarted worker", func() bool {
+			s := state(t, h, "killed").Worker
+			return s != nil && s.Generation > w.Generation
+		})
+	}
+	waitFor(t, 10*time.Second, "one socket directory, the running worker's", func() bool { return len(dirs()) == 1 })
+	require.NoError(t, h.Close())
+	waitFor(t, 10*time.Second, "no socket directory once the host closed", func() bool { return len(dirs()) == 0 })
 }

@@ -61,6 +61,9 @@ func TestMain(m *testing.M) {
 	if len(os.Args) > 1 && os.Args[1] == asHost {
 		os.Exit(runAsHost(os.Args[2:]))
 	}
+	// The fixture drivers read and write the tests' temporary files; the sandbox tests run
+	// their hosts in child processes, without this.
+	fixtureWritePaths = []string{os.TempDir()}
 	goleak.VerifyTestMain(removeDriverAfter{m})
 }
 

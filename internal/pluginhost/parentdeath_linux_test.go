@@ -45,7 +45,8 @@ func runAsHost(args []string) int {
 	if len(args) == 0 {
 		args = []string{asDriver}
 	}
-	cfg.Plugins = []PluginConfig{{ID: "child", Path: path, SHA256: sum, Args: args}}
+	// The driver writes into the test's directory, this process's TMPDIR.
+	cfg.Plugins = []PluginConfig{{ID: "child", Path: path, SHA256: sum, Args: args, Sandbox: SandboxConfig{WritePaths: []string{os.TempDir()}}}}
 	cfg.StartTimeout = 30 * time.Second
 	cfg.Logger = hclog.New(&hclog.LoggerOptions{Output: os.Stderr, Level: hclog.Warn})
 	h, err := New(cfg)

@@ -96,6 +96,8 @@ func newProc(log hclog.Logger, spec *exec.Cmd, exe *pinnedExecutable, cfg Plugin
 	var cmd *exec.Cmd
 	p.exitStatus.Store(-1)
 	p.initFD = -1
+	write := append(append([]string{}, cfg.Sandbox.WritePaths...), fixtureWritePaths...)
+	sandbox := launchSandbox(sandboxSpec{Tmp: socketDir, Read: cfg.Sandbox.ReadPaths, Write: write, Connect: cfg.Sandbox.ConnectTCP})
 	switch {
 	case c.launcher != "" && c.pidnsErr == nil:
 		host, kid, err := eventSocket()
@@ -103,18 +105,19 @@ func newProc(log hclog.Logger, spec *exec.Cmd, exe *pinnedExecutable, cfg Plugin
 			_ = p.exe.Close()
 			return nil, fmt.Errorf("make the launcher's events socket: %w", err)
 		}
-		cmd = launcherCommand(c.launcher, append([]string{launchInitArg, launchLimits(cfg.ResourceLimits)}, cfg.Args...)...)
+		cmd = launcherCommand(c.launcher, append([]string{launchInitArg, launchLimits(cfg.ResourceLimits), sandbox}, cfg.Args...)...)
 		cmd.ExtraFiles = []*os.File{p.exe.file, kid} // launchFD, launchEventFD
 		p.seccomp, p.pidns, p.events, p.eventsKid, p.eventsDone = true, true, host, kid, make(chan struct{})
 	case c.launcher != "":
-		cmd = exec.Command(c.launcher, append([]string{launchArg, launchLimits(cfg.ResourceLimits)}, cfg.Args...)...)
+		cmd = exec.Command(c.launcher, append([]string{launchArg, launchLimits(cfg.ResourceLimits), sandbox}, cfg.Args...)...)
 		cmd.ExtraFiles = []*os.File{p.exe.file} // launchFD
 		p.seccomp = true
 	default:
 		cmd = exec.Command(p.exe.execPath(), cfg.Args...)
 	}
 	cmd.Args[0] = cfg.Path
-	cmd.Env = append(append([]string{}, spec.Env...), workerMarkerEnv+"="+p.marker)
+	// TMPDIR: the worker's private directory, the only one its sandbox lets it write.
+	cmd.Env = append(append([]string{}, spec.Env...), workerMarkerEnv+"="+p.marker, "TMPDIR="+socketDir)
 	cmd.Stdin = nil // /dev/null: the host's stdin is not the driver's
 	if cmd.SysProcAttr == nil {
 		cmd.SysProcAttr = &syscall.SysProcAttr{
@@ -165,6 +168,10 @@ func newProc(log hclog.Logger, spec *exec.Cmd, exe *pinnedExecutable, cfg Plugin
 	p.cmd = cmd
 	return p, nil
 }
+
+// fixtureWritePaths are added to every driver's writable paths; set only by this package's
+// tests, whose fixture drivers write the tests' files (state, pid files, impostor binaries).
+var fixtureWritePaths []string
 
 // eventSocket returns the two ends of the init's events socket (datagrams, in order); the
 // host's end receives the sender's credentials.

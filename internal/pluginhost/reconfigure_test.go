@@ -40,7 +40,7 @@ func TestSamePluginSeesEveryField(t *testing.T) {
 		}
 	}
 	fields := differ(t, "", reflect.ValueOf(base))
-	require.Len(t, fields, 16, "every field of PluginConfig and its limits")
+	require.Len(t, fields, 19, "every field of PluginConfig, its limits and its sandbox")
 	for _, field := range fields {
 		t.Run(field, func(t *testing.T) {
 			changed := clonePlugin(base)
@@ -56,7 +56,7 @@ func TestSamePluginSeesEveryField(t *testing.T) {
 			case reflect.Uint64:
 				v.SetUint(v.Uint() + 1)
 			case reflect.Slice:
-				v.Set(reflect.Append(v, reflect.ValueOf("more")))
+				v.Set(reflect.Append(v, reflect.New(v.Type().Elem()).Elem()))
 			case reflect.Pointer: // Enabled: true → false
 				off := false
 				v.Set(reflect.ValueOf(&off))

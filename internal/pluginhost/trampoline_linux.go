@@ -18,9 +18,9 @@ import (
 // seccomp filter and executes the driver. Go cannot run code in a child between fork and exec,
 // so the host executes itself (/proc/self/exe in the child) with
 //
-//	argv: [driver argv[0], launchArg, limits, driver argv[1:]...]   fd 3: the sealed copy
+//	argv: [driver argv[0], launchArg, limits, sandbox, driver argv[1:]...]   fd 3: the sealed copy
 //
-// (limits as launchLimits writes them) and the launcher, once limited and filtered, executes
+// (limits as launchLimits writes them, sandbox as launchSandbox does) and the launcher, once limited and filtered, executes
 // fd 3 with the driver's own argv and environment.
 // Every program that links this package (authz, its tests) is a launcher; no other argument
 // or environment variable makes it one.
@@ -34,7 +34,7 @@ const launcherExitCode = 126
 
 // launchInitArg makes the host's executable the init of a driver's pid namespace:
 //
-//	argv: [driver argv[0], launchInitArg, limits, driver argv[1:]...]   fd 3: the sealed copy, fd 4: events
+//	argv: [driver argv[0], launchInitArg, limits, sandbox, driver argv[1:]...]   fd 3: the sealed copy, fd 4: events
 //
 // It forks the driver stage (launchChildArg: the launcher above, which first sends its own
 // credentials over fd 4, so that the host learns the driver's pid in the host's pid
@@ -193,8 +193,8 @@ func runLauncher(args []string, child bool) int {
 		fmt.Fprintf(os.Stderr, "authz driver launcher: %v; the driver was not started\n", err)
 		return launcherExitCode
 	}
-	if len(args) < 3 {
-		return fail(fmt.Errorf("want the limits argument"))
+	if len(args) < 4 {
+		return fail(fmt.Errorf("want the limits and sandbox arguments"))
 	}
 	if err := setLimits(args[2]); err != nil {
 		return fail(err)
@@ -205,12 +205,15 @@ func runLauncher(args []string, child bool) int {
 		}
 		_ = unix.Close(launchEventFD)
 	}
+	if err := applySandbox(args[3]); err != nil {
+		return fail(err)
+	}
 	if err := installSeccomp(); err != nil {
 		return fail(err)
 	}
 	// Resolved by execve before the descriptor closes: the driver does not inherit it.
 	unix.CloseOnExec(launchFD)
-	argv := append([]string{args[0]}, args[3:]...)
+	argv := append([]string{args[0]}, args[4:]...)
 	err := unix.Exec(fmt.Sprintf("/proc/self/fd/%d", launchFD), argv, os.Environ())
 	return fail(fmt.Errorf("execute the driver: %w", err))
 }

@@ -20,6 +20,11 @@
 //	outlive -out FILE      clear its parent-death signal, start a child (own session) that clears
 //	                       its own and sleeps for 10 minutes; FILE gets both pids as the host
 //	                       sees them (from /proc/self), one a line, once the child runs
+//	files -out FILE        as the user of a host without root: read each file of -read (a
+//	                       comma-separated list), append to -append, open for writing the
+//	                       /proc/PID/mem of the other driver whose command line holds -victim,
+//	                       send SIGCONT to the host (-target), bind a TCP port, connect to
+//	                       the host's TCP port -connect
 //	fork-escape -out FILE  leave one orphan (double fork, setsid, no environment, /proc/self/exe
 //	                       re-executed) that sleeps for 10 minutes; FILE gets its pid
 //
@@ -80,6 +85,19 @@ const (
 	AttemptSIGCONT     = "SIGCONT to the host"
 )
 
+// Attempts of the files mode, the keys of its FILE (with ReadAttempt and AppendAttempt).
+const (
+	AttemptVictimMem  = "open another driver's /proc/PID/mem read-write"
+	AttemptBindTCP    = "bind a TCP port"
+	AttemptConnectTCP = "connect to the host's TCP port"
+)
+
+// ReadAttempt is the key of the files mode's attempt to read path.
+func ReadAttempt(path string) string { return "read " + path }
+
+// AppendAttempt is the key of the files mode's attempt to append to path.
+func AppendAttempt(path string) string { return "append to " + path }
+
 // Outcome is how one attempt ended: OK, or the error and its errno.
 type Outcome struct {
 	OK     bool   `json:"ok"`
@@ -119,6 +137,10 @@ func Main(args []string) int {
 	n := fs.Int("n", 40, "zombify: how many orphans")
 	key := fs.String("key", "test.hostile", "plugin key")
 	target := fs.Int("target", 0, "tty: the host's pid (0: the parent)")
+	readList := fs.String("read", "", "files: files to read, comma-separated")
+	appendTo := fs.String("append", "", "files: a file to append to")
+	victim := fs.String("victim", "", "files: a string in the command line of another driver")
+	connect := fs.Int("connect", 0, "files: a TCP port of the host on 127.0.0.1")
 	if err := fs.Parse(args[1:]); err != nil {
 		return 2
 	}
@@ -136,6 +158,10 @@ func Main(args []string) int {
 	case "tty":
 		attack = func() error {
 			return writeJSON(*out, ttyAttacks(hostPID(*target)))
+		}
+	case "files":
+		attack = func() error {
+			return writeJSON(*out, fileAttacks(hostPID(*target), *readList, *appendTo, *victim, *connect))
 		}
 	case "outlive":
 		attack = func() error { return outlive(*out) }
@@ -324,6 +350,85 @@ func ttyAttacks(host int) map[string]Outcome {
 	res[AttemptOwnInject] = outcome("pushed", ownTerminalInject())
 	res[AttemptSIGCONT] = outcome("sent", unix.Kill(host, unix.SIGCONT))
 	return res
+}
+
+// fileAttacks tries what a driver of a host without root could do as the host's own user.
+func fileAttacks(host int, readList, appendTo, victim string, port int) map[string]Outcome {
+	res := map[string]Outcome{}
+	for p := range strings.SplitSeq(readList, ",") {
+		if p == "" {
+			continue
+		}
+		b, err := os.ReadFile(p)
+		res[ReadAttempt(p)] = outcome(fmt.Sprintf("read %d bytes", len(b)), err)
+	}
+	if appendTo != "" {
+		f, err := os.OpenFile(appendTo, os.O_WRONLY|os.O_APPEND, 0)
+		if err == nil {
+			_, err = f.WriteString(`{"forged":true}` + "\n")
+			_ = f.Close()
+		}
+		res[AppendAttempt(appendTo)] = outcome("appended", err)
+	}
+	pid := 0
+	for deadline := time.Now().Add(30 * time.Second); pid == 0 && victim != "" && time.Now().Before(deadline); {
+		if pid = findProcess(victim); pid == 0 {
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+	if pid == 0 {
+		res[AttemptVictimMem] = Outcome{Detail: "no process with " + victim + " in its command line"}
+	} else if f, err := os.OpenFile("/proc/"+strconv.Itoa(pid)+"/mem", os.O_RDWR, 0); err == nil {
+		_ = f.Close()
+		res[AttemptVictimMem] = outcome("opened", nil)
+	} else {
+		res[AttemptVictimMem] = outcome("", err)
+	}
+	res[AttemptSIGCONT] = outcome("sent", unix.Kill(host, unix.SIGCONT))
+	// A port of its choosing (Landlock leaves port 0, an ephemeral port, to the kernel's
+	// choice unless a rule names it); another when that one is taken.
+	for try := range 20 {
+		addr := "127.0.0.1:" + strconv.Itoa(20000+(os.Getpid()*7+try*131)%20000)
+		ln, err := net.Listen("tcp", addr)
+		if err == nil {
+			res[AttemptBindTCP] = outcome("listening on "+ln.Addr().String(), nil)
+			_ = ln.Close()
+			break
+		}
+		res[AttemptBindTCP] = outcome("", err)
+		if !errors.Is(err, syscall.EADDRINUSE) {
+			break
+		}
+	}
+	if c, err := net.DialTimeout("tcp", "127.0.0.1:"+strconv.Itoa(port), 5*time.Second); err == nil {
+		res[AttemptConnectTCP] = outcome("connected", nil)
+		_ = c.Close()
+	} else {
+		res[AttemptConnectTCP] = outcome("", err)
+	}
+	return res
+}
+
+// findProcess returns the host pid of a process whose command line holds s, 0 when none: not
+// this driver's (which names s as its victim) nor a launcher's (which carries its driver's
+// arguments).
+func findProcess(s string) int {
+	if s == "" {
+		return 0
+	}
+	entries, _ := os.ReadDir("/proc")
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		b, err := os.ReadFile("/proc/" + e.Name() + "/cmdline")
+		if err != nil || !strings.Contains(string(b), s) || strings.Contains(string(b), "-victim") || strings.Contains(string(b), "--authz-driver") {
+			continue
+		}
+		return pid
+	}
+	return 0
 }
 
 // inject pushes a harmless character into the input of the terminal fd.

@@ -26,6 +26,7 @@ type hostContainment struct {
 	launcherCopy *os.File // a sealed copy of the host's executable, when others may not run the file
 	seccompErr   error    // why drivers start without the seccomp filter
 	pidnsErr     error    // why drivers start without a pid namespace of their own
+	landlock     string   // what of the Landlock sandbox the kernel lacks; "": nothing
 	cgroups      *cgroupRoot
 	cgroupErr    error // why workers get no cgroup
 }
@@ -46,6 +47,10 @@ func (c *hostContainment) setUp() *hostContainment {
 			c.pidnsErr = probeNamespaces(c.launcher)
 		} else {
 			c.pidnsErr = fmt.Errorf("no launcher: %w", c.seccompErr)
+		}
+		c.landlock = landlockMissing()
+		if c.launcher == "" {
+			c.landlock = "Landlock (no launcher to apply it)"
 		}
 		c.cgroups, c.cgroupErr = findCgroupRoot()
 	})
@@ -129,6 +134,9 @@ func (c *hostContainment) missing() []string {
 	}
 	if c.pidnsErr != nil {
 		out = append(out, "pid namespace ("+c.pidnsErr.Error()+")")
+	}
+	if c.landlock != "" {
+		out = append(out, c.landlock)
 	}
 	if c.cgroupErr != nil {
 		out = append(out, "cgroup ("+c.cgroupErr.Error()+")")

@@ -130,6 +130,10 @@ func TestDriverCannotReachIntoTheHost(t *testing.T) {
 	require.NotNil(t, c)
 	assert.True(t, c.Seccomp)
 	assert.True(t, c.HostNonDumpable)
+	// This kernel has every mechanism (CI runs here): none may go missing unnoticed.
+	assert.True(t, c.PidNamespace, "the driver runs in a pid namespace of its own")
+	assert.True(t, c.Landlock, "the driver runs under Landlock")
+	assert.Empty(t, c.Missing)
 	if os.Getuid() == 0 {
 		assert.NotZero(t, c.UID, "a root host runs a driver without `user:` as another user")
 		assert.Contains(t, status, fmt.Sprintf("Uid:\t%d\t", c.UID))

@@ -287,7 +287,7 @@ func cgroupName(id string) string {
 // containment reports how the worker is contained.
 func (p *proc) containment() *Containment {
 	c := containment.setUp()
-	out := &Containment{UID: os.Getuid(), GID: os.Getgid(), Seccomp: p.seccomp, PidNamespace: p.pidns, Cgroup: p.cg != nil, HostNonDumpable: c.dumpableErr == nil}
+	out := &Containment{UID: os.Getuid(), GID: os.Getgid(), Seccomp: p.seccomp, PidNamespace: p.pidns, Landlock: p.seccomp && c.landlock == "", Cgroup: p.cg != nil, HostNonDumpable: c.dumpableErr == nil}
 	if p.cred != nil {
 		out.UID, out.GID = int(p.cred.Uid), int(p.cred.Gid)
 	}
@@ -299,6 +299,9 @@ func (p *proc) containment() *Containment {
 	}
 	if !p.pidns && c.pidnsErr != nil {
 		out.Missing = append(out.Missing, "pid namespace: "+c.pidnsErr.Error())
+	}
+	if c.landlock != "" {
+		out.Missing = append(out.Missing, c.landlock)
 	}
 	if p.cg == nil && p.cgErr != nil {
 		out.Missing = append(out.Missing, "cgroup: "+p.cgErr.Error())

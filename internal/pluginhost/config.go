@@ -117,6 +117,17 @@ type SandboxConfig struct {
 	ConnectTCP []uint16 `yaml:"connectTCP"`
 }
 
+// Default limits of a driver, where its plugin sets none.
+const (
+	// DefaultFileSizeBytes is RLIMIT_FSIZE: 1 GiB.
+	DefaultFileSizeBytes = 1 << 30
+	// DefaultProcesses is RLIMIT_NPROC (processes and threads) where it counts only the
+	// driver: a driver in a user namespace of its own, or of a uid of its own. Elsewhere (a
+	// driver of the host's uid without a user namespace) it would count the host's threads too,
+	// and no default applies.
+	DefaultProcesses = 1024
+)
+
 // ResourceLimits are per-driver resource limits (setrlimit), applied to the driver process right after
 // it starts; its children inherit them.
 type ResourceLimits struct {
@@ -130,6 +141,12 @@ type ResourceLimits struct {
 	// CPUSeconds is RLIMIT_CPU: CPU time in seconds, after which the kernel ends the driver
 	// (the supervisor then restarts it).
 	CPUSeconds uint64 `yaml:"cpuSeconds"`
+	// DataBytes is RLIMIT_DATA: the driver's heap and other private writable memory, in bytes
+	// (unlike RLIMIT_AS, the address space a Go program reserves does not count).
+	DataBytes uint64 `yaml:"dataBytes"`
+	// FileSizeBytes is RLIMIT_FSIZE: the largest file the driver may write, in bytes. Zero: the
+	// default, DefaultFileSizeBytes.
+	FileSizeBytes uint64 `yaml:"fileSizeBytes"`
 	// MemoryMax is memory.max of the worker's cgroup (v2): the memory of the driver and every
 	// descendant together, in bytes. It needs the memory controller delegated to the host;
 	// Validate refuses it where it cannot be applied.

@@ -704,3 +704,39 @@ func TestSocketDirsOfKilledDriversAreRemoved(t *testing.T) {
 	require.NoError(t, h.Close())
 	waitFor(t, 10*time.Second, "no socket directory once the host closed", func() bool { return len(dirs()) == 0 })
 }
+
+// TestLimitsHoldInsideTheDriver: the driver runs with the configured RLIMIT_DATA and
+// RLIMIT_FSIZE, the default RLIMIT_NPROC (its uid is its own) and no RLIMIT_CPU; a file larger
+// than its RLIMIT_FSIZE cannot be written.
+func TestLimitsHoldInsideTheDriver(t *testing.T) {
+	if os.Getuid() != 0 {
+		t.Fatal("this test runs a driver of a uid of its own: run it as root (CI does)")
+	}
+	out := filepath.Join(sharedDir(t), "limits.json")
+	p := hostilePlugin(t, "limits", "limits", out, "-size", strconv.Itoa(2<<20))
+	p.ResourceLimits = ResourceLimits{DataBytes: 4 << 30, FileSizeBytes: 1 << 20}
+	h, rec := startHost(t, testConfig(t, p))
+	waitStarted(t, h, rec)
+	var res map[string]hostile.Outcome
+	require.NoError(t, json.Unmarshal(waitFile(t, out), &res))
+	limits := res[hostile.AttemptLimits]
+	require.True(t, limits.OK, "%+v", limits)
+	limit := func(name string) string {
+		for line := range strings.SplitSeq(limits.Detail, "\n") {
+			if rest, ok := strings.CutPrefix(line, name); ok {
+				f := strings.Fields(rest)
+				require.NotEmpty(t, f, "%q", line)
+				return f[0] // the soft limit
+			}
+		}
+		t.Fatalf("no %q in %s", name, limits.Detail)
+		return ""
+	}
+	assert.Equal(t, strconv.Itoa(4<<30), limit("Max data size"))
+	assert.Equal(t, strconv.Itoa(1<<20), limit("Max file size"))
+	assert.Equal(t, strconv.Itoa(DefaultProcesses), limit("Max processes"))
+	assert.Equal(t, "unlimited", limit("Max cpu time"), "RLIMIT_CPU is off by default")
+	w := res[hostile.AttemptWriteFile]
+	assert.False(t, w.OK, "a file past RLIMIT_FSIZE was written: %s", w.Detail)
+	assert.Equal(t, int(syscall.EFBIG), w.Errno, "%s", w.Detail)
+}

@@ -94,6 +94,12 @@ func newProc(log hclog.Logger, spec *exec.Cmd, exe *pinnedExecutable, cfg Plugin
 	p := &proc{log: log, exe: exe.ref(), socketDir: socketDir, marker: hex.EncodeToString(marker), reaper: rp, exited: make(chan struct{}), pidfd: -1,
 		noNewPrivs: cfg.NoNewPrivileges, limits: cfg.ResourceLimits}
 	var cmd *exec.Cmd
+	cred, err := driverCredential(cfg)
+	if err != nil {
+		_ = p.exe.Close()
+		return nil, err
+	}
+	p.limits = withDefaultLimits(cfg.ResourceLimits, c.pidnsErr == nil && c.launcher != "", cred)
 	p.exitStatus.Store(-1)
 	p.initFD = -1
 	write := append(append([]string{}, cfg.Sandbox.WritePaths...), fixtureWritePaths...)
@@ -105,11 +111,11 @@ func newProc(log hclog.Logger, spec *exec.Cmd, exe *pinnedExecutable, cfg Plugin
 			_ = p.exe.Close()
 			return nil, fmt.Errorf("make the launcher's events socket: %w", err)
 		}
-		cmd = launcherCommand(c.launcher, append([]string{launchInitArg, launchLimits(cfg.ResourceLimits), sandbox}, cfg.Args...)...)
+		cmd = launcherCommand(c.launcher, append([]string{launchInitArg, launchLimits(p.limits), sandbox}, cfg.Args...)...)
 		cmd.ExtraFiles = []*os.File{p.exe.file, kid} // launchFD, launchEventFD
 		p.seccomp, p.pidns, p.events, p.eventsKid, p.eventsDone = true, true, host, kid, make(chan struct{})
 	case c.launcher != "":
-		cmd = exec.Command(c.launcher, append([]string{launchArg, launchLimits(cfg.ResourceLimits), sandbox}, cfg.Args...)...)
+		cmd = exec.Command(c.launcher, append([]string{launchArg, launchLimits(p.limits), sandbox}, cfg.Args...)...)
 		cmd.ExtraFiles = []*os.File{p.exe.file} // launchFD
 		p.seccomp = true
 	default:
@@ -133,10 +139,6 @@ func newProc(log hclog.Logger, spec *exec.Cmd, exe *pinnedExecutable, cfg Plugin
 		p.closeEvents()
 		p.removeCgroup()
 		return nil, err
-	}
-	cred, err := driverCredential(cfg)
-	if err != nil {
-		return fail(err)
 	}
 	if cred != nil {
 		cmd.SysProcAttr.Credential = cred
@@ -167,6 +169,20 @@ func newProc(log hclog.Logger, spec *exec.Cmd, exe *pinnedExecutable, cfg Plugin
 	}
 	p.cmd = cmd
 	return p, nil
+}
+
+// withDefaultLimits fills in the default limits: RLIMIT_FSIZE always, RLIMIT_NPROC where it
+// counts only the driver (a user namespace of its own under a non-root host, a uid of its own
+// under a root one; root's own limit the kernel ignores).
+func withDefaultLimits(l ResourceLimits, pidns bool, cred *syscall.Credential) ResourceLimits {
+	if l.FileSizeBytes == 0 {
+		l.FileSizeBytes = DefaultFileSizeBytes
+	}
+	ownUID := cred != nil && int(cred.Uid) != os.Getuid() && cred.Uid != 0
+	if l.Processes == 0 && (ownUID || pidns && os.Getuid() != 0) {
+		l.Processes = DefaultProcesses
+	}
+	return l
 }
 
 // fixtureWritePaths are added to every driver's writable paths; set only by this package's
@@ -495,7 +511,11 @@ func (p *proc) runs(notStopped bool) bool {
 		}
 		if p.pidfd >= 0 { // the driver is the init's child: its pidfd turns readable once it exits
 			fds := []unix.PollFd{{Fd: int32(p.pidfd), Events: unix.POLLIN}}
-			if n, err := unix.Poll(fds, 0); err != nil || n > 0 {
+			n, err := unix.Poll(fds, 0)
+			for err == unix.EINTR { // a signal to this thread (the runtime's preemption) is no answer
+				n, err = unix.Poll(fds, 0)
+			}
+			if err != nil || n > 0 {
 				return false
 			}
 		}

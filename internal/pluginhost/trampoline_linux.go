@@ -234,6 +234,8 @@ var rlimits = []struct {
 	{"as", "addressSpaceBytes", unix.RLIMIT_AS, func(l ResourceLimits) uint64 { return l.AddressSpaceBytes }},
 	{"nproc", "processes", unix.RLIMIT_NPROC, func(l ResourceLimits) uint64 { return l.Processes }},
 	{"nofile", "openFiles", unix.RLIMIT_NOFILE, func(l ResourceLimits) uint64 { return l.OpenFiles }},
+	{"data", "dataBytes", unix.RLIMIT_DATA, func(l ResourceLimits) uint64 { return l.DataBytes }},
+	{"fsize", "fileSizeBytes", unix.RLIMIT_FSIZE, func(l ResourceLimits) uint64 { return l.FileSizeBytes }},
 	{"cpu", "cpuSeconds", unix.RLIMIT_CPU, func(l ResourceLimits) uint64 { return l.CPUSeconds }},
 }
 

@@ -25,6 +25,8 @@
 //	                       /proc/PID/mem of the other driver whose command line holds -victim,
 //	                       send SIGCONT to the host (-target), bind a TCP port, connect to
 //	                       the host's TCP port -connect
+//	limits -out FILE       report its resource limits (/proc/self/limits) and try to write a
+//	                       file of -size bytes into its TMPDIR
 //	fork-escape -out FILE  leave one orphan (double fork, setsid, no environment, /proc/self/exe
 //	                       re-executed) that sleeps for 10 minutes; FILE gets its pid
 //
@@ -141,6 +143,7 @@ func Main(args []string) int {
 	appendTo := fs.String("append", "", "files: a file to append to")
 	victim := fs.String("victim", "", "files: a string in the command line of another driver")
 	connect := fs.Int("connect", 0, "files: a TCP port of the host on 127.0.0.1")
+	size := fs.Int("size", 0, "limits: bytes to write into a file")
 	if err := fs.Parse(args[1:]); err != nil {
 		return 2
 	}
@@ -163,6 +166,8 @@ func Main(args []string) int {
 		attack = func() error {
 			return writeJSON(*out, fileAttacks(hostPID(*target), *readList, *appendTo, *victim, *connect))
 		}
+	case "limits":
+		attack = func() error { return writeJSON(*out, limitAttempts(*size)) }
 	case "outlive":
 		attack = func() error { return outlive(*out) }
 	case "fork-escape":
@@ -349,6 +354,27 @@ func ttyAttacks(host int) map[string]Outcome {
 	}
 	res[AttemptOwnInject] = outcome("pushed", ownTerminalInject())
 	res[AttemptSIGCONT] = outcome("sent", unix.Kill(host, unix.SIGCONT))
+	return res
+}
+
+// Attempts of the limits mode, the keys of its FILE.
+const (
+	AttemptLimits    = "read /proc/self/limits"
+	AttemptWriteFile = "write a file into TMPDIR"
+)
+
+// limitAttempts reports the driver's limits and writes size bytes into a file of its TMPDIR.
+func limitAttempts(size int) map[string]Outcome {
+	res := map[string]Outcome{}
+	b, err := os.ReadFile("/proc/self/limits")
+	res[AttemptLimits] = outcome(string(b), err)
+	f, err := os.CreateTemp("", "big")
+	if err == nil {
+		_, err = f.Write(make([]byte, size))
+		_ = f.Close()
+		_ = os.Remove(f.Name())
+	}
+	res[AttemptWriteFile] = outcome(fmt.Sprintf("wrote %d bytes", size), err)
 	return res
 }
 

@@ -3,6 +3,7 @@
 package pluginhost
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -40,6 +41,9 @@ func (c *hostContainment) setUp() *hostContainment {
 			c.dumpableErr = fmt.Errorf("make the host non-dumpable: %w", err)
 		}
 		c.seccompErr = seccompAvailable()
+		if c.seccompErr == nil && !launcherRegistered.Load() {
+			c.seccompErr = errors.New("no driver launcher: the program did not call sandbox.Init first in main")
+		}
 		if c.seccompErr == nil {
 			c.launcher, c.launcherCopy, c.seccompErr = findLauncher()
 		}

@@ -298,6 +298,7 @@ func TestDriverOfANonRootHostIsSandboxed(t *testing.T) {
 // runContainHost runs a host (of whatever user this process is) with one hostile driver, in
 // mode args[1] (default steal), writing to args[0], until the driver has written it.
 func runContainHost(args []string) int {
+	InitLauncher() // dispatched from init, before TestMain registers the launcher
 	fail := func(err error) int { fmt.Fprintln(os.Stderr, err); return 1 }
 	self, err := os.Executable()
 	if err != nil {
@@ -739,4 +740,17 @@ func TestLimitsHoldInsideTheDriver(t *testing.T) {
 	w := res[hostile.AttemptWriteFile]
 	assert.False(t, w.OK, "a file past RLIMIT_FSIZE was written: %s", w.Detail)
 	assert.Equal(t, int(syscall.EFBIG), w.Errno, "%s", w.Detail)
+}
+
+// TestUnregisteredLauncherIsMissing: in a program that did not call sandbox.Init, the host has
+// no launcher, and says so (drivers would run without seccomp, namespaces and Landlock).
+//
+// Sequential: it changes the process's registration for its duration.
+func TestUnregisteredLauncherIsMissing(t *testing.T) {
+	launcherRegistered.Store(false)
+	defer launcherRegistered.Store(true)
+	var c hostContainment
+	c.setUp()
+	assert.Empty(t, c.launcher)
+	assert.Contains(t, strings.Join(c.missing(), "; "), "sandbox.Init")
 }

@@ -41,6 +41,7 @@ const asFailingDriver = "--as-failing-driver"
 const asBoundsDriver = "--as-bounds-driver"
 
 func TestMain(m *testing.M) {
+	InitLauncher() // sandbox.Init, which this package cannot import
 	if len(os.Args) > 1 && os.Args[1] == asDriver {
 		os.Exit(faults.Main(os.Args[2:]))
 	}

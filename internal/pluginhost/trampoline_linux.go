@@ -8,6 +8,7 @@ import (
 	"os/exec"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"syscall"
 
 	"golang.org/x/sys/unix"
@@ -22,8 +23,8 @@ import (
 //
 // (limits as launchLimits writes them, sandbox as launchSandbox does) and the launcher, once limited and filtered, executes
 // fd 3 with the driver's own argv and environment.
-// Every program that links this package (authz, its tests) is a launcher; no other argument
-// or environment variable makes it one.
+// A program is a launcher once it called InitLauncher (sandbox.Init) first thing in main; no
+// other argument or environment variable makes it one.
 const launchArg = "--authz-driver-launch"
 
 // launchFD is the descriptor of the driver's sealed copy in the launcher.
@@ -71,7 +72,16 @@ const (
 	eventExit = "exit" // "exit N": N is the driver's wait status
 )
 
-func init() {
+// launcherRegistered is set by InitLauncher: this program dispatches the launcher's arguments
+// before anything else runs, so the host may start drivers through it.
+var launcherRegistered atomic.Bool
+
+// InitLauncher makes this program the driver launcher. Call it first thing in main (through
+// sandbox.Init), and in TestMain of a test binary that starts drivers: started with a
+// launcher argument, it runs the launcher and exits; otherwise it registers the launcher and
+// returns. A host in a program that did not call it starts drivers without the launcher (no
+// seccomp filter, pid namespace or Landlock) and says so in its start-up WARN.
+func InitLauncher() {
 	if len(os.Args) > 1 {
 		switch os.Args[1] {
 		case launchArg:
@@ -86,6 +96,7 @@ func init() {
 			os.Exit(0)
 		}
 	}
+	launcherRegistered.Store(true)
 }
 
 // runNamespaces starts argv[2:] in new user and pid namespaces and returns its exit status.

@@ -3,6 +3,7 @@
 package pluginhost
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -128,7 +129,7 @@ func runNamespaces(args []string) int {
 		_ = f.Close()
 	}
 	err := cmd.Wait()
-	if ee, ok := err.(*exec.ExitError); ok {
+	if ee := (*exec.ExitError)(nil); errors.As(err, &ee) {
 		if ws, ok := ee.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
 			return 128 + int(ws.Signal())
 		}

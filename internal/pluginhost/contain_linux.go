@@ -104,7 +104,7 @@ func namespaceAttr(attr *syscall.SysProcAttr) {
 func launcherCommand(launcher string, args ...string) *exec.Cmd {
 	if os.Getuid() == 0 {
 		cmd := exec.Command(launcher, args...)
-		cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true, Pdeathsig: syscall.SIGKILL}
+		cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true, Pdeathsig: initDeathSignal}
 		namespaceAttr(cmd.SysProcAttr)
 		return cmd
 	}

@@ -135,7 +135,8 @@ func reapGone(t *testing.T, pids []int) {
 
 // TestDriversThatClearTheirParentDeathSignalDieWithTheHost: a driver clears its parent-death
 // signal and starts a child (in a session of its own) that clears its own; the host is killed
-// with SIGKILL: neither is left, for a root host and for a host running as nobody.
+// with SIGKILL: neither is left, nor the worker's private directory, for a root host and for a
+// host running as nobody.
 func TestDriversThatClearTheirParentDeathSignalDieWithTheHost(t *testing.T) {
 	if os.Getuid() != 0 {
 		t.Fatal("this test runs a host as root and as nobody: run it as root (CI does)")
@@ -196,6 +197,12 @@ func TestDriversThatClearTheirParentDeathSignalDieWithTheHost(t *testing.T) {
 			})
 			t.Logf("driver %d and its child %d ended %s after the host was killed", pids[0], pids[1], took)
 			reapGone(t, append(launchers, pids...))
+			// Nor is the worker's private directory (its socket, its TMPDIR).
+			waitFor(t, 10*time.Second, "the worker's directory to be removed", func() bool {
+				m, err := filepath.Glob(filepath.Join(dir, "plugin-dir*"))
+				require.NoError(t, err)
+				return len(m) == 0
+			})
 		})
 	}
 }

@@ -3,10 +3,13 @@
 package pluginhost
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
 	"os/exec"
+	"os/signal"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -118,7 +121,7 @@ func runNamespaces(args []string) int {
 		cmd.ExtraFiles = []*os.File{exe, events}
 		defer func() { _ = exe.Close(); _ = events.Close() }()
 	}
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true, Pdeathsig: syscall.SIGKILL}
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true, Pdeathsig: initDeathSignal}
 	namespaceAttr(cmd.SysProcAttr)
 	if err := cmd.Start(); err != nil {
 		return fail(fmt.Errorf("start the driver's namespaces: %w", err))
@@ -141,6 +144,31 @@ func runNamespaces(args []string) int {
 	return 0
 }
 
+// initDeathSignal is the parent-death signal of the init: caught (SIGKILL would leave the
+// worker's private directory behind), it ends the namespace and removes the directory.
+const initDeathSignal = syscall.SIGTERM
+
+// sandboxTmp is the private directory of the launcher's sandbox argument, "" when none.
+func sandboxTmp(arg string) string {
+	raw, ok := strings.CutPrefix(arg, "sandbox:")
+	if !ok {
+		return ""
+	}
+	var spec sandboxSpec
+	if json.Unmarshal([]byte(raw), &spec) != nil {
+		return ""
+	}
+	return spec.Tmp
+}
+
+// removeTmp removes the worker's private directory, where its name says it is one (go-plugin's
+// "plugin-dir" prefix): never a directory the argument names by mistake.
+func removeTmp(dir string) {
+	if dir != "" && strings.HasPrefix(filepath.Base(dir), "plugin-dir") {
+		_ = os.RemoveAll(dir)
+	}
+}
+
 // runInit is the init of a driver's pid namespace; it returns the driver's exit status (128+N
 // when signal N ended it).
 func runInit(args []string) int {
@@ -158,6 +186,21 @@ func runInit(args []string) int {
 	if err := sendCredentials("init"); err != nil {
 		return fail(fmt.Errorf("tell the host the launcher's pid: %w", err))
 	}
+	// The worker's private directory goes with the worker, also when the host was killed: its
+	// death reaches this process as initDeathSignal, which ends the namespace's processes first
+	// (so that none keeps writing there), then removes the directory.
+	tmp := sandboxTmp(args[3])
+	died := make(chan os.Signal, 1)
+	signal.Notify(died, initDeathSignal)
+	go func() {
+		<-died
+		if os.Getpid() == 1 { // kill(-1) reaches only this namespace's processes
+			_ = unix.Kill(-1, unix.SIGKILL)
+		}
+		removeTmp(tmp)
+		os.Exit(128 + int(initDeathSignal))
+	}()
+	defer removeTmp(tmp)
 	cmd := exec.Command("/proc/self/exe", append([]string{launchChildArg}, args[2:]...)...)
 	cmd.Args[0] = args[0]
 	cmd.Env = os.Environ()
@@ -190,6 +233,9 @@ func runInit(args []string) int {
 			send(eventCont)
 		case ws.Exited(), ws.Signaled():
 			send(eventExit + " " + strconv.FormatUint(uint64(ws), 10))
+			if os.Getpid() == 1 { // what the driver left, before its directory goes
+				_ = unix.Kill(-1, unix.SIGKILL)
+			}
 			if ws.Signaled() {
 				return 128 + int(ws.Signal())
 			}

@@ -14,6 +14,7 @@ import (
 	"syscall"
 
 	"github.com/authz-dev/authz/examples/exampledriver"
+	"github.com/authz-dev/authz/internal/sandbox"
 )
 
 const usage = `authz-opa is OPA's run command with the authz gate built in (docs/service.md, "Running inside OPA").
@@ -27,6 +28,7 @@ Example, from a clone of the repository:
 `
 
 func main() {
+	sandbox.Init() // started as a driver launcher, it runs the launcher and never returns
 	// As in authz: a write to a closed pipe is an error of that write, not a reason to die.
 	signal.Notify(make(chan os.Signal, 1), syscall.SIGPIPE)
 	os.Exit(run(filepath.Base(os.Args[0]), os.Args[1:], os.Stdin, os.Stdout, os.Stderr))

@@ -9,9 +9,12 @@ import (
 	"os"
 	"os/signal"
 	"syscall"
+
+	"github.com/authz-dev/authz/internal/sandbox"
 )
 
 func main() {
+	sandbox.Init() // started as a driver launcher, it runs the launcher and never returns
 	// A write to a closed pipe (stderr whose reader went away) is an error the writer
 	// handles, such as a required decision log answering 503, not a reason to die. Caught
 	// (into a channel nobody reads; extra signals are dropped) rather than ignored, so that

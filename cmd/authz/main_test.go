@@ -10,11 +10,13 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
 
+	"github.com/authz-dev/authz/internal/sandbox"
 	"github.com/authz-dev/authz/internal/testutil"
 )
 
 // TestMain fails the package when a test leaves a goroutine behind (a server, a plugin client).
 func TestMain(m *testing.M) {
+	sandbox.Init() // the tests start drivers through this binary
 	goleak.VerifyTestMain(cleanupRun{m})
 }
 

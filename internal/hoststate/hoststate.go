@@ -43,6 +43,12 @@ type Containment struct {
 	GID int `json:"gid"`
 	// Seccomp: the driver started with the host's seccomp filter (docs/drivers.md).
 	Seccomp bool `json:"seccomp"`
+	// PidNamespace: the driver runs in a pid namespace of its own, under an init that ends it
+	// (and everything it started) with the host.
+	PidNamespace bool `json:"pidNamespace"`
+	// Landlock: the driver runs under the host's Landlock sandbox, with everything the
+	// sandbox asks of the kernel (file, TCP and scope rules); Missing says what it lacks.
+	Landlock bool `json:"landlock"`
 	// Cgroup: the worker runs in a cgroup of its own, ended as a whole.
 	Cgroup bool `json:"cgroup"`
 	// HostNonDumpable: the host process is not dumpable.

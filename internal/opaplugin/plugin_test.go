@@ -31,6 +31,7 @@ import (
 	"github.com/authz-dev/authz/internal/decision/decisiontest"
 	"github.com/authz-dev/authz/internal/policy"
 	"github.com/authz-dev/authz/internal/policy/policytest"
+	"github.com/authz-dev/authz/internal/sandbox"
 	"github.com/authz-dev/authz/internal/server"
 	"github.com/authz-dev/authz/internal/service"
 	"github.com/authz-dev/authz/internal/specexamples"
@@ -38,6 +39,7 @@ import (
 )
 
 func TestMain(m *testing.M) {
+	sandbox.Init() // the tests start drivers through this binary
 	RegisterActivator()
 	goleak.VerifyTestMain(m)
 }

@@ -97,7 +97,36 @@ type PluginConfig struct {
 	NoNewPrivileges bool `yaml:"noNewPrivileges"`
 	// ResourceLimits are resource limits of the driver process; a zero field leaves the host's limit.
 	ResourceLimits ResourceLimits `yaml:"limits"`
+	// Sandbox widens what the driver's Landlock sandbox lets it reach (Linux; docs/drivers.md,
+	// "What a driver can and cannot do"). By default a driver reads system libraries,
+	// certificates and name resolution files, writes only its private temporary directory
+	// (TMPDIR), binds no TCP port and connects to none.
+	Sandbox SandboxConfig `yaml:"sandbox"`
 }
+
+// SandboxConfig is what a driver may reach beyond its default sandbox.
+type SandboxConfig struct {
+	// ReadPaths are files or directories (absolute; directories with everything below) the
+	// driver may read and execute.
+	ReadPaths []string `yaml:"readPaths"`
+	// WritePaths are files or directories (absolute) the driver may read, write, execute,
+	// create in and remove from.
+	WritePaths []string `yaml:"writePaths"`
+	// ConnectTCP are the TCP ports the driver may connect to (on any address: its API's
+	// port, 443 for HTTPS). Landlock cannot bound the address, only the port.
+	ConnectTCP []uint16 `yaml:"connectTCP"`
+}
+
+// Default limits of a driver, where its plugin sets none.
+const (
+	// DefaultFileSizeBytes is RLIMIT_FSIZE: 1 GiB.
+	DefaultFileSizeBytes = 1 << 30
+	// DefaultProcesses is RLIMIT_NPROC (processes and threads) where it counts only the
+	// driver: a driver in a user namespace of its own, or of a uid of its own. Elsewhere (a
+	// driver of the host's uid without a user namespace) it would count the host's threads too,
+	// and no default applies.
+	DefaultProcesses = 1024
+)
 
 // ResourceLimits are per-driver resource limits (setrlimit), applied to the driver process right after
 // it starts; its children inherit them.
@@ -112,6 +141,12 @@ type ResourceLimits struct {
 	// CPUSeconds is RLIMIT_CPU: CPU time in seconds, after which the kernel ends the driver
 	// (the supervisor then restarts it).
 	CPUSeconds uint64 `yaml:"cpuSeconds"`
+	// DataBytes is RLIMIT_DATA: the driver's heap and other private writable memory, in bytes
+	// (unlike RLIMIT_AS, the address space a Go program reserves does not count).
+	DataBytes uint64 `yaml:"dataBytes"`
+	// FileSizeBytes is RLIMIT_FSIZE: the largest file the driver may write, in bytes. Zero: the
+	// default, DefaultFileSizeBytes.
+	FileSizeBytes uint64 `yaml:"fileSizeBytes"`
 	// MemoryMax is memory.max of the worker's cgroup (v2): the memory of the driver and every
 	// descendant together, in bytes. It needs the memory controller delegated to the host;
 	// Validate refuses it where it cannot be applied.
@@ -304,6 +339,16 @@ func (c Config) validatePlugins(v *configcheck.Problems) {
 			v.Add(field+".user", "%v", err)
 		}
 		validateCgroupLimits(v, field+".limits", p.ResourceLimits)
+		for j, path := range p.Sandbox.ReadPaths {
+			if !filepath.IsAbs(path) {
+				v.Add(fmt.Sprintf("%s.sandbox.readPaths[%d]", field, j), "%q must be an absolute path", path)
+			}
+		}
+		for j, path := range p.Sandbox.WritePaths {
+			if !filepath.IsAbs(path) {
+				v.Add(fmt.Sprintf("%s.sandbox.writePaths[%d]", field, j), "%q must be an absolute path", path)
+			}
+		}
 		switch {
 		case p.SHA256 == "" && c.InsecureSkipPinCheck:
 			// Allowed in development only; Start warns.

@@ -3,10 +3,13 @@
 package pluginhost
 
 import (
+	"errors"
 	"fmt"
 	"os"
+	"os/exec"
 	"strings"
 	"sync"
+	"syscall"
 
 	"github.com/hashicorp/go-hclog"
 	"golang.org/x/sys/unix"
@@ -23,6 +26,8 @@ type hostContainment struct {
 	launcher     string   // the executable drivers start through; "": none
 	launcherCopy *os.File // a sealed copy of the host's executable, when others may not run the file
 	seccompErr   error    // why drivers start without the seccomp filter
+	pidnsErr     error    // why drivers start without a pid namespace of their own
+	landlock     string   // what of the Landlock sandbox the kernel lacks; "": nothing
 	cgroups      *cgroupRoot
 	cgroupErr    error // why workers get no cgroup
 }
@@ -36,8 +41,20 @@ func (c *hostContainment) setUp() *hostContainment {
 			c.dumpableErr = fmt.Errorf("make the host non-dumpable: %w", err)
 		}
 		c.seccompErr = seccompAvailable()
+		if c.seccompErr == nil && !launcherRegistered.Load() {
+			c.seccompErr = errors.New("no driver launcher: the program did not call sandbox.Init first in main")
+		}
 		if c.seccompErr == nil {
 			c.launcher, c.launcherCopy, c.seccompErr = findLauncher()
+		}
+		if c.launcher != "" {
+			c.pidnsErr = probeNamespaces(c.launcher)
+		} else {
+			c.pidnsErr = fmt.Errorf("no launcher: %w", c.seccompErr)
+		}
+		c.landlock = landlockMissing()
+		if c.launcher == "" {
+			c.landlock = "Landlock (no launcher to apply it)"
 		}
 		c.cgroups, c.cgroupErr = findCgroupRoot()
 	})
@@ -67,6 +84,49 @@ func findLauncher() (string, *os.File, error) {
 	return fmt.Sprintf("/proc/self/fd/%d", c.file.Fd()), c.file, nil
 }
 
+// namespaceAttr puts the process of attr into a new pid namespace, in a new user namespace
+// too when the host is not root (a pid namespace needs CAP_SYS_ADMIN, which an ordinary user
+// has only in a user namespace of its own): there the driver keeps the host's uid and gid,
+// mapped to themselves, and no other.
+func namespaceAttr(attr *syscall.SysProcAttr) {
+	attr.Cloneflags |= syscall.CLONE_NEWPID
+	if uid := os.Getuid(); uid != 0 {
+		gid := os.Getgid()
+		attr.Cloneflags |= syscall.CLONE_NEWUSER
+		attr.UidMappings = []syscall.SysProcIDMap{{ContainerID: uid, HostID: uid, Size: 1}}
+		attr.GidMappings = []syscall.SysProcIDMap{{ContainerID: gid, HostID: gid, Size: 1}}
+		attr.GidMappingsEnableSetgroups = false
+	}
+}
+
+// launcherCommand returns the command that starts the launcher with args in a driver's
+// namespaces: directly for a root host, through runNamespaces for any other.
+func launcherCommand(launcher string, args ...string) *exec.Cmd {
+	if os.Getuid() == 0 {
+		cmd := exec.Command(launcher, args...)
+		cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true, Pdeathsig: initDeathSignal}
+		namespaceAttr(cmd.SysProcAttr)
+		return cmd
+	}
+	cmd := exec.Command(launcher, append([]string{launchNSArg}, args...)...)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true, Pdeathsig: syscall.SIGKILL}
+	return cmd
+}
+
+// probeNamespaces starts the launcher once in the namespaces a driver gets, and reports why
+// the kernel (or a container runtime's seccomp profile) refuses them, nil when it does not.
+func probeNamespaces(launcher string) error {
+	cmd := launcherCommand(launcher, launchProbeArg)
+	if out, err := cmd.CombinedOutput(); err != nil {
+		kind := "pid namespace"
+		if os.Getuid() != 0 {
+			kind = "user and pid namespaces"
+		}
+		return fmt.Errorf("the kernel refuses %s: %w%s", kind, err, strings.TrimSpace(" "+string(out)))
+	}
+	return nil
+}
+
 // missing lists what the kernel or the host's situation lacks, one phrase each.
 func (c *hostContainment) missing() []string {
 	var out []string
@@ -75,6 +135,12 @@ func (c *hostContainment) missing() []string {
 	}
 	if c.seccompErr != nil {
 		out = append(out, "seccomp ("+c.seccompErr.Error()+")")
+	}
+	if c.pidnsErr != nil {
+		out = append(out, "pid namespace ("+c.pidnsErr.Error()+")")
+	}
+	if c.landlock != "" {
+		out = append(out, c.landlock)
 	}
 	if c.cgroupErr != nil {
 		out = append(out, "cgroup ("+c.cgroupErr.Error()+")")

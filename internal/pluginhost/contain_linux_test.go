@@ -44,7 +44,7 @@ func init() {
 func hostilePlugin(tb testing.TB, id, mode, out string, flags ...string) PluginConfig {
 	tb.Helper()
 	path, sum := driverBinary(tb)
-	args := append([]string{hostile.Marker, mode, "-key", "test.hostile." + id, "-out", out}, flags...)
+	args := append([]string{hostile.Marker, mode, "-key", "test.hostile." + id, "-out", out, "-target", strconv.Itoa(os.Getpid())}, flags...)
 	return PluginConfig{ID: id, Path: path, SHA256: sum, Args: args}
 }
 
@@ -79,7 +79,8 @@ func loopbackListener(tb testing.TB) {
 	tb.Cleanup(func() { _ = ln.Close() })
 }
 
-// assertRefused checks that each attempt of the steal driver failed with EPERM or EACCES.
+// assertRefused checks that each attempt of the steal driver failed with EPERM or EACCES (or
+// ESRCH: the host is not even in the driver's pid namespace).
 func assertRefused(t *testing.T, raw []byte, attempts ...string) {
 	t.Helper()
 	var res map[string]hostile.Outcome
@@ -93,7 +94,7 @@ func assertRefused(t *testing.T, raw []byte, attempts ...string) {
 			t.Errorf("%s: the driver succeeded: %s", a, o.Detail)
 			continue
 		}
-		assert.Contains(t, []int{int(syscall.EPERM), int(syscall.EACCES)}, o.Errno, "%s: want EPERM or EACCES, got %s", a, o.Detail)
+		assert.Contains(t, []int{int(syscall.EPERM), int(syscall.EACCES), int(syscall.ESRCH)}, o.Errno, "%s: want EPERM, EACCES or ESRCH, got %s", a, o.Detail)
 		t.Logf("%s: refused (%s)", a, o.Detail)
 	}
 	t.Logf("%d of %d reach-in attempts succeeded", succeeded, len(attempts))
@@ -129,6 +130,10 @@ func TestDriverCannotReachIntoTheHost(t *testing.T) {
 	require.NotNil(t, c)
 	assert.True(t, c.Seccomp)
 	assert.True(t, c.HostNonDumpable)
+	// This kernel has every mechanism (CI runs here): none may go missing unnoticed.
+	assert.True(t, c.PidNamespace, "the driver runs in a pid namespace of its own")
+	assert.True(t, c.Landlock, "the driver runs under Landlock")
+	assert.Empty(t, c.Missing)
 	if os.Getuid() == 0 {
 		assert.NotZero(t, c.UID, "a root host runs a driver without `user:` as another user")
 		assert.Contains(t, status, fmt.Sprintf("Uid:\t%d\t", c.UID))
@@ -182,9 +187,118 @@ func TestDriverOfANonRootHostCannotReachIntoIt(t *testing.T) {
 	assert.NotContains(t, string(logs), hostile.ForgedLine)
 }
 
-// runContainHost runs a host (of whatever user this process is) with one steal driver writing
-// to args[0], until the driver has written it.
+// TestDriverHasNoTerminal: a host started from a terminal (its controlling terminal, its
+// stdin): its driver cannot open /dev/tty, push input into the terminal (TIOCSTI: the operator's
+// shell would run it once the service stops), not even into a terminal of its own (the seccomp
+// filter), nor send SIGCONT to the host.
+func TestDriverHasNoTerminal(t *testing.T) {
+	if os.Getuid() != 0 {
+		t.Fatal("this test starts a host with a controlling terminal and a driver of another user: run it as root (CI does)")
+	}
+	master, slave, err := hostile.OpenPTY()
+	require.NoError(t, err)
+	defer func() { _ = master.Close() }()
+	go func() { _, _ = io.Copy(io.Discard, master) }() // the terminal's output, never read back
+
+	self, err := os.Executable()
+	require.NoError(t, err)
+	out := filepath.Join(sharedDir(t), "tty.json")
+	ctx, cancel := context.WithTimeout(t.Context(), 90*time.Second)
+	defer cancel()
+	host := exec.CommandContext(ctx, self, asContainHost, out, "tty")
+	host.Stdin = slave
+	host.SysProcAttr = &syscall.SysProcAttr{Setsid: true, Setctty: true, Ctty: 0}
+	logs, err := host.CombinedOutput()
+	_ = slave.Close()
+	require.NoError(t, err, "the host on a terminal: %s", logs)
+	raw, err := os.ReadFile(out)
+	require.NoError(t, err, "%s", logs)
+	var res map[string]hostile.Outcome
+	require.NoError(t, json.Unmarshal(raw, &res), "%s", raw)
+	for _, a := range []string{hostile.AttemptOpenTTY, hostile.AttemptTTYInject, hostile.AttemptStdinInject, hostile.AttemptOwnInject, hostile.AttemptSIGCONT} {
+		o, ok := res[a]
+		require.True(t, ok, "the driver reported no %q attempt: %s", a, raw)
+		if o.OK {
+			t.Errorf("%s: the driver succeeded: %s", a, o.Detail)
+			continue
+		}
+		assert.NotZero(t, o.Errno, "%s: want a refusal by the kernel, got %s", a, o.Detail)
+		t.Logf("%s: refused (%s)", a, o.Detail)
+	}
+}
+
+// victimKey is the plugin key of the driver the files mode attacks.
+const victimKey = "test.victim"
+
+// TestDriverOfANonRootHostIsSandboxed: a host running as an ordinary user (nobody), so its
+// drivers run as that user too: a driver cannot read the host's tokens, configuration or
+// decision log, nor append to the decision log, nor open another driver's memory, nor signal
+// the host, nor connect to a TCP port its configuration does not allow. Its attempt to bind a
+// TCP port is logged, not checked: this kernel's Landlock refuses an IPv6 bind and let an IPv4
+// one through (docs/drivers.md).
+func TestDriverOfANonRootHostIsSandboxed(t *testing.T) {
+	if os.Getuid() != 0 {
+		t.Fatal("starting a host as nobody needs root: run it as root (CI does)")
+	}
+	nobody, err := user.Lookup("nobody")
+	require.NoError(t, err, "CI has a user nobody")
+	uid, _ := strconv.Atoi(nobody.Uid)
+	gid, _ := strconv.Atoi(nobody.Gid)
+	dir := sharedDir(t)
+	exe := copyTestBinary(t, dir)
+	private := func(name string) string {
+		d := filepath.Join(dir, name)
+		require.NoError(t, os.Mkdir(d, 0o700))
+		require.NoError(t, os.Chown(d, uid, gid))
+		return d
+	}
+	secrets, outDir := private("service"), private("out")
+	var files []string
+	for _, name := range []string{"tokens", "config.yaml", "decisions.log"} {
+		path := filepath.Join(secrets, name)
+		require.NoError(t, os.WriteFile(path, []byte(name+" of the service\n"), 0o600))
+		require.NoError(t, os.Chown(path, uid, gid))
+		files = append(files, path)
+	}
+	decisionLog := files[2]
+	out := filepath.Join(outDir, "files.json")
+
+	ctx, cancel := context.WithTimeout(t.Context(), 90*time.Second)
+	defer cancel()
+	host := exec.CommandContext(ctx, exe, asContainHost, out, "files",
+		"-read", strings.Join(files, ","), "-append", decisionLog, "-victim", victimKey)
+	host.Env = []string{"TMPDIR=" + dir}
+	host.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid), Groups: []uint32{}}}
+	logs, err := host.CombinedOutput()
+	require.NoError(t, err, "the host as nobody: %s", logs)
+	raw, err := os.ReadFile(out)
+	require.NoError(t, err, "%s", logs)
+	var res map[string]hostile.Outcome
+	require.NoError(t, json.Unmarshal(raw, &res), "%s", raw)
+	t.Logf("%s: %+v", hostile.AttemptBindTCP, res[hostile.AttemptBindTCP])
+	attempts := []string{hostile.AppendAttempt(decisionLog), hostile.AttemptVictimMem, hostile.AttemptSIGCONT, hostile.AttemptConnectTCP}
+	for _, f := range files {
+		attempts = append(attempts, hostile.ReadAttempt(f))
+	}
+	for _, a := range attempts {
+		o, ok := res[a]
+		require.True(t, ok, "the driver reported no %q attempt: %s", a, raw)
+		if o.OK {
+			t.Errorf("%s: the driver succeeded: %s", a, o.Detail)
+			continue
+		}
+		assert.NotZero(t, o.Errno, "%s: want a refusal by the kernel, got %s", a, o.Detail)
+		t.Logf("%s: refused (%s)", a, o.Detail)
+	}
+	b, err := os.ReadFile(decisionLog)
+	require.NoError(t, err)
+	assert.Equal(t, "decisions.log of the service\n", string(b), "the decision log is as the service wrote it")
+}
+
+// runContainHost runs a host (of whatever user this process is) with one hostile driver, in
+// mode args[1] (default steal), writing to args[0], until the driver has written it.
 func runContainHost(args []string) int {
+	InitLauncher() // dispatched from init, before TestMain registers the launcher
 	fail := func(err error) int { fmt.Fprintln(os.Stderr, err); return 1 }
 	self, err := os.Executable()
 	if err != nil {
@@ -200,7 +314,20 @@ func runContainHost(args []string) int {
 	}
 	defer func() { _ = ln.Close() }()
 	cfg := DefaultConfig()
-	cfg.Plugins = []PluginConfig{{ID: "steal", Path: self, SHA256: sum, Args: []string{hostile.Marker, "steal", "-out", args[0]}}}
+	mode := "steal"
+	if len(args) > 1 {
+		mode = args[1]
+	}
+	driverArgs := []string{hostile.Marker, mode, "-out", args[0], "-target", strconv.Itoa(os.Getpid()),
+		"-connect", strconv.Itoa(ln.Addr().(*net.TCPAddr).Port)}
+	if len(args) > 2 {
+		driverArgs = append(driverArgs, args[2:]...)
+	}
+	cfg.Plugins = []PluginConfig{{ID: mode, Path: self, SHA256: sum, Args: driverArgs,
+		Sandbox: SandboxConfig{WritePaths: []string{filepath.Dir(args[0])}}}}
+	if mode == "files" { // another plugin's driver, for the first to attack
+		cfg.Plugins = append(cfg.Plugins, PluginConfig{ID: "victim", Path: self, SHA256: sum, Args: []string{asDriver, "-plugin-key", victimKey}})
+	}
 	cfg.StartTimeout = 30 * time.Second
 	cfg.Logger = hclog.New(&hclog.LoggerOptions{Output: os.Stderr, Level: hclog.Warn})
 	h, err := New(cfg)
@@ -550,4 +677,80 @@ func TestStaleCgroupIsWarned(t *testing.T) {
 	assert.Contains(t, lines[0], "[WARN]")
 	assert.Contains(t, lines[0], "cgroup="+stale)
 	assert.Contains(t, lines[0], "processes=2")
+}
+
+// TestSocketDirsOfKilledDriversAreRemoved: the private directory of a worker (its socket, its
+// TMPDIR) goes with the worker, also when the driver was killed: none is left behind.
+func TestSocketDirsOfKilledDriversAreRemoved(t *testing.T) {
+	runParallel(t)
+	cfg := testConfig(t, driverPlugin(t, "killed"))
+	cfg.SocketDir = t.TempDir()
+	dirs := func() []string {
+		m, err := filepath.Glob(filepath.Join(cfg.SocketDir, "plugin-dir*"))
+		require.NoError(t, err)
+		return m
+	}
+	h, rec := startHost(t, cfg)
+	waitStarted(t, h, rec)
+	for range 3 {
+		w := state(t, h, "killed").Worker
+		require.NotNil(t, w)
+		require.NoError(t, syscall.Kill(w.PID, syscall.SIGKILL))
+		waitFor(t, 30*time.Second, "a restarted worker", func() bool {
+			s := state(t, h, "killed").Worker
+			return s != nil && s.Generation > w.Generation
+		})
+	}
+	waitFor(t, 10*time.Second, "one socket directory, the running worker's", func() bool { return len(dirs()) == 1 })
+	require.NoError(t, h.Close())
+	waitFor(t, 10*time.Second, "no socket directory once the host closed", func() bool { return len(dirs()) == 0 })
+}
+
+// TestLimitsHoldInsideTheDriver: the driver runs with the configured RLIMIT_DATA and
+// RLIMIT_FSIZE, the default RLIMIT_NPROC (its uid is its own) and no RLIMIT_CPU; a file larger
+// than its RLIMIT_FSIZE cannot be written.
+func TestLimitsHoldInsideTheDriver(t *testing.T) {
+	if os.Getuid() != 0 {
+		t.Fatal("this test runs a driver of a uid of its own: run it as root (CI does)")
+	}
+	out := filepath.Join(sharedDir(t), "limits.json")
+	p := hostilePlugin(t, "limits", "limits", out, "-size", strconv.Itoa(2<<20))
+	p.ResourceLimits = ResourceLimits{DataBytes: 4 << 30, FileSizeBytes: 1 << 20}
+	h, rec := startHost(t, testConfig(t, p))
+	waitStarted(t, h, rec)
+	var res map[string]hostile.Outcome
+	require.NoError(t, json.Unmarshal(waitFile(t, out), &res))
+	limits := res[hostile.AttemptLimits]
+	require.True(t, limits.OK, "%+v", limits)
+	limit := func(name string) string {
+		for line := range strings.SplitSeq(limits.Detail, "\n") {
+			if rest, ok := strings.CutPrefix(line, name); ok {
+				f := strings.Fields(rest)
+				require.NotEmpty(t, f, "%q", line)
+				return f[0] // the soft limit
+			}
+		}
+		t.Fatalf("no %q in %s", name, limits.Detail)
+		return ""
+	}
+	assert.Equal(t, strconv.Itoa(4<<30), limit("Max data size"))
+	assert.Equal(t, strconv.Itoa(1<<20), limit("Max file size"))
+	assert.Equal(t, strconv.Itoa(DefaultProcesses), limit("Max processes"))
+	assert.Equal(t, "unlimited", limit("Max cpu time"), "RLIMIT_CPU is off by default")
+	w := res[hostile.AttemptWriteFile]
+	assert.False(t, w.OK, "a file past RLIMIT_FSIZE was written: %s", w.Detail)
+	assert.Equal(t, int(syscall.EFBIG), w.Errno, "%s", w.Detail)
+}
+
+// TestUnregisteredLauncherIsMissing: in a program that did not call sandbox.Init, the host has
+// no launcher, and says so (drivers would run without seccomp, namespaces and Landlock).
+//
+// Sequential: it changes the process's registration for its duration.
+func TestUnregisteredLauncherIsMissing(t *testing.T) {
+	launcherRegistered.Store(false)
+	defer launcherRegistered.Store(true)
+	var c hostContainment
+	c.setUp()
+	assert.Empty(t, c.launcher)
+	assert.Contains(t, strings.Join(c.missing(), "; "), "sandbox.Init")
 }

@@ -23,3 +23,21 @@ func childPids() []int {
 	}
 	return out
 }
+
+// descendantsOf lists the descendants of pid.
+func descendantsOf(pid int) []int {
+	table := processTable()
+	var out []int
+	for i := 0; i <= len(out); i++ {
+		parent := pid
+		if i > 0 {
+			parent = out[i-1]
+		}
+		for _, p := range table {
+			if p.ppid == parent {
+				out = append(out, p.pid)
+			}
+		}
+	}
+	return out
+}

@@ -41,6 +41,7 @@ const asFailingDriver = "--as-failing-driver"
 const asBoundsDriver = "--as-bounds-driver"
 
 func TestMain(m *testing.M) {
+	InitLauncher() // sandbox.Init, which this package cannot import
 	if len(os.Args) > 1 && os.Args[1] == asDriver {
 		os.Exit(faults.Main(os.Args[2:]))
 	}
@@ -59,8 +60,11 @@ func TestMain(m *testing.M) {
 		os.Exit(liveness.Main(os.Args[2:]))
 	}
 	if len(os.Args) > 1 && os.Args[1] == asHost {
-		os.Exit(runAsHost())
+		os.Exit(runAsHost(os.Args[2:]))
 	}
+	// The fixture drivers read and write the tests' temporary files; the sandbox tests run
+	// their hosts in child processes, without this.
+	fixtureWritePaths = []string{os.TempDir()}
 	goleak.VerifyTestMain(removeDriverAfter{m})
 }
 

@@ -15,7 +15,18 @@
 // worker only over the unix socket that worker itself serves (SO_PEERCRED), publishes it only
 // while it still runs that copy, watches it by pidfd rather than by its pipes, runs it in its own
 // process group and, as a child subreaper, ends and reaps its descendants (docs/drivers.md,
-// "What the pin and the host vouch for").
+// "What the pin and the host vouch for"). Each driver runs under a launcher that is the init of
+// its own pid namespace (and, under a non-root host, user namespace), in a session of its own,
+// under Landlock and a seccomp filter (docs/drivers.md, "What a driver can and cannot do"); a
+// program that hosts drivers registers the launcher with sandbox.Init first thing in main.
+//
+// Lock order: a goroutine that holds one of Host.reconfMu, Host.mu, Host.keyMu and
+// managed.updateMu takes only those after it in this list (Reconfigure: reconfMu, mu, then
+// keyMu for the switch; publishReady: keyMu, then the plugin's updateMu). A proc's mu is held
+// through its start (proc.Start), while the starting goroutine takes the reaper's mu: proc.mu
+// before reaper.mu. The other mutexes (a proc's fdMu, the cgroup root's, the sealed copies', the
+// dynamic ids', the config checks', the driver log's, the broker guard's) are taken alone. The launcher's
+// reports reach a decision through atomics (proc.stopped, proc.exitStatus), never a lock.
 package pluginhost
 
 import (

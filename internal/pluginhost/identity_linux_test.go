@@ -408,19 +408,26 @@ func TestLeastPrivilegeConfig(t *testing.T) {
 	assert.Contains(t, err.Error(), `plugins[1].user: no group "no-such-group-authz"`)
 }
 
-// TestOrphansThatEndAreReaped: the host, a child subreaper, inherits the orphans a driver
-// leaves; those that end on their own while the driver runs are reaped, not left as zombies.
+// TestOrphansThatEndAreReaped: the orphans a driver leaves go to the init of its pid
+// namespace (the launcher; without a pid namespace, to the host, a child subreaper); those that
+// end on their own while the driver runs are reaped, not left as zombies.
 //
 // Sequential: it checks the child processes of the whole test process.
 func TestOrphansThatEndAreReaped(t *testing.T) {
 	h, rec := startHost(t, testConfig(t, identityPlugin(t, "orphaner", "-orphans", "10")))
 	waitStarted(t, h, rec)
 	worker := state(t, h, "orphaner").Worker.PID
+	reaper := os.Getpid()
+	for _, p := range processTable() {
+		if p.pid == worker {
+			reaper = p.ppid
+		}
+	}
 	sawOrphan := false
 	waitFor(t, 30*time.Second, "every orphan ended and reaped", func() bool {
 		n := 0
-		for _, pid := range childProcesses(t) {
-			if pid != worker {
+		for _, p := range processTable() {
+			if p.ppid == reaper && p.pid != worker {
 				n++
 				sawOrphan = true
 			}

@@ -5,9 +5,12 @@ package pluginhost
 import (
 	"bufio"
 	"context"
+	"errors"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
+	"os/user"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -17,14 +20,17 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 	"github.com/stretchr/testify/require"
+
+	"github.com/authz-dev/authz/internal/testdrivers/hostile"
 )
 
 // asHost is the first argument that makes the test binary run as a host process with one driver.
 const asHost = "--as-plugin-host"
 
-// runAsHost starts a host with one driver (this binary again), prints the driver's pid and then
-// waits to be killed; it never closes the host, so only the parent-death signal can end the driver.
-func runAsHost() int {
+// runAsHost starts a host with one driver (this binary again, with args, by default the example
+// driver), prints the driver's pid and then waits to be killed; it never closes the host, so
+// only the parent-death signal can end the driver.
+func runAsHost(args []string) int {
 	path, err := os.Executable()
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
@@ -36,9 +42,13 @@ func runAsHost() int {
 		return 1
 	}
 	cfg := DefaultConfig()
-	cfg.Plugins = []PluginConfig{{ID: "child", Path: path, SHA256: sum, Args: []string{asDriver}}}
+	if len(args) == 0 {
+		args = []string{asDriver}
+	}
+	// The driver writes into the test's directory, this process's TMPDIR.
+	cfg.Plugins = []PluginConfig{{ID: "child", Path: path, SHA256: sum, Args: args, Sandbox: SandboxConfig{WritePaths: []string{os.TempDir()}}}}
 	cfg.StartTimeout = 30 * time.Second
-	cfg.Logger = hclog.NewNullLogger()
+	cfg.Logger = hclog.New(&hclog.LoggerOptions{Output: os.Stderr, Level: hclog.Warn})
 	h, err := New(cfg)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
@@ -90,6 +100,7 @@ func TestDriversDieWithTheHost(t *testing.T) {
 		t.Fatal("the host process did not start its driver in time")
 	}
 	require.True(t, running(pid), "driver %d should run while its host does", pid)
+	launchers := descendantsOf(host.Process.Pid)
 
 	require.NoError(t, host.Process.Signal(syscall.SIGKILL))
 	_ = host.Wait()
@@ -104,6 +115,115 @@ func TestDriversDieWithTheHost(t *testing.T) {
 		_, err := os.Stat(filepath.Join("/proc", strconv.Itoa(pid)))
 		return os.IsNotExist(err)
 	})
+	reapGone(t, launchers) // the driver's launcher, orphaned the same way
+}
+
+// reapGone waits (bounded) until each of pids is gone, reaping those handed to this process.
+func reapGone(t *testing.T, pids []int) {
+	t.Helper()
+	waitFor(t, 10*time.Second, "the dead processes to be reaped", func() bool {
+		for _, pid := range pids {
+			var ws syscall.WaitStatus
+			_, _ = syscall.Wait4(pid, &ws, syscall.WNOHANG, nil)
+			if _, err := os.Stat(filepath.Join("/proc", strconv.Itoa(pid))); err == nil {
+				return false
+			}
+		}
+		return true
+	})
+}
+
+// TestDriversThatClearTheirParentDeathSignalDieWithTheHost: a driver clears its parent-death
+// signal and starts a child (in a session of its own) that clears its own; the host is killed
+// with SIGKILL: neither is left, nor the worker's private directory, for a root host and for a
+// host running as nobody.
+func TestDriversThatClearTheirParentDeathSignalDieWithTheHost(t *testing.T) {
+	if os.Getuid() != 0 {
+		t.Fatal("this test runs a host as root and as nobody: run it as root (CI does)")
+	}
+	nobody, err := user.Lookup("nobody")
+	require.NoError(t, err, "CI has a user nobody")
+	uid, _ := strconv.Atoi(nobody.Uid)
+	gid, _ := strconv.Atoi(nobody.Gid)
+	for _, c := range []struct {
+		name string
+		cred *syscall.Credential
+	}{
+		{"root", nil},
+		{"nobody", &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid), Groups: []uint32{}}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			dir := sharedDir(t)
+			exe := copyTestBinary(t, dir)
+			out := filepath.Join(dir, "outlive.txt")
+			ctx, cancel := context.WithTimeout(t.Context(), 90*time.Second)
+			defer cancel()
+			host := exec.CommandContext(ctx, exe, asHost, hostile.Marker, "outlive", "-out", out)
+			host.Env = []string{"TMPDIR=" + dir}
+			host.SysProcAttr = &syscall.SysProcAttr{Credential: c.cred}
+			var logs strings.Builder
+			host.Stdout, host.Stderr = &logs, &logs
+			require.NoError(t, host.Start())
+			t.Cleanup(func() {
+				_ = host.Process.Kill()
+				_ = host.Wait()
+				if t.Failed() {
+					t.Logf("the host's output:\n%s", logs.String())
+				}
+			})
+			var pids []int
+			waitFor(t, 60*time.Second, "the driver and its child to run", func() bool {
+				b, err := os.ReadFile(out)
+				if err != nil {
+					return false
+				}
+				for f := range strings.FieldsSeq(string(b)) {
+					pid, err := strconv.Atoi(f)
+					require.NoError(t, err, "%q", b)
+					pids = append(pids, pid)
+				}
+				return true
+			})
+			require.Len(t, pids, 2)
+			for _, pid := range pids {
+				require.True(t, running(pid), "pid %d runs while the host does", pid)
+			}
+			launchers := descendantsOf(host.Process.Pid)
+
+			require.NoError(t, host.Process.Signal(syscall.SIGKILL))
+			_ = host.Wait()
+			took := waitFor(t, 10*time.Second, "the driver and its child to die with the host", func() bool {
+				return !running(pids[0]) && !running(pids[1])
+			})
+			t.Logf("driver %d and its child %d ended %s after the host was killed", pids[0], pids[1], took)
+			reapGone(t, append(launchers, pids...))
+			// Nor is the worker's private directory (its socket, its TMPDIR).
+			waitFor(t, 10*time.Second, "the worker's directory to be removed", func() bool {
+				m, err := filepath.Glob(filepath.Join(dir, "plugin-dir*"))
+				require.NoError(t, err)
+				return len(m) == 0
+			})
+		})
+	}
+}
+
+// copyTestBinary copies the test binary into dir/bin, where any user may execute it (the build
+// directory is private), and returns its path.
+func copyTestBinary(t *testing.T, dir string) string {
+	t.Helper()
+	path, err := os.Executable()
+	require.NoError(t, err)
+	binDir := filepath.Join(dir, "bin")
+	require.NoError(t, os.Mkdir(binDir, 0o755))
+	exe := filepath.Join(binDir, "host.test")
+	src, err := os.Open(path)
+	require.NoError(t, err)
+	dst, err := os.OpenFile(exe, os.O_CREATE|os.O_WRONLY, 0o755)
+	require.NoError(t, err)
+	_, err = io.Copy(dst, src)
+	require.NoError(t, err)
+	require.NoError(t, errors.Join(src.Close(), dst.Close()))
+	return exe
 }
 
 // running reports whether pid is a live process (neither gone nor a zombie awaiting its reaper).

@@ -54,6 +54,13 @@ type proc struct {
 	limits     ResourceLimits
 	cred       *syscall.Credential // nil: the host's user
 	seccomp    bool                // started through the launcher, with the seccomp filter
+	pidns      bool                // started under an init of its own pid namespace (runInit)
+	events     *os.File            // the host's end of the init's events socket; nil: no init
+	eventsKid  *os.File            // the init's end, closed once it started
+	eventsDone chan struct{}       // closed once the init's events socket is at its end
+	initFD     int                 // pidfd of the init of the driver's namespace; -1: none
+	stopped    atomic.Bool         // the init reported the driver stopped (and not continued)
+	exitStatus atomic.Int64        // the driver's wait status as the init reported it; -1: none
 	cg         *workerCgroup       // nil: no cgroup (the process tree is all the host sees)
 	cgErr      error               // why the worker has no cgroup
 	cgOnce     sync.Once           // the cgroup is removed once
@@ -87,28 +94,51 @@ func newProc(log hclog.Logger, spec *exec.Cmd, exe *pinnedExecutable, cfg Plugin
 	p := &proc{log: log, exe: exe.ref(), socketDir: socketDir, marker: hex.EncodeToString(marker), reaper: rp, exited: make(chan struct{}), pidfd: -1,
 		noNewPrivs: cfg.NoNewPrivileges, limits: cfg.ResourceLimits}
 	var cmd *exec.Cmd
-	if c.launcher != "" {
-		cmd = exec.Command(c.launcher, append([]string{launchArg, launchLimits(cfg.ResourceLimits)}, cfg.Args...)...)
+	cred, err := driverCredential(cfg)
+	if err != nil {
+		_ = p.exe.Close()
+		return nil, err
+	}
+	p.limits = withDefaultLimits(cfg.ResourceLimits, c.pidnsErr == nil && c.launcher != "", cred)
+	p.exitStatus.Store(-1)
+	p.initFD = -1
+	write := append(append([]string{}, cfg.Sandbox.WritePaths...), fixtureWritePaths...)
+	sandbox := launchSandbox(sandboxSpec{Tmp: socketDir, Read: cfg.Sandbox.ReadPaths, Write: write, Connect: cfg.Sandbox.ConnectTCP})
+	switch {
+	case c.launcher != "" && c.pidnsErr == nil:
+		host, kid, err := eventSocket()
+		if err != nil {
+			_ = p.exe.Close()
+			return nil, fmt.Errorf("make the launcher's events socket: %w", err)
+		}
+		cmd = launcherCommand(c.launcher, append([]string{launchInitArg, launchLimits(p.limits), sandbox}, cfg.Args...)...)
+		cmd.ExtraFiles = []*os.File{p.exe.file, kid} // launchFD, launchEventFD
+		p.seccomp, p.pidns, p.events, p.eventsKid, p.eventsDone = true, true, host, kid, make(chan struct{})
+	case c.launcher != "":
+		cmd = exec.Command(c.launcher, append([]string{launchArg, launchLimits(p.limits), sandbox}, cfg.Args...)...)
 		cmd.ExtraFiles = []*os.File{p.exe.file} // launchFD
 		p.seccomp = true
-	} else {
+	default:
 		cmd = exec.Command(p.exe.execPath(), cfg.Args...)
 	}
 	cmd.Args[0] = cfg.Path
-	cmd.Env = append(append([]string{}, spec.Env...), workerMarkerEnv+"="+p.marker)
+	// TMPDIR: the worker's private directory, the only one its sandbox lets it write.
+	cmd.Env = append(append([]string{}, spec.Env...), workerMarkerEnv+"="+p.marker, "TMPDIR="+socketDir)
 	cmd.Stdin = nil // /dev/null: the host's stdin is not the driver's
-	cmd.SysProcAttr = &syscall.SysProcAttr{
-		Setpgid:   true, // its own process group, ended as a whole
-		Pdeathsig: syscall.SIGKILL,
+	if cmd.SysProcAttr == nil {
+		cmd.SysProcAttr = &syscall.SysProcAttr{
+			// Its own session (and so its own process group, ended as a whole) with no
+			// controlling terminal: no /dev/tty of the operator to push input into, no SIGCONT
+			// to the host by session membership. launcherCommand does the same.
+			Setsid:    true,
+			Pdeathsig: syscall.SIGKILL,
+		}
 	}
 	fail := func(err error) (*proc, error) {
 		_ = p.exe.Close()
+		p.closeEvents()
 		p.removeCgroup()
 		return nil, err
-	}
-	cred, err := driverCredential(cfg)
-	if err != nil {
-		return fail(err)
 	}
 	if cred != nil {
 		cmd.SysProcAttr.Credential = cred
@@ -141,6 +171,120 @@ func newProc(log hclog.Logger, spec *exec.Cmd, exe *pinnedExecutable, cfg Plugin
 	return p, nil
 }
 
+// withDefaultLimits fills in the default limits: RLIMIT_FSIZE always, RLIMIT_NPROC where it
+// counts only the driver (a user namespace of its own under a non-root host, a uid of its own
+// under a root one; root's own limit the kernel ignores).
+func withDefaultLimits(l ResourceLimits, pidns bool, cred *syscall.Credential) ResourceLimits {
+	if l.FileSizeBytes == 0 {
+		l.FileSizeBytes = DefaultFileSizeBytes
+	}
+	ownUID := cred != nil && int(cred.Uid) != os.Getuid() && cred.Uid != 0
+	if l.Processes == 0 && (ownUID || pidns && os.Getuid() != 0) {
+		l.Processes = DefaultProcesses
+	}
+	return l
+}
+
+// fixtureWritePaths are added to every driver's writable paths; set only by this package's
+// tests, whose fixture drivers write the tests' files (state, pid files, impostor binaries).
+var fixtureWritePaths []string
+
+// eventSocket returns the two ends of the init's events socket (datagrams, in order); the
+// host's end receives the sender's credentials.
+func eventSocket() (host, kid *os.File, err error) {
+	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_SEQPACKET|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return nil, nil, err
+	}
+	if err := unix.SetsockoptInt(fds[0], unix.SOL_SOCKET, unix.SO_PASSCRED, 1); err != nil {
+		_ = unix.Close(fds[0])
+		_ = unix.Close(fds[1])
+		return nil, nil, err
+	}
+	return os.NewFile(uintptr(fds[0]), "events"), os.NewFile(uintptr(fds[1]), "events"), nil
+}
+
+// closeEvents closes both ends of the events socket, if any.
+func (p *proc) closeEvents() {
+	if p.eventsKid != nil {
+		_ = p.eventsKid.Close()
+	}
+	if p.events != nil {
+		_ = p.events.Close()
+	}
+}
+
+// launchTimeout bounds the wait for the init to report the driver's pid.
+const launchTimeout = 30 * time.Second
+
+// driverPID reads the init's first messages: the init's credentials, then the driver
+// stage's, whose pids the kernel translated into the host's pid namespace. It opens a pidfd of
+// the init (alive: it waits for the driver).
+func (p *proc) driverPID() (int, error) {
+	initPID, err := p.credentialsPID("init")
+	if err != nil {
+		return 0, err
+	}
+	if fd, err := unix.PidfdOpen(initPID, 0); err == nil {
+		p.initFD = fd
+	}
+	return p.credentialsPID("pid")
+}
+
+// credentialsPID reads one message, want, with its sender's credentials, and returns their pid.
+func (p *proc) credentialsPID(want string) (int, error) {
+	fd := int(p.events.Fd())
+	tv := unix.NsecToTimeval(launchTimeout.Nanoseconds())
+	_ = unix.SetsockoptTimeval(fd, unix.SOL_SOCKET, unix.SO_RCVTIMEO, &tv)
+	defer func() { _ = unix.SetsockoptTimeval(fd, unix.SOL_SOCKET, unix.SO_RCVTIMEO, &unix.Timeval{}) }()
+	buf := make([]byte, 16)
+	oob := make([]byte, unix.CmsgSpace(unix.SizeofUcred))
+	for {
+		n, oobn, _, _, err := unix.Recvmsg(fd, buf, oob, 0)
+		if err == unix.EINTR {
+			continue
+		}
+		if err != nil {
+			return 0, fmt.Errorf("the launcher did not report the driver's pid: %w", err)
+		}
+		if n == 0 {
+			return 0, errors.New("the launcher ended before it started the driver")
+		}
+		msgs, err := unix.ParseSocketControlMessage(oob[:oobn])
+		if err != nil || len(msgs) != 1 || string(buf[:n]) != want {
+			return 0, fmt.Errorf("the launcher's message is not the %s credentials", want)
+		}
+		cred, err := unix.ParseUnixCredentials(&msgs[0])
+		if err != nil || cred.Pid <= 0 {
+			return 0, errors.New("the launcher's first message carries no pid")
+		}
+		return int(cred.Pid), nil
+	}
+}
+
+// readEvents records the init's reports (stop, continue, exit) until its socket ends.
+func (p *proc) readEvents() {
+	defer close(p.eventsDone)
+	buf := make([]byte, 64)
+	for {
+		n, err := p.events.Read(buf)
+		if err != nil || n == 0 {
+			return
+		}
+		msg := string(buf[:n])
+		switch {
+		case msg == eventStop:
+			p.stopped.Store(true)
+		case msg == eventCont:
+			p.stopped.Store(false)
+		case len(msg) > len(eventExit)+1 && msg[:len(eventExit)+1] == eventExit+" ":
+			if ws, err := strconv.ParseUint(msg[len(eventExit)+1:], 10, 32); err == nil {
+				p.exitStatus.Store(int64(ws))
+			}
+		}
+	}
+}
+
 // cgroupName turns a plugin id into a cgroup name: letters, digits, '-' and '_' are kept, any
 // other byte becomes '_', and it is cut to a length the file system takes.
 func cgroupName(id string) string {
@@ -159,7 +303,7 @@ func cgroupName(id string) string {
 // containment reports how the worker is contained.
 func (p *proc) containment() *Containment {
 	c := containment.setUp()
-	out := &Containment{UID: os.Getuid(), GID: os.Getgid(), Seccomp: p.seccomp, Cgroup: p.cg != nil, HostNonDumpable: c.dumpableErr == nil}
+	out := &Containment{UID: os.Getuid(), GID: os.Getgid(), Seccomp: p.seccomp, PidNamespace: p.pidns, Landlock: p.seccomp && c.landlock == "", Cgroup: p.cg != nil, HostNonDumpable: c.dumpableErr == nil}
 	if p.cred != nil {
 		out.UID, out.GID = int(p.cred.Uid), int(p.cred.Gid)
 	}
@@ -168,6 +312,12 @@ func (p *proc) containment() *Containment {
 	}
 	if !p.seccomp && c.seccompErr != nil {
 		out.Missing = append(out.Missing, "seccomp: "+c.seccompErr.Error())
+	}
+	if !p.pidns && c.pidnsErr != nil {
+		out.Missing = append(out.Missing, "pid namespace: "+c.pidnsErr.Error())
+	}
+	if c.landlock != "" {
+		out.Missing = append(out.Missing, c.landlock)
 	}
 	if p.cg == nil && p.cgErr != nil {
 		out.Missing = append(out.Missing, "cgroup: "+p.cgErr.Error())
@@ -215,6 +365,7 @@ func (p *proc) Start(context.Context) error {
 // copy and its cgroup.
 func (p *proc) releaseStart() {
 	_ = p.exe.Close()
+	p.closeEvents()
 	p.removeCgroup()
 }
 
@@ -245,6 +396,22 @@ func (p *proc) run(started chan<- error) {
 		return
 	}
 	p.pid = p.cmd.Process.Pid // read by others under p.mu, which Start holds until started
+	if p.pidns {
+		_ = p.eventsKid.Close()
+		if p.reaper != nil {
+			p.reaper.started(p.pid) // the launcher, the host's child
+		}
+		pid, err := p.driverPID()
+		if err != nil {
+			close(p.eventsDone) // no reader: the socket is closed by wait
+			_ = p.cmd.Process.Kill()
+			p.wait()
+			started <- err
+			return
+		}
+		p.pid = pid
+		go p.readEvents()
+	}
 	if p.reaper != nil {
 		p.reaper.started(p.pid)
 	}
@@ -301,6 +468,14 @@ func (p *proc) started() int {
 func (p *proc) wait() {
 	state, _ := p.cmd.Process.Wait()
 	p.state = state
+	if p.events != nil {
+		// The init sent the driver's exit before it ended; nothing else holds the socket.
+		select {
+		case <-p.eventsDone:
+		case <-time.After(time.Second):
+		}
+		_ = p.events.Close()
+	}
 	_ = p.exe.Close() // the copy stays shared while another worker runs it
 	close(p.exited)
 	deadline := time.Now().Add(pipeDrain)
@@ -330,7 +505,21 @@ func (p *proc) runs(notStopped bool) bool {
 	if p.fdClosed {
 		return false
 	}
-	if p.pidfd >= 0 { // without a pidfd (Linux before 5.3), the process table alone decides
+	if p.pidns {
+		if p.exitStatus.Load() >= 0 || notStopped && p.stopped.Load() {
+			return false
+		}
+		if p.pidfd >= 0 { // the driver is the init's child: its pidfd turns readable once it exits
+			fds := []unix.PollFd{{Fd: int32(p.pidfd), Events: unix.POLLIN}}
+			n, err := unix.Poll(fds, 0)
+			for err == unix.EINTR { // a signal to this thread (the runtime's preemption) is no answer
+				n, err = unix.Poll(fds, 0)
+			}
+			if err != nil || n > 0 {
+				return false
+			}
+		}
+	} else if p.pidfd >= 0 { // without a pidfd (Linux before 5.3), the process table alone decides
 		var info unix.Siginfo
 		err := unix.Waitid(unix.P_PIDFD, p.pidfd, &info, unix.WEXITED|unix.WNOHANG|unix.WNOWAIT, nil)
 		if err != nil || info.Signo != 0 {
@@ -379,6 +568,9 @@ func (p *proc) release() {
 	if !p.fdClosed && p.pidfd >= 0 {
 		_ = unix.Close(p.pidfd)
 	}
+	if !p.fdClosed && p.initFD >= 0 {
+		_ = unix.Close(p.initFD)
+	}
 	p.fdClosed = true
 }
 
@@ -387,10 +579,46 @@ func (p *proc) release() {
 func (p *proc) Wait(context.Context) error {
 	<-p.exited
 	p.closePipes()
+	if ws := p.exitStatus.Load(); ws >= 0 {
+		return waitStatusError(unix.WaitStatus(ws))
+	}
 	if p.state != nil && !p.state.Success() {
 		return errors.New(p.state.String())
 	}
 	return nil
+}
+
+// waitStatusError words the driver's wait status as os.ProcessState does; nil for exit 0.
+func waitStatusError(ws unix.WaitStatus) error {
+	if ws.Exited() && ws.ExitStatus() == 0 {
+		return nil
+	}
+	return errors.New(waitStatusText(ws))
+}
+
+// waitStatusText words a wait status as os.ProcessState.String does.
+func waitStatusText(ws unix.WaitStatus) string {
+	switch {
+	case ws.Exited():
+		return fmt.Sprintf("exit status %d", ws.ExitStatus())
+	case ws.Signaled() && ws.CoreDump():
+		return fmt.Sprintf("signal: %v (core dumped)", ws.Signal())
+	case ws.Signaled():
+		return fmt.Sprintf("signal: %v", ws.Signal())
+	}
+	return fmt.Sprintf("wait status %#x", uint32(ws))
+}
+
+// exitText words how the driver ended, once exited is closed: its own status as the init of
+// its namespace reported it, else its process's; "" when unknown.
+func (p *proc) exitText() string {
+	if ws := p.exitStatus.Load(); ws >= 0 {
+		return waitStatusText(unix.WaitStatus(ws))
+	}
+	if p.state == nil {
+		return ""
+	}
+	return p.state.String()
 }
 
 // Kill implements runner.Runner: it ends the driver and every descendant (its whole cgroup, when
@@ -410,6 +638,23 @@ func (p *proc) Kill(ctx context.Context) error {
 		p.cg.kill() // everything in the worker's cgroup, the driver too
 	}
 	_ = syscall.Kill(-pid, syscall.SIGKILL) // the process group
+	if p.initFD >= 0 {
+		// The init of the driver's namespace, which ends everything in it; under a non-root
+		// host, its parent (the launcher of runNamespaces) reaps it and exits.
+		p.fdMu.RLock()
+		if !p.fdClosed {
+			_ = unix.PidfdSendSignal(p.initFD, unix.SIGKILL, nil, 0)
+		}
+		p.fdMu.RUnlock()
+		// Let the launcher reap it and exit: killed first, it would leave the init to the
+		// host as a zombie nobody waits for.
+		t := time.NewTimer(time.Second)
+		select {
+		case <-p.exited:
+		case <-t.C:
+		}
+		t.Stop()
+	}
 	_ = p.cmd.Process.Kill()
 	t := time.NewTimer(5 * time.Second)
 	defer t.Stop()

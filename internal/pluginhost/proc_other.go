@@ -54,3 +54,14 @@ func (*proc) dial(context.Context, string) (net.Conn, error) { return nil, errNe
 func newProc(hclog.Logger, *exec.Cmd, *pinnedExecutable, PluginConfig, string, *reaper) (*proc, error) {
 	return nil, errNeedsLinux
 }
+
+// exitText words how the driver ended; "" when unknown.
+func (p *proc) exitText() string {
+	if p.state == nil {
+		return ""
+	}
+	return p.state.String()
+}
+
+// InitLauncher registers the driver launcher; there is none on this system.
+func InitLauncher() {}

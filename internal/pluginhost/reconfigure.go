@@ -73,6 +73,7 @@ func (h *Host) newManaged(p PluginConfig, restarts uint64) *managed {
 // clonePlugin copies what a PluginConfig shares with its caller (args, the enabled flag).
 func clonePlugin(p PluginConfig) PluginConfig {
 	p.Args = slices.Clone(p.Args)
+	p.Sandbox = SandboxConfig{ReadPaths: slices.Clone(p.Sandbox.ReadPaths), WritePaths: slices.Clone(p.Sandbox.WritePaths), ConnectTCP: slices.Clone(p.Sandbox.ConnectTCP)}
 	if p.Enabled != nil {
 		enabled := *p.Enabled
 		p.Enabled = &enabled
@@ -288,7 +289,10 @@ func samePlugin(a, b PluginConfig) bool {
 		a.User == b.User &&
 		a.Group == b.Group &&
 		a.NoNewPrivileges == b.NoNewPrivileges &&
-		a.ResourceLimits == b.ResourceLimits
+		a.ResourceLimits == b.ResourceLimits &&
+		slices.Equal(a.Sandbox.ReadPaths, b.Sandbox.ReadPaths) &&
+		slices.Equal(a.Sandbox.WritePaths, b.Sandbox.WritePaths) &&
+		slices.Equal(a.Sandbox.ConnectTCP, b.Sandbox.ConnectTCP)
 }
 
 // ReplaceBuiltinProviders replaces the built-in providers reported as facts, checked as New

@@ -53,10 +53,24 @@ var refusedSyscalls = []struct {
 	{"acct", unix.SYS_ACCT},
 }
 
+// refusedIoctls are the ioctl requests a driver is refused (EPERM) whatever the descriptor:
+// TIOCSTI pushes bytes into a terminal's input (a command for the shell that reads it once the
+// service stops), TIOCLINUX can do the same through the console's selection.
+var refusedIoctls = []struct {
+	name string
+	req  uint32
+}{
+	{"TIOCSTI", unix.TIOCSTI},
+	{"TIOCLINUX", unix.TIOCLINUX},
+}
+
 // Offsets in struct seccomp_data.
 const (
 	seccompDataNr   = 0
 	seccompDataArch = 4
+	// The low 32 bits of args[1] (little endian): the kernel reads an ioctl request as an
+	// unsigned int, so the high half does not count.
+	seccompDataArg1Low = 16 + 8
 )
 
 // x32SyscallBit marks the x32 system call numbers on x86_64: they are refused as a whole, so
@@ -75,16 +89,58 @@ func auditArch() uint32 {
 	return 0
 }
 
-// seccompProgram builds the BPF program: check the architecture, refuse the listed calls with
-// EPERM, allow everything else.
+// bpfAsm assembles a classic BPF program whose conditional jumps name their targets by label.
+type bpfAsm struct {
+	insns  []unix.SockFilter
+	jumps  map[int][2]string // instruction index: its true and false labels ("": the next one)
+	labels map[string]int
+}
+
+func newBPFAsm() *bpfAsm { return &bpfAsm{jumps: map[int][2]string{}, labels: map[string]int{}} }
+
+func (a *bpfAsm) label(name string) { a.labels[name] = len(a.insns) }
+
+func (a *bpfAsm) stmt(code uint16, k uint32) {
+	a.insns = append(a.insns, unix.SockFilter{Code: code, K: k})
+}
+
+func (a *bpfAsm) jump(code uint16, k uint32, jt, jf string) {
+	a.jumps[len(a.insns)] = [2]string{jt, jf}
+	a.insns = append(a.insns, unix.SockFilter{Code: code, K: k})
+}
+
+// program resolves the labels; a jump must go forward by at most 255 instructions.
+func (a *bpfAsm) program() ([]unix.SockFilter, error) {
+	out := append([]unix.SockFilter{}, a.insns...)
+	for i, j := range a.jumps {
+		for k, l := range j {
+			off := 0
+			if l != "" {
+				to, ok := a.labels[l]
+				if !ok {
+					return nil, fmt.Errorf("seccomp filter: no label %q", l)
+				}
+				off = to - i - 1
+			}
+			if off < 0 || off > 255 {
+				return nil, errors.New("seccomp filter: a jump out of reach")
+			}
+			if k == 0 {
+				out[i].Jt = uint8(off)
+			} else {
+				out[i].Jf = uint8(off)
+			}
+		}
+	}
+	return out, nil
+}
+
+// seccompProgram builds the BPF program: check the architecture, refuse the listed calls and
+// ioctl requests with EPERM, allow everything else.
 func seccompProgram() ([]unix.SockFilter, error) {
 	arch := auditArch()
 	if arch == 0 {
 		return nil, fmt.Errorf("no seccomp filter for %s", runtime.GOARCH)
-	}
-	stmt := func(code uint16, k uint32) unix.SockFilter { return unix.SockFilter{Code: code, K: k} }
-	jump := func(code uint16, k uint32, jt, jf uint8) unix.SockFilter {
-		return unix.SockFilter{Code: code, Jt: jt, Jf: jf, K: k}
 	}
 	const (
 		ldAbs = unix.BPF_LD | unix.BPF_W | unix.BPF_ABS
@@ -92,28 +148,29 @@ func seccompProgram() ([]unix.SockFilter, error) {
 		jge   = unix.BPF_JMP | unix.BPF_JGE | unix.BPF_K
 		ret   = unix.BPF_RET | unix.BPF_K
 	)
-	n := len(refusedSyscalls)
-	if n+2 > 255 {
-		return nil, errors.New("seccomp filter: too many calls for one jump")
-	}
-	prog := []unix.SockFilter{
-		stmt(ldAbs, seccompDataArch),
-		jump(jeq, arch, 1, 0),
-		stmt(ret, unix.SECCOMP_RET_KILL_PROCESS),
-		stmt(ldAbs, seccompDataNr),
-	}
+	a := newBPFAsm()
+	a.stmt(ldAbs, seccompDataArch)
+	a.jump(jeq, arch, "", "kill")
+	a.stmt(ldAbs, seccompDataNr)
 	if arch == unix.AUDIT_ARCH_X86_64 {
-		// To the EPERM at the end: past the n checks and the ALLOW.
-		prog = append(prog, jump(jge, x32SyscallBit, uint8(n+1), 0))
+		a.jump(jge, x32SyscallBit, "eperm", "")
 	}
-	for i, s := range refusedSyscalls {
-		prog = append(prog, jump(jeq, s.nr, uint8(n-i), 0))
+	a.jump(jeq, unix.SYS_IOCTL, "ioctl", "")
+	for _, s := range refusedSyscalls {
+		a.jump(jeq, s.nr, "eperm", "")
 	}
-	prog = append(prog,
-		stmt(ret, unix.SECCOMP_RET_ALLOW),
-		stmt(ret, unix.SECCOMP_RET_ERRNO|uint32(unix.EPERM)),
-	)
-	return prog, nil
+	a.stmt(ret, unix.SECCOMP_RET_ALLOW)
+	a.label("ioctl")
+	a.stmt(ldAbs, seccompDataArg1Low)
+	for _, r := range refusedIoctls {
+		a.jump(jeq, r.req, "eperm", "")
+	}
+	a.stmt(ret, unix.SECCOMP_RET_ALLOW)
+	a.label("kill")
+	a.stmt(ret, unix.SECCOMP_RET_KILL_PROCESS)
+	a.label("eperm")
+	a.stmt(ret, unix.SECCOMP_RET_ERRNO|uint32(unix.EPERM))
+	return a.program()
 }
 
 // installSeccomp sets no_new_privs and installs the filter on every thread of the calling

@@ -397,8 +397,8 @@ func (l *launch) kill(grace time.Duration) string {
 	pp.release()
 	select {
 	case <-pp.exited:
-		if pp.state != nil {
-			return pp.state.String()
+		if t := pp.exitText(); t != "" {
+			return t
 		}
 	default:
 	}
@@ -566,10 +566,7 @@ func (l *launch) exitBeforeHandshake() string {
 	case <-t.C:
 		return ""
 	}
-	if pp.state == nil {
-		return ""
-	}
-	return pp.state.String()
+	return pp.exitText()
 }
 
 // notADriver adds a hint when a process exited successfully before the handshake: it is most

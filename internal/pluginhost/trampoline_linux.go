@@ -3,10 +3,17 @@
 package pluginhost
 
 import (
+	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
 	"strconv"
 	"strings"
+	"sync/atomic"
+	"syscall"
 
 	"golang.org/x/sys/unix"
 )
@@ -16,12 +23,12 @@ import (
 // seccomp filter and executes the driver. Go cannot run code in a child between fork and exec,
 // so the host executes itself (/proc/self/exe in the child) with
 //
-//	argv: [driver argv[0], launchArg, limits, driver argv[1:]...]   fd 3: the sealed copy
+//	argv: [driver argv[0], launchArg, limits, sandbox, driver argv[1:]...]   fd 3: the sealed copy
 //
-// (limits as launchLimits writes them) and the launcher, once limited and filtered, executes
+// (limits as launchLimits writes them, sandbox as launchSandbox does) and the launcher, once limited and filtered, executes
 // fd 3 with the driver's own argv and environment.
-// Every program that links this package (authz, its tests) is a launcher; no other argument
-// or environment variable makes it one.
+// A program is a launcher once it called InitLauncher (sandbox.Init) first thing in main; no
+// other argument or environment variable makes it one.
 const launchArg = "--authz-driver-launch"
 
 // launchFD is the descriptor of the driver's sealed copy in the launcher.
@@ -30,22 +37,233 @@ const launchFD = 3
 // launcherExitCode is the launcher's exit status when it cannot filter or execute the driver.
 const launcherExitCode = 126
 
-func init() {
-	if len(os.Args) > 1 && os.Args[1] == launchArg {
-		os.Exit(runLauncher(os.Args))
+// launchInitArg makes the host's executable the init of a driver's pid namespace:
+//
+//	argv: [driver argv[0], launchInitArg, limits, sandbox, driver argv[1:]...]   fd 3: the sealed copy, fd 4: events
+//
+// It forks the driver stage (launchChildArg: the launcher above, which first sends its own
+// credentials over fd 4, so that the host learns the driver's pid in the host's pid
+// namespace), stays pid 1 (never executes the driver itself), reaps every process of the
+// namespace, and reports the driver's stops, continues and exit over fd 4. When it ends (the
+// driver exited, or its parent-death signal came with the host's death), the kernel kills every
+// process left in the namespace: nothing a driver starts outlives it, whatever it does to its
+// own parent-death signal.
+const launchInitArg = "--authz-driver-init"
+
+// launchChildArg is the driver stage started by the init: limits, credentials on fd 4, seccomp,
+// then the driver.
+const launchChildArg = "--authz-driver-launch-child"
+
+// launchProbeArg makes the launcher exit 0 at once: the host starts it once in new namespaces
+// to learn whether the kernel allows them.
+const launchProbeArg = "--authz-driver-probe"
+
+// launchNSArg makes the host's executable the parent of a driver's namespaces when the host is
+// not root: a user namespace is made by the parent writing the child's uid map, which a
+// non-dumpable host (see hostContainment) cannot do. This launcher, freshly executed and so
+// dumpable, starts the rest of its argv (the init, or the probe) in new user and pid
+// namespaces, makes itself non-dumpable, and exits with its child's status; its parent-death
+// signal and the child's chain the host's death down to the init.
+const launchNSArg = "--authz-driver-ns"
+
+// launchEventFD is the descriptor of the events socket in the init and the driver stage.
+const launchEventFD = 4
+
+// Events the init sends the host, one per datagram.
+const (
+	eventStop = "stop"
+	eventCont = "cont"
+	eventExit = "exit" // "exit N": N is the driver's wait status
+)
+
+// launcherRegistered is set by InitLauncher: this program dispatches the launcher's arguments
+// before anything else runs, so the host may start drivers through it.
+var launcherRegistered atomic.Bool
+
+// InitLauncher makes this program the driver launcher. Call it first thing in main (through
+// sandbox.Init), and in TestMain of a test binary that starts drivers: started with a
+// launcher argument, it runs the launcher and exits; otherwise it registers the launcher and
+// returns. A host in a program that did not call it starts drivers without the launcher (no
+// seccomp filter, pid namespace or Landlock) and says so in its start-up WARN.
+func InitLauncher() {
+	if len(os.Args) > 1 {
+		switch os.Args[1] {
+		case launchArg:
+			os.Exit(runLauncher(os.Args, false))
+		case launchChildArg:
+			os.Exit(runLauncher(os.Args, true))
+		case launchInitArg:
+			os.Exit(runInit(os.Args))
+		case launchNSArg:
+			os.Exit(runNamespaces(os.Args))
+		case launchProbeArg:
+			os.Exit(0)
+		}
 	}
+	launcherRegistered.Store(true)
 }
 
-// runLauncher is the launcher; it returns only when it failed.
-func runLauncher(args []string) int {
+// runNamespaces starts argv[2:] in new user and pid namespaces and returns its exit status.
+func runNamespaces(args []string) int {
 	fail := func(err error) int {
 		fmt.Fprintf(os.Stderr, "authz driver launcher: %v; the driver was not started\n", err)
 		return launcherExitCode
 	}
 	if len(args) < 3 {
+		return fail(fmt.Errorf("want what to start"))
+	}
+	cmd := exec.Command("/proc/self/exe", args[2:]...)
+	cmd.Args[0] = args[0]
+	cmd.Env = os.Environ()
+	cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, os.Stdout, os.Stderr
+	if args[2] == launchInitArg {
+		exe, events := os.NewFile(launchFD, "driver"), os.NewFile(launchEventFD, "events")
+		cmd.ExtraFiles = []*os.File{exe, events}
+		defer func() { _ = exe.Close(); _ = events.Close() }()
+	}
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true, Pdeathsig: initDeathSignal}
+	namespaceAttr(cmd.SysProcAttr)
+	if err := cmd.Start(); err != nil {
+		return fail(fmt.Errorf("start the driver's namespaces: %w", err))
+	}
+	// From here on the driver (the same user) may not open this process's memory.
+	_ = unix.Prctl(unix.PR_SET_DUMPABLE, 0, 0, 0, 0)
+	for _, f := range cmd.ExtraFiles {
+		_ = f.Close()
+	}
+	err := cmd.Wait()
+	if ee := (*exec.ExitError)(nil); errors.As(err, &ee) {
+		if ws, ok := ee.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+			return 128 + int(ws.Signal())
+		}
+		return ee.ExitCode()
+	}
+	if err != nil {
+		return launcherExitCode
+	}
+	return 0
+}
+
+// initDeathSignal is the parent-death signal of the init: caught (SIGKILL would leave the
+// worker's private directory behind), it ends the namespace and removes the directory.
+const initDeathSignal = syscall.SIGTERM
+
+// sandboxTmp is the private directory of the launcher's sandbox argument, "" when none.
+func sandboxTmp(arg string) string {
+	raw, ok := strings.CutPrefix(arg, "sandbox:")
+	if !ok {
+		return ""
+	}
+	var spec sandboxSpec
+	if json.Unmarshal([]byte(raw), &spec) != nil {
+		return ""
+	}
+	return spec.Tmp
+}
+
+// removeTmp removes the worker's private directory, where its name says it is one (go-plugin's
+// "plugin-dir" prefix): never a directory the argument names by mistake.
+func removeTmp(dir string) {
+	if dir != "" && strings.HasPrefix(filepath.Base(dir), "plugin-dir") {
+		_ = os.RemoveAll(dir)
+	}
+}
+
+// runInit is the init of a driver's pid namespace; it returns the driver's exit status (128+N
+// when signal N ended it).
+func runInit(args []string) int {
+	fail := func(err error) int {
+		fmt.Fprintf(os.Stderr, "authz driver launcher: %v; the driver was not started\n", err)
+		return launcherExitCode
+	}
+	// The driver (often the same user) may not open this process's memory to lie in its name.
+	if err := unix.Prctl(unix.PR_SET_DUMPABLE, 0, 0, 0, 0); err != nil {
+		return fail(fmt.Errorf("make the launcher non-dumpable: %w", err))
+	}
+	if len(args) < 3 {
 		return fail(fmt.Errorf("want the limits argument"))
 	}
+	if err := sendCredentials("init"); err != nil {
+		return fail(fmt.Errorf("tell the host the launcher's pid: %w", err))
+	}
+	// The worker's private directory goes with the worker, also when the host was killed: its
+	// death reaches this process as initDeathSignal, which ends the namespace's processes first
+	// (so that none keeps writing there), then removes the directory.
+	tmp := sandboxTmp(args[3])
+	died := make(chan os.Signal, 1)
+	signal.Notify(died, initDeathSignal)
+	go func() {
+		<-died
+		if os.Getpid() == 1 { // kill(-1) reaches only this namespace's processes
+			_ = unix.Kill(-1, unix.SIGKILL)
+		}
+		removeTmp(tmp)
+		os.Exit(128 + int(initDeathSignal))
+	}()
+	defer removeTmp(tmp)
+	cmd := exec.Command("/proc/self/exe", append([]string{launchChildArg}, args[2:]...)...)
+	cmd.Args[0] = args[0]
+	cmd.Env = os.Environ()
+	cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, os.Stdout, os.Stderr
+	exe, events := os.NewFile(launchFD, "driver"), os.NewFile(launchEventFD, "events")
+	cmd.ExtraFiles = []*os.File{exe, events}
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true, Pdeathsig: syscall.SIGKILL}
+	if err := cmd.Start(); err != nil {
+		return fail(fmt.Errorf("start the driver: %w", err))
+	}
+	_ = exe.Close()
+	driver := cmd.Process.Pid
+	send := func(msg string) { _, _ = events.Write([]byte(msg)) }
+	for {
+		var ws unix.WaitStatus
+		pid, err := unix.Wait4(-1, &ws, unix.WUNTRACED|unix.WCONTINUED, nil)
+		if err == unix.EINTR {
+			continue
+		}
+		if err != nil { // ECHILD: nothing left (cannot happen before the driver's exit is seen)
+			return launcherExitCode
+		}
+		if pid != driver {
+			continue // an orphan of the driver, reaped
+		}
+		switch {
+		case ws.Stopped():
+			send(eventStop)
+		case ws.Continued():
+			send(eventCont)
+		case ws.Exited(), ws.Signaled():
+			send(eventExit + " " + strconv.FormatUint(uint64(ws), 10))
+			if os.Getpid() == 1 { // what the driver left, before its directory goes
+				_ = unix.Kill(-1, unix.SIGKILL)
+			}
+			if ws.Signaled() {
+				return 128 + int(ws.Signal())
+			}
+			return ws.ExitStatus()
+		}
+	}
+}
+
+// runLauncher is the launcher; it returns only when it failed. As the driver stage of an init
+// (child), it sends its credentials over the events socket first.
+func runLauncher(args []string, child bool) int {
+	fail := func(err error) int {
+		fmt.Fprintf(os.Stderr, "authz driver launcher: %v; the driver was not started\n", err)
+		return launcherExitCode
+	}
+	if len(args) < 4 {
+		return fail(fmt.Errorf("want the limits and sandbox arguments"))
+	}
 	if err := setLimits(args[2]); err != nil {
+		return fail(err)
+	}
+	if child {
+		if err := sendCredentials("pid"); err != nil {
+			return fail(fmt.Errorf("tell the host the driver's pid: %w", err))
+		}
+		_ = unix.Close(launchEventFD)
+	}
+	if err := applySandbox(args[3]); err != nil {
 		return fail(err)
 	}
 	if err := installSeccomp(); err != nil {
@@ -53,9 +271,16 @@ func runLauncher(args []string) int {
 	}
 	// Resolved by execve before the descriptor closes: the driver does not inherit it.
 	unix.CloseOnExec(launchFD)
-	argv := append([]string{args[0]}, args[3:]...)
+	argv := append([]string{args[0]}, args[4:]...)
 	err := unix.Exec(fmt.Sprintf("/proc/self/fd/%d", launchFD), argv, os.Environ())
 	return fail(fmt.Errorf("execute the driver: %w", err))
+}
+
+// sendCredentials sends msg with this process's credentials over the events socket: the kernel
+// writes the sender's pid as the receiving host sees it.
+func sendCredentials(msg string) error {
+	oob := unix.UnixCredentials(&unix.Ucred{Pid: int32(os.Getpid()), Uid: uint32(os.Getuid()), Gid: uint32(os.Getgid())})
+	return unix.Sendmsg(launchEventFD, []byte(msg), oob, nil, 0)
 }
 
 // rlimits are the resource limits of ResourceLimits, by their name in the launcher's argument.
@@ -67,6 +292,8 @@ var rlimits = []struct {
 	{"as", "addressSpaceBytes", unix.RLIMIT_AS, func(l ResourceLimits) uint64 { return l.AddressSpaceBytes }},
 	{"nproc", "processes", unix.RLIMIT_NPROC, func(l ResourceLimits) uint64 { return l.Processes }},
 	{"nofile", "openFiles", unix.RLIMIT_NOFILE, func(l ResourceLimits) uint64 { return l.OpenFiles }},
+	{"data", "dataBytes", unix.RLIMIT_DATA, func(l ResourceLimits) uint64 { return l.DataBytes }},
+	{"fsize", "fileSizeBytes", unix.RLIMIT_FSIZE, func(l ResourceLimits) uint64 { return l.FileSizeBytes }},
 	{"cpu", "cpuSeconds", unix.RLIMIT_CPU, func(l ResourceLimits) uint64 { return l.CPUSeconds }},
 }
 

@@ -97,7 +97,8 @@ func serveRealDrivers(t *testing.T, slowDir string, flags []string, changeHost f
 	self, sum := driverProgram(t)
 	plugin := func(id, dir string, flags ...string) pluginhost.PluginConfig {
 		p := pluginhost.PluginConfig{ID: id, Path: self, SHA256: sum,
-			Args: append([]string{checks.Marker, "-plugin-key", "checks." + id, "-dir", dir}, flags...)}
+			Args:    append([]string{checks.Marker, "-plugin-key", "checks." + id, "-dir", dir}, flags...),
+			Sandbox: pluginhost.SandboxConfig{WritePaths: []string{dir}}} // its sandbox lets it write dir
 		if os.Getuid() == 0 {
 			p.User = "root" // the driver writes to dir, a directory of the test's own
 		}

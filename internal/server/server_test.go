@@ -25,6 +25,7 @@ import (
 	"github.com/authz-dev/authz/internal/api"
 	"github.com/authz-dev/authz/internal/coded"
 	"github.com/authz-dev/authz/internal/decision"
+	"github.com/authz-dev/authz/internal/sandbox"
 	"github.com/authz-dev/authz/internal/server"
 	"github.com/authz-dev/authz/internal/snapshot"
 	"github.com/authz-dev/authz/internal/specexamples"
@@ -32,6 +33,7 @@ import (
 )
 
 func TestMain(m *testing.M) {
+	sandbox.Init() // the tests start drivers through this binary
 	goleak.VerifyTestMain(removeDriverAfter{m})
 }
 

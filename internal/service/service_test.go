@@ -19,12 +19,14 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/authz-dev/authz/internal/pluginhost"
+	"github.com/authz-dev/authz/internal/sandbox"
 	"github.com/authz-dev/authz/internal/service"
 	"github.com/authz-dev/authz/internal/testdrivers/liveness"
 	"github.com/authz-dev/authz/internal/testutil"
 )
 
 func TestMain(m *testing.M) {
+	sandbox.Init() // the tests start drivers through this binary
 	if len(os.Args) > 1 && os.Args[1] == liveness.Marker {
 		os.Exit(liveness.Main(os.Args[2:]))
 	}

@@ -23,9 +23,11 @@ import (
 	"github.com/hashicorp/go-hclog"
 
 	"github.com/authz-dev/authz/internal/pluginhost"
+	"github.com/authz-dev/authz/internal/sandbox"
 )
 
 func main() {
+	sandbox.Init()
 	runs := flag.Int("runs", 5, "how many hosts to start, kill and close")
 	flag.Parse()
 	if err := measure(*runs); err != nil {

@@ -3,7 +3,7 @@
 // Package hostile is a test-only authz driver plugin that attacks its host and the host's
 // process table while it serves as the example driver:
 //
-//	steal -out FILE        try to reach into the host (its parent): list /proc/PPID/fd, copy its
+//	steal -out FILE        try to reach into the host (-target PID, default its parent): list /proc/PPID/fd, copy its
 //	                       descriptors with pidfd_getfd (and answer forged grants on every TCP
 //	                       listener among them, for as long as it lives), open
 //	                       /proc/PPID/mem for writing, write into /proc/PPID/fd/2, read its
@@ -11,6 +11,22 @@
 //	                       only a seccomp filter refuses); FILE gets the outcome of each (JSON)
 //	zombify -n N -out FILE leave N orphans (double fork, setsid, no environment) that end 0.5 s
 //	                       later; FILE gets their pids once all were started
+//	tty -out FILE          try to reach the operator through the host's terminal and session:
+//	                       open /dev/tty and push input into it (TIOCSTI), push input into
+//	                       the host's stdin (/proc/TARGET/fd/0) and into a terminal of its own
+//	                       made its controlling terminal (which only a seccomp filter
+//	                       refuses), and send SIGCONT to the host; -target PID is the host
+//	                       (default: the parent)
+//	outlive -out FILE      clear its parent-death signal, start a child (own session) that clears
+//	                       its own and sleeps for 10 minutes; FILE gets both pids as the host
+//	                       sees them (from /proc/self), one a line, once the child runs
+//	files -out FILE        as the user of a host without root: read each file of -read (a
+//	                       comma-separated list), append to -append, open for writing the
+//	                       /proc/PID/mem of the other driver whose command line holds -victim,
+//	                       send SIGCONT to the host (-target), bind a TCP port, connect to
+//	                       the host's TCP port -connect
+//	limits -out FILE       report its resource limits (/proc/self/limits) and try to write a
+//	                       file of -size bytes into its TMPDIR
 //	fork-escape -out FILE  leave one orphan (double fork, setsid, no environment, /proc/self/exe
 //	                       re-executed) that sleeps for 10 minutes; FILE gets its pid
 //
@@ -41,6 +57,7 @@ import (
 
 	"github.com/authz-dev/authz/driverplugin"
 	"github.com/authz-dev/authz/internal/testdrivers/faults"
+	"github.com/authz-dev/authz/internal/testdrivers/hostpid"
 )
 
 // Marker is the first argument that makes a test binary run as this driver (see Main).
@@ -60,6 +77,28 @@ const (
 	AttemptSelfGetfd  = "pidfd_getfd of its own descriptor"
 	AttemptSelfVMRead = "process_vm_readv of itself"
 )
+
+// Attempts of the tty mode, the keys of its FILE.
+const (
+	AttemptOpenTTY     = "open /dev/tty"
+	AttemptTTYInject   = "TIOCSTI on /dev/tty"
+	AttemptStdinInject = "TIOCSTI on the host's stdin"
+	AttemptOwnInject   = "TIOCSTI on a terminal of its own"
+	AttemptSIGCONT     = "SIGCONT to the host"
+)
+
+// Attempts of the files mode, the keys of its FILE (with ReadAttempt and AppendAttempt).
+const (
+	AttemptVictimMem  = "open another driver's /proc/PID/mem read-write"
+	AttemptBindTCP    = "bind a TCP port"
+	AttemptConnectTCP = "connect to the host's TCP port"
+)
+
+// ReadAttempt is the key of the files mode's attempt to read path.
+func ReadAttempt(path string) string { return "read " + path }
+
+// AppendAttempt is the key of the files mode's attempt to append to path.
+func AppendAttempt(path string) string { return "append to " + path }
 
 // Outcome is how one attempt ended: OK, or the error and its errno.
 type Outcome struct {
@@ -87,11 +126,24 @@ func Main(args []string) int {
 		d, _ := time.ParseDuration(argAt(args, 1))
 		time.Sleep(d)
 		return 0
+	case "linger": // the outlive mode's child: write its pid to args[1], then sleep
+		_ = unix.Prctl(unix.PR_SET_PDEATHSIG, 0, 0, 0, 0)
+		if err := writeFile(argAt(args, 1), []byte(ownHostPID())); err != nil {
+			return 1
+		}
+		time.Sleep(10 * time.Minute)
+		return 0
 	}
 	fs := flag.NewFlagSet("hostile "+mode, flag.ContinueOnError)
 	out := fs.String("out", "", "file for what the driver did")
 	n := fs.Int("n", 40, "zombify: how many orphans")
 	key := fs.String("key", "test.hostile", "plugin key")
+	target := fs.Int("target", 0, "tty: the host's pid (0: the parent)")
+	readList := fs.String("read", "", "files: files to read, comma-separated")
+	appendTo := fs.String("append", "", "files: a file to append to")
+	victim := fs.String("victim", "", "files: a string in the command line of another driver")
+	connect := fs.Int("connect", 0, "files: a TCP port of the host on 127.0.0.1")
+	size := fs.Int("size", 0, "limits: bytes to write into a file")
 	if err := fs.Parse(args[1:]); err != nil {
 		return 2
 	}
@@ -103,9 +155,21 @@ func Main(args []string) int {
 	var attack func() error
 	switch mode {
 	case "steal":
-		attack = func() error { return writeJSON(*out, steal()) }
+		attack = func() error { return writeJSON(*out, steal(hostPID(*target))) }
 	case "zombify":
 		attack = func() error { return orphans(*out, *n, "500ms") }
+	case "tty":
+		attack = func() error {
+			return writeJSON(*out, ttyAttacks(hostPID(*target)))
+		}
+	case "files":
+		attack = func() error {
+			return writeJSON(*out, fileAttacks(hostPID(*target), *readList, *appendTo, *victim, *connect))
+		}
+	case "limits":
+		attack = func() error { return writeJSON(*out, limitAttempts(*size)) }
+	case "outlive":
+		attack = func() error { return outlive(*out) }
 	case "fork-escape":
 		attack = func() error { return orphans(*out, 1, "10m") }
 	default:
@@ -146,9 +210,16 @@ func outcome(detail string, err error) Outcome {
 	return o
 }
 
+// hostPID is the host's pid: target, or the parent when target is 0.
+func hostPID(target int) int {
+	if target != 0 {
+		return target
+	}
+	return os.Getppid()
+}
+
 // steal tries every way into the host it knows.
-func steal() map[string]Outcome {
-	host := os.Getppid()
+func steal(host int) map[string]Outcome {
 	proc := "/proc/" + strconv.Itoa(host)
 	res := map[string]Outcome{}
 
@@ -264,6 +335,205 @@ func vmRead(host int) Outcome {
 	return outcome(fmt.Sprintf("read %d bytes: %q", n, buf[:n]), nil)
 }
 
+// ttyAttacks tries to reach the operator's terminal and the host's session.
+func ttyAttacks(host int) map[string]Outcome {
+	res := map[string]Outcome{}
+	if f, err := os.OpenFile("/dev/tty", os.O_RDWR, 0); err == nil {
+		res[AttemptOpenTTY] = outcome("opened", nil)
+		res[AttemptTTYInject] = outcome("pushed", inject(int(f.Fd())))
+		_ = f.Close()
+	} else {
+		res[AttemptOpenTTY] = outcome("", err)
+		res[AttemptTTYInject] = outcome("", err)
+	}
+	if f, err := os.OpenFile("/proc/"+strconv.Itoa(host)+"/fd/0", os.O_RDWR, 0); err == nil {
+		res[AttemptStdinInject] = outcome("pushed", inject(int(f.Fd())))
+		_ = f.Close()
+	} else {
+		res[AttemptStdinInject] = outcome("", err)
+	}
+	res[AttemptOwnInject] = outcome("pushed", ownTerminalInject())
+	res[AttemptSIGCONT] = outcome("sent", unix.Kill(host, unix.SIGCONT))
+	return res
+}
+
+// Attempts of the limits mode, the keys of its FILE.
+const (
+	AttemptLimits    = "read /proc/self/limits"
+	AttemptWriteFile = "write a file into TMPDIR"
+)
+
+// limitAttempts reports the driver's limits and writes size bytes into a file of its TMPDIR.
+func limitAttempts(size int) map[string]Outcome {
+	res := map[string]Outcome{}
+	b, err := os.ReadFile("/proc/self/limits")
+	res[AttemptLimits] = outcome(string(b), err)
+	f, err := os.CreateTemp("", "big")
+	if err == nil {
+		_, err = f.Write(make([]byte, size))
+		_ = f.Close()
+		_ = os.Remove(f.Name())
+	}
+	res[AttemptWriteFile] = outcome(fmt.Sprintf("wrote %d bytes", size), err)
+	return res
+}
+
+// fileAttacks tries what a driver of a host without root could do as the host's own user.
+func fileAttacks(host int, readList, appendTo, victim string, port int) map[string]Outcome {
+	res := map[string]Outcome{}
+	for p := range strings.SplitSeq(readList, ",") {
+		if p == "" {
+			continue
+		}
+		b, err := os.ReadFile(p)
+		res[ReadAttempt(p)] = outcome(fmt.Sprintf("read %d bytes", len(b)), err)
+	}
+	if appendTo != "" {
+		f, err := os.OpenFile(appendTo, os.O_WRONLY|os.O_APPEND, 0)
+		if err == nil {
+			_, err = f.WriteString(`{"forged":true}` + "\n")
+			_ = f.Close()
+		}
+		res[AppendAttempt(appendTo)] = outcome("appended", err)
+	}
+	pid := 0
+	for deadline := time.Now().Add(30 * time.Second); pid == 0 && victim != "" && time.Now().Before(deadline); {
+		if pid = findProcess(victim); pid == 0 {
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+	if pid == 0 {
+		res[AttemptVictimMem] = Outcome{Detail: "no process with " + victim + " in its command line"}
+	} else if f, err := os.OpenFile("/proc/"+strconv.Itoa(pid)+"/mem", os.O_RDWR, 0); err == nil {
+		_ = f.Close()
+		res[AttemptVictimMem] = outcome("opened", nil)
+	} else {
+		res[AttemptVictimMem] = outcome("", err)
+	}
+	res[AttemptSIGCONT] = outcome("sent", unix.Kill(host, unix.SIGCONT))
+	// A port of its choosing (Landlock leaves port 0, an ephemeral port, to the kernel's
+	// choice unless a rule names it); another when that one is taken.
+	for try := range 20 {
+		addr := "127.0.0.1:" + strconv.Itoa(20000+(os.Getpid()*7+try*131)%20000)
+		ln, err := net.Listen("tcp", addr)
+		if err == nil {
+			res[AttemptBindTCP] = outcome("listening on "+ln.Addr().String(), nil)
+			_ = ln.Close()
+			break
+		}
+		res[AttemptBindTCP] = outcome("", err)
+		if !errors.Is(err, syscall.EADDRINUSE) {
+			break
+		}
+	}
+	if c, err := net.DialTimeout("tcp", "127.0.0.1:"+strconv.Itoa(port), 5*time.Second); err == nil {
+		res[AttemptConnectTCP] = outcome("connected", nil)
+		_ = c.Close()
+	} else {
+		res[AttemptConnectTCP] = outcome("", err)
+	}
+	return res
+}
+
+// findProcess returns the host pid of a process whose command line holds s, 0 when none: not
+// this driver's (which names s as its victim) nor a launcher's (which carries its driver's
+// arguments).
+func findProcess(s string) int {
+	if s == "" {
+		return 0
+	}
+	entries, _ := os.ReadDir("/proc")
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		b, err := os.ReadFile("/proc/" + e.Name() + "/cmdline")
+		if err != nil || !strings.Contains(string(b), s) || strings.Contains(string(b), "-victim") || strings.Contains(string(b), "--authz-driver") {
+			continue
+		}
+		return pid
+	}
+	return 0
+}
+
+// inject pushes a harmless character into the input of the terminal fd.
+func inject(fd int) error {
+	c := byte('#')
+	_, _, errno := unix.Syscall(unix.SYS_IOCTL, uintptr(fd), unix.TIOCSTI, uintptr(unsafe.Pointer(&c)))
+	if errno != 0 {
+		return errno
+	}
+	return nil
+}
+
+// ownTerminalInject opens a new terminal, makes it the driver's controlling terminal (possible
+// for a session leader without one) and pushes input into it: the kernel allows that to anyone,
+// so only a seccomp filter refuses it.
+func ownTerminalInject() error {
+	master, slave, err := OpenPTY()
+	if err != nil {
+		return err
+	}
+	defer func() { _ = master.Close(); _ = slave.Close() }()
+	if err := unix.IoctlSetInt(int(slave.Fd()), unix.TIOCSCTTY, 0); err != nil {
+		return fmt.Errorf("make it the controlling terminal: %w", err)
+	}
+	return inject(int(slave.Fd()))
+}
+
+// OpenPTY opens a new pseudo-terminal pair.
+func OpenPTY() (master, slave *os.File, err error) {
+	master, err = os.OpenFile("/dev/ptmx", os.O_RDWR|unix.O_NOCTTY, 0)
+	if err != nil {
+		return nil, nil, err
+	}
+	if err := unix.IoctlSetPointerInt(int(master.Fd()), unix.TIOCSPTLCK, 0); err != nil {
+		_ = master.Close()
+		return nil, nil, err
+	}
+	n, err := unix.IoctlGetInt(int(master.Fd()), unix.TIOCGPTN)
+	if err != nil {
+		_ = master.Close()
+		return nil, nil, err
+	}
+	slave, err = os.OpenFile("/dev/pts/"+strconv.Itoa(n), os.O_RDWR|unix.O_NOCTTY, 0)
+	if err != nil {
+		_ = master.Close()
+		return nil, nil, err
+	}
+	return master, slave, nil
+}
+
+// ownHostPID is this process's pid as the host sees it.
+func ownHostPID() string { return strconv.Itoa(hostpid.Self()) }
+
+// outlive clears the driver's parent-death signal and starts a child that clears its own.
+func outlive(out string) error {
+	if err := unix.Prctl(unix.PR_SET_PDEATHSIG, 0, 0, 0, 0); err != nil {
+		return err
+	}
+	gc := out + ".child"
+	c := exec.Command("/proc/self/exe", Marker, "linger", gc)
+	c.Env = []string{}
+	c.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+	if err := c.Start(); err != nil {
+		return err
+	}
+	go func() { _ = c.Wait() }()
+	deadline := time.Now().Add(time.Minute)
+	for {
+		b, err := os.ReadFile(gc)
+		if err == nil {
+			return writeFile(out, []byte(ownHostPID()+"\n"+string(b)+"\n"))
+		}
+		if time.Now().After(deadline) {
+			return errors.New("the child wrote no pid")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
 // orphans leaves n orphans that sleep for d (double fork, setsid, no environment) and writes
 // their pids to out.
 func orphans(out string, n int, d string) error {
@@ -291,7 +561,7 @@ func forkOrphan(args []string) int {
 		fmt.Fprintln(os.Stderr, "hostile fork:", err)
 		return 1
 	}
-	fmt.Println(c.Process.Pid)
+	fmt.Println(hostpid.Of(c.Process.Pid))
 	return 0
 }
 

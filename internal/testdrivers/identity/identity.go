@@ -43,6 +43,7 @@ import (
 	"time"
 
 	"github.com/authz-dev/authz/driverplugin"
+	"github.com/authz-dev/authz/internal/testdrivers/hostpid"
 )
 
 // Marker is the first argument that makes a test binary run Main with the arguments after it;
@@ -142,7 +143,7 @@ func run(o options) error {
 		if err := c.Start(); err != nil {
 			return err
 		}
-		if err := os.WriteFile(o.childHoldsPipes, []byte(strconv.Itoa(c.Process.Pid)), 0o600); err != nil {
+		if err := os.WriteFile(o.childHoldsPipes, []byte(strconv.Itoa(hostpid.Of(c.Process.Pid))), 0o600); err != nil {
 			return err
 		}
 	}
@@ -154,7 +155,7 @@ func run(o options) error {
 			if err := c.Start(); err != nil {
 				return err
 			}
-			pids = append(pids, strconv.Itoa(c.Process.Pid))
+			pids = append(pids, strconv.Itoa(hostpid.Of(c.Process.Pid)))
 		}
 		if err := os.WriteFile(o.pidfile, []byte(strings.Join(pids, "\n")), 0o600); err != nil {
 			return err
@@ -227,7 +228,7 @@ func countStart(dir string) (bool, error) {
 	if odd {
 		parity = "odd"
 	}
-	return odd, os.WriteFile(filepath.Join(dir, "pid-"+strconv.Itoa(os.Getpid())), []byte(parity), 0o600)
+	return odd, os.WriteFile(filepath.Join(dir, "pid-"+strconv.Itoa(hostpid.Self())), []byte(parity), 0o600)
 }
 
 // reportFDs writes where each open descriptor of this process points.

@@ -14,7 +14,6 @@ import (
 	"github.com/authz-dev/authz/internal/api"
 	"github.com/authz-dev/authz/internal/coded"
 	"github.com/authz-dev/authz/internal/decision"
-	"github.com/authz-dev/authz/internal/hoststate"
 	"github.com/authz-dev/authz/internal/pipeline"
 	"github.com/authz-dev/authz/internal/snapshot"
 )
@@ -275,13 +274,13 @@ func parseDataRequest(body []byte) (*snapshot.Request, error) {
 
 // pluginsAnswer is GET /v1/plugins.
 type pluginsAnswer struct {
-	Plugins []hoststate.PluginState `json:"plugins"`
+	Plugins []api.PluginState `json:"plugins"`
 }
 
 func (s *Server) handlePlugins(w http.ResponseWriter, _ *http.Request) {
 	ps := s.facts.Plugins()
 	if ps == nil {
-		ps = []hoststate.PluginState{}
+		ps = []api.PluginState{}
 	}
 	writeJSON(w, http.StatusOK, pluginsAnswer{Plugins: ps})
 }

@@ -15,7 +15,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/authz-dev/authz/internal/decision"
+	"github.com/authz-dev/authz/internal/api"
 	"github.com/authz-dev/authz/internal/policy/policytest"
 	"github.com/authz-dev/authz/internal/specexamples"
 	"github.com/authz-dev/authz/internal/testutil"
@@ -23,8 +23,8 @@ import (
 
 // grantAllPolicy is a policy that grants every request every capability.
 var grantAllPolicy = func() string {
-	caps := make([]string, len(decision.CapabilityKeys))
-	for i, k := range decision.CapabilityKeys {
+	caps := make([]string, len(api.CapabilityKeys))
+	for i, k := range api.CapabilityKeys {
 		caps[i] = `"` + k + `": true`
 	}
 	return "package authz\ndecision := {\"allow\": true, \"code\": \"\", \"message\": \"\", \"reasons\": [], \"capabilities\": {" +

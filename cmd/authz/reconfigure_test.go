@@ -13,6 +13,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/authz-dev/authz/internal/api"
 	"github.com/authz-dev/authz/internal/pluginhost"
 	"github.com/authz-dev/authz/internal/testutil"
 )
@@ -47,7 +48,7 @@ func TestServeRepinsPluginsOnSIGHUP(t *testing.T) {
 	c := &http.Client{Timeout: 15 * time.Second}
 	defer c.CloseIdleConnections()
 	// readyIn reports whether every plugin of ids is ready with a worker in st.
-	readyIn := func(st map[string]pluginhost.PluginState, ids ...string) bool {
+	readyIn := func(st map[string]api.PluginState, ids ...string) bool {
 		for _, id := range ids {
 			if st[id].Status != pluginhost.StatusReady || st[id].Worker == nil {
 				return false

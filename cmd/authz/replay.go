@@ -18,6 +18,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/authz-dev/authz/internal/api"
 	"github.com/authz-dev/authz/internal/coded"
 	"github.com/authz-dev/authz/internal/decision"
 	"github.com/authz-dev/authz/internal/policy"
@@ -98,7 +99,7 @@ func (r *replayed) kind() (kind string, grantAdded bool) {
 		return outGrantToDeny, false
 	}
 	gained, lost := false, false
-	for _, k := range decision.CapabilityKeys {
+	for _, k := range api.CapabilityKeys {
 		b, a := r.before.Capabilities.Get(k), r.after.Capabilities.Get(k)
 		gained = gained || (a && !b)
 		lost = lost || (b && !a)
@@ -464,7 +465,7 @@ type decisionBrief struct {
 
 func brief(d decision.Document) *decisionBrief {
 	b := &decisionBrief{Allow: d.Allow, Code: d.Code, Reasons: d.Reasons, Capabilities: []string{}}
-	for _, k := range decision.CapabilityKeys {
+	for _, k := range api.CapabilityKeys {
 		if d.Capabilities.Get(k) {
 			b.Capabilities = append(b.Capabilities, k)
 		}
@@ -479,7 +480,7 @@ func (r *replayed) capabilityDiff() (gained, lost []string) {
 	if r.unreadable != "" {
 		return nil, nil
 	}
-	for _, k := range decision.CapabilityKeys {
+	for _, k := range api.CapabilityKeys {
 		b := r.failedThen == "" && r.before.Capabilities.Get(k)
 		a := r.failedNow == "" && r.after.Capabilities.Get(k)
 		switch {
@@ -662,7 +663,7 @@ func (s *replaySummary) writeText(w io.Writer) error {
 	fmt.Fprintf(&b, "  %-30s %d\n  %-30s %d\n", "grants added", rep.GrantsAdded, "grants removed", rep.GrantsRemoved)
 	if len(rep.Capabilities) > 0 {
 		b.WriteString("capabilities (decisions that gain +, lose -):\n")
-		for _, k := range decision.CapabilityKeys {
+		for _, k := range api.CapabilityKeys {
 			if c := rep.Capabilities[k]; c != nil {
 				fmt.Fprintf(&b, "  %-30s +%d -%d\n", k, c.Gained, c.Lost)
 			}

@@ -19,6 +19,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/authz-dev/authz/internal/api"
 	"github.com/authz-dev/authz/internal/decision"
 	"github.com/authz-dev/authz/internal/decision/decisiontest"
 	"github.com/authz-dev/authz/internal/snapshot"
@@ -61,7 +62,7 @@ func exampleLog(t testing.TB, copies int) (path string, grants, records int) {
 func constantPolicy(t *testing.T, allow bool) string {
 	t.Helper()
 	caps := map[string]bool{}
-	for _, k := range decision.CapabilityKeys {
+	for _, k := range api.CapabilityKeys {
 		caps[k] = allow
 	}
 	doc := map[string]any{"allow": allow, "code": "", "message": "", "reasons": []string{}, "capabilities": caps}

@@ -18,7 +18,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/authz-dev/authz/internal/pluginhost"
+	"github.com/authz-dev/authz/internal/api"
 	"github.com/authz-dev/authz/internal/specexamples"
 	"github.com/authz-dev/authz/internal/testutil"
 )
@@ -224,7 +224,7 @@ func assertExampleAnswers(t *testing.T, c *http.Client, base string, check func(
 }
 
 // pluginStates is GET base/v1/plugins by plugin id.
-func pluginStates(t testing.TB, c *http.Client, base string) map[string]pluginhost.PluginState {
+func pluginStates(t testing.TB, c *http.Client, base string) map[string]api.PluginState {
 	t.Helper()
 	resp, err := c.Get(base + "/v1/plugins")
 	require.NoError(t, err)
@@ -232,10 +232,10 @@ func pluginStates(t testing.TB, c *http.Client, base string) map[string]pluginho
 	body, err := io.ReadAll(resp.Body)
 	require.NoError(t, err)
 	var a struct {
-		Plugins []pluginhost.PluginState `json:"plugins"`
+		Plugins []api.PluginState `json:"plugins"`
 	}
 	require.NoError(t, json.Unmarshal(body, &a), "%s", body)
-	out := map[string]pluginhost.PluginState{}
+	out := map[string]api.PluginState{}
 	for _, p := range a.Plugins {
 		out[p.ID] = p
 	}
@@ -244,7 +244,7 @@ func pluginStates(t testing.TB, c *http.Client, base string) map[string]pluginho
 }
 
 // onlyPlugin is the one plugin GET base/v1/plugins shows.
-func onlyPlugin(t testing.TB, c *http.Client, base string) pluginhost.PluginState {
+func onlyPlugin(t testing.TB, c *http.Client, base string) api.PluginState {
 	t.Helper()
 	states := pluginStates(t, c, base)
 	require.Len(t, states, 1)

@@ -37,7 +37,7 @@ const (
 	Unauthorized           Code = "UNAUTHORIZED"             // 401: no valid token or client certificate
 	Forbidden              Code = "FORBIDDEN"                // 403: the token lacks the endpoint's scope
 	HostNotAllowed         Code = "HOST_NOT_ALLOWED"         // 403: a Host header the service does not answer to
-	WatchLimit             Code = "WATCH_LIMIT"              // 503: limits.maxWatches watches are open
+	WatchLimit             Code = "WATCH_LIMIT"              // 503: watches.max watches are open
 	Stopping               Code = "SERVICE_STOPPING"         // 503: the service is stopping and opens no new watch
 	RequestTimeout         Code = "REQUEST_TIMEOUT"          // 408: the body came slower than limits.minBodyRate
 

@@ -16,6 +16,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/authz-dev/authz/internal/api"
 	"github.com/authz-dev/authz/internal/snapshot"
 
 	"github.com/authz-dev/authz/internal/coded"
@@ -25,8 +26,8 @@ import (
 // nil), under revision.
 func markerPolicy(tb testing.TB, revision, marker string, data map[string]any) *Policy {
 	tb.Helper()
-	caps := make([]string, len(CapabilityKeys))
-	for i, k := range CapabilityKeys {
+	caps := make([]string, len(api.CapabilityKeys))
+	for i, k := range api.CapabilityKeys {
 		caps[i] = strconv.Quote(k) + ": false"
 	}
 	code := strconv.Quote(marker)
@@ -145,8 +146,8 @@ func TestDecisionInFlightFinishesOnItsRevision(t *testing.T) {
 		w.WriteHeader(http.StatusOK)
 	}))
 	t.Cleanup(srv.Close)
-	caps := make([]string, len(CapabilityKeys))
-	for i, k := range CapabilityKeys {
+	caps := make([]string, len(api.CapabilityKeys))
+	for i, k := range api.CapabilityKeys {
 		caps[i] = strconv.Quote(k) + ": false"
 	}
 	held := fmt.Sprintf(`package authz

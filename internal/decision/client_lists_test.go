@@ -1,6 +1,8 @@
 package decision
 
 import (
+	"github.com/authz-dev/authz/internal/api"
+
 	"bytes"
 	"flag"
 	"os"
@@ -15,7 +17,7 @@ import (
 //go:generate go test -run ^TestTypeScriptClientCapabilityList$ -update-clients .
 
 // updateClients rewrites the clients' capability lists from the Go list (go generate).
-var updateClients = flag.Bool("update-clients", false, "rewrite the TypeScript client's CAPABILITY_KEYS from decision.CapabilityKeys")
+var updateClients = flag.Bool("update-clients", false, "rewrite the TypeScript client's CAPABILITY_KEYS from api.CapabilityKeys")
 
 // typeScriptClient is the TypeScript client's source, which holds its list of capabilities.
 const typeScriptClient = "../../clients/typescript/src/contract.ts"
@@ -43,12 +45,12 @@ func TestTypeScriptClientCapabilityList(t *testing.T) {
 	require.NoError(t, err)
 	found := typeScriptCapabilityList.FindAllIndex(src, -1)
 	require.Len(t, found, 1, "%s must declare CAPABILITY_KEYS exactly once, as a list of strings, one a line", typeScriptClient)
-	want := typeScriptCapabilityKeys(CapabilityKeys)
+	want := typeScriptCapabilityKeys(api.CapabilityKeys)
 	if *updateClients {
 		out := append(append(append([]byte{}, src[:found[0][0]]...), want...), src[found[0][1]:]...)
 		require.NoError(t, os.WriteFile(typeScriptClient, out, 0o644))
 		return
 	}
 	assert.Equal(t, string(want), string(src[found[0][0]:found[0][1]]),
-		"the TypeScript client's CAPABILITY_KEYS differ from decision.CapabilityKeys: run go generate ./internal/decision")
+		"the TypeScript client's CAPABILITY_KEYS differ from api.CapabilityKeys: run go generate ./internal/decision")
 }

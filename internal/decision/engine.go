@@ -17,6 +17,7 @@ import (
 	"github.com/open-policy-agent/opa/v1/metrics"
 	"github.com/open-policy-agent/opa/v1/rego"
 
+	"github.com/authz-dev/authz/internal/api"
 	"github.com/authz-dev/authz/internal/changes"
 	"github.com/authz-dev/authz/internal/coded"
 	"github.com/authz-dev/authz/internal/snapshot"
@@ -261,7 +262,7 @@ func ctxErr(ctx context.Context) error {
 }
 
 // parseResult reads the policy's result strictly: an object with a boolean allow, string code
-// and message, an array of string reasons, and exactly the capabilities of CapabilityKeys as
+// and message, an array of string reasons, and exactly the capabilities of api.CapabilityKeys as
 // booleans (a capability this release does not know is a bad result, never dropped). Anything else
 // is a bad result, and a bad result never grants.
 func parseResult(v any) (Document, error) {
@@ -293,19 +294,19 @@ func parseResult(v any) (Document, error) {
 	if !ok {
 		return Document{}, coded.Errorf(coded.EvalBadResult, "result.capabilities is %T, want an object", obj["capabilities"])
 	}
-	if len(caps) != len(CapabilityKeys) {
+	if len(caps) != len(api.CapabilityKeys) {
 		for k := range caps {
-			if _, known := capabilityIndex[k]; !known {
-				return Document{}, coded.Errorf(coded.EvalBadResult, "result.capabilities.%s is not a capability of this release (%v): adding a capability needs a release of authz", k, CapabilityKeys)
+			if !api.IsCapability(k) {
+				return Document{}, coded.Errorf(coded.EvalBadResult, "result.capabilities.%s is not a capability of this release (%v): adding a capability needs a release of authz", k, api.CapabilityKeys)
 			}
 		}
 	}
-	for _, k := range CapabilityKeys {
+	for _, k := range api.CapabilityKeys {
 		b, ok := caps[k].(bool)
 		if !ok {
 			return Document{}, coded.Errorf(coded.EvalBadResult, "result.capabilities.%s is %T, want a boolean", k, caps[k])
 		}
-		*d.Capabilities.field(k) = b
+		d.Capabilities.Set(k, b)
 	}
 	if d.Allow && (d.Code != "" || d.Message != "" || len(d.Reasons) != 0) {
 		return Document{}, coded.Errorf(coded.EvalBadResult, "result grants but carries a deny code, message or reasons")

@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/authz-dev/authz/internal/api"
 	"github.com/authz-dev/authz/internal/coded"
 	"github.com/authz-dev/authz/internal/snapshot"
 	"github.com/authz-dev/authz/internal/testutil"
@@ -55,7 +56,7 @@ func assertFailClosed(t testing.TB, doc Document, err error, code coded.Code, op
 	assert.Equal(t, want.Code, doc.Code)
 	assert.Equal(t, want.Message, doc.Message)
 	assert.Equal(t, []string{reasonEvaluationFailed}, doc.Reasons)
-	assert.Equal(t, Capabilities{}, doc.Capabilities)
+	assert.Equal(t, api.Capabilities{}, doc.Capabilities)
 	assert.NotEmpty(t, doc.DecisionID)
 }
 

@@ -5,6 +5,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/authz-dev/authz/internal/api"
 	"github.com/authz-dev/authz/internal/coded"
 	"github.com/authz-dev/authz/internal/snapshot"
 )
@@ -90,7 +91,7 @@ func Explain(doc Document, in snapshot.Input, evalErr error) string {
 		}
 	}
 	var granted []string
-	for _, k := range CapabilityKeys {
+	for _, k := range api.CapabilityKeys {
 		if doc.Capabilities.Get(k) {
 			granted = append(granted, k)
 		}

@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/authz-dev/authz/internal/api"
 	"github.com/authz-dev/authz/internal/coded"
 	"github.com/authz-dev/authz/internal/decision"
 	"github.com/authz-dev/authz/internal/decision/decisiontest"
@@ -82,7 +83,7 @@ func (g gen) declaration() any {
 		return absent
 	}
 	caps := map[string]any{}
-	for _, k := range decision.CapabilityKeys {
+	for _, k := range api.CapabilityKeys {
 		put(caps, k, g.boolish())
 	}
 	return caps

@@ -9,6 +9,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/authz-dev/authz/internal/api"
 	"github.com/authz-dev/authz/internal/decision"
 	"github.com/authz-dev/authz/internal/decision/decisiontest"
 	"github.com/authz-dev/authz/internal/snapshot"
@@ -70,7 +71,7 @@ func TestDocumentJSONHasEveryKey(t *testing.T) {
 	assert.Equal(t, []any{}, m["reasons"], "a grant has an empty reasons array, not null")
 	caps := m["capabilities"].(map[string]any)
 	assert.Len(t, caps, 9)
-	for _, k := range decision.CapabilityKeys {
+	for _, k := range api.CapabilityKeys {
 		assert.IsType(t, true, caps[k], k)
 	}
 }

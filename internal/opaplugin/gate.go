@@ -21,6 +21,7 @@ import (
 	opaserver "github.com/open-policy-agent/opa/v1/server"
 	"github.com/open-policy-agent/opa/v1/storage"
 
+	"github.com/authz-dev/authz/internal/api"
 	"github.com/authz-dev/authz/internal/changes"
 	"github.com/authz-dev/authz/internal/coded"
 	"github.com/authz-dev/authz/internal/decision"
@@ -411,7 +412,7 @@ func (g *gate) Decide(ctx context.Context, req *snapshot.Request, facts snapshot
 
 // Status implements server.PolicyStatus: the active revision, its origin and activation time,
 // and OPA's status of each bundle.
-func (g *gate) Status() policy.Status {
+func (g *gate) Status() api.Status {
 	pol := g.active.Load()
 	st := policy.Status{Revision: pol.engine.Revision(), Origin: pol.origin, ActivatedAt: pol.activatedAt, LastError: pol.lastError,
 		Bundles: map[string]*bundleplugin.Status{}}
@@ -454,7 +455,7 @@ func (g *gate) Status() policy.Status {
 		}
 	}
 	g.orderMu.Unlock()
-	return st
+	return policy.APIStatus(st)
 }
 
 // applyRule makes every bundle activation into OPA's store pass rule
@@ -498,11 +499,12 @@ func (g *gate) DecisionLogs() bool { return logs.Lookup(g.m) != nil }
 // LogDecision implements server.OPADecisionLogger: the server hands it every decision it
 // answered, masked like its own log, as it does in `authz serve`. The bundles recorded are
 // those of the active policy when it is the one that decided.
-func (g *gate) LogDecision(ctx context.Context, d policy.Decision) error {
+func (g *gate) LogDecision(ctx context.Context, rec api.Decision) error {
 	lp := g.decisionLog(ctx)
 	if lp == nil {
 		return nil
 	}
+	d := policy.DecisionOf(rec)
 	if pol := g.active.Load(); pol.engine.Revision() == d.Revision {
 		d.Bundles = pol.bundles
 	}

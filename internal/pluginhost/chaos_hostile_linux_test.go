@@ -22,6 +22,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
 
+	"github.com/authz-dev/authz/internal/api"
 	"github.com/authz-dev/authz/internal/coded"
 	"github.com/authz-dev/authz/internal/decision"
 	"github.com/authz-dev/authz/internal/decision/decisiontest"
@@ -212,7 +213,7 @@ func TestChaosWithHostileDrivers(t *testing.T) {
 			case <-tick.C:
 			}
 			id := plugins[rand.IntN(len(plugins))]
-			var w *WorkerState
+			var w *api.WorkerState
 			for _, p := range h.Plugins() {
 				if p.ID == id {
 					w = p.Worker

@@ -15,6 +15,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
 
+	"github.com/authz-dev/authz/internal/api"
 	"github.com/authz-dev/authz/internal/decision"
 	"github.com/authz-dev/authz/internal/decision/decisiontest"
 	"github.com/authz-dev/authz/internal/snapshot"
@@ -127,7 +128,7 @@ func TestChaos(t *testing.T) {
 			case <-tick.C:
 			}
 			id := plugins[i%len(plugins)]
-			var st PluginState
+			var st api.PluginState
 			for _, s := range h.Plugins() {
 				if s.ID == id {
 					st = s

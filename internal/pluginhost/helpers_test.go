@@ -20,6 +20,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
 
+	"github.com/authz-dev/authz/internal/api"
 	"github.com/authz-dev/authz/internal/testdrivers/bounds"
 	"github.com/authz-dev/authz/internal/testdrivers/faults"
 	"github.com/authz-dev/authz/internal/testdrivers/identity"
@@ -320,7 +321,7 @@ func waitStarted(tb testing.TB, h *Host, rec *pidRecorder) {
 }
 
 // state returns the plugin's state.
-func state(tb testing.TB, h *Host, id string) PluginState {
+func state(tb testing.TB, h *Host, id string) api.PluginState {
 	tb.Helper()
 	for _, p := range h.Plugins() {
 		if p.ID == id {
@@ -328,5 +329,5 @@ func state(tb testing.TB, h *Host, id string) PluginState {
 		}
 	}
 	tb.Fatalf("no plugin %q", id)
-	return PluginState{}
+	return api.PluginState{}
 }

@@ -45,9 +45,9 @@ import (
 	"google.golang.org/grpc"
 
 	"github.com/authz-dev/authz/driverplugin"
+	"github.com/authz-dev/authz/internal/api"
 	"github.com/authz-dev/authz/internal/changes"
 	"github.com/authz-dev/authz/internal/coded"
-	"github.com/authz-dev/authz/internal/hoststate"
 	"github.com/authz-dev/authz/internal/snapshot"
 )
 
@@ -157,15 +157,6 @@ func (w *worker) alive() bool { return !w.dropped.Load() && w.proc.alive() }
 // answering reports whether the worker is alive and its process is not stopped (SIGSTOP, a
 // tracer): what a decision reads.
 func (w *worker) answering() bool { return !w.dropped.Load() && w.proc.answering() }
-
-// PluginState, WorkerState and Containment are the host's state as GET /v1/plugins shows
-// it; they are defined in internal/hoststate so that the HTTP server reads them without
-// depending on the host.
-type (
-	PluginState = hoststate.PluginState
-	WorkerState = hoststate.WorkerState
-	Containment = hoststate.Containment
-)
 
 // New checks cfg and returns a host that has started nothing yet.
 func New(cfg Config) (*Host, error) {
@@ -515,17 +506,17 @@ func (h *Host) BuiltinProvider(key string) (map[string]any, bool) {
 }
 
 // Plugins returns every configured plugin's state, in configuration order.
-func (h *Host) Plugins() []PluginState {
+func (h *Host) Plugins() []api.PluginState {
 	h.keyMu.RLock() // no key shown twice (publishReady)
 	defer h.keyMu.RUnlock()
 	plugins := h.current().list
-	out := make([]PluginState, 0, len(plugins))
+	out := make([]api.PluginState, 0, len(plugins))
 	for _, m := range plugins {
 		v := m.state.Load()
-		ps := PluginState{ID: m.cfg.ID, Key: v.key, Status: v.status, Restarts: v.restarts,
+		ps := api.PluginState{ID: m.cfg.ID, Key: v.key, Status: v.status, Restarts: v.restarts,
 			LastError: v.lastError, LastErrorCode: string(v.lastErrorCode), PinDrift: v.pinDrift}
 		if w := v.worker; w != nil && w.alive() {
-			ps.Worker = &WorkerState{PID: w.pid, Generation: w.generation, StartedAt: w.startedAt, SupportedMethods: slices.Clone(w.methods),
+			ps.Worker = &api.WorkerState{PID: w.pid, Generation: w.generation, StartedAt: w.startedAt, SupportedMethods: slices.Clone(w.methods),
 				Containment: w.proc.containment()}
 		}
 		out = append(out, ps)

@@ -14,6 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/authz-dev/authz/driverplugin"
+	"github.com/authz-dev/authz/internal/api"
 	"github.com/authz-dev/authz/internal/coded"
 	"github.com/authz-dev/authz/internal/decision"
 	"github.com/authz-dev/authz/internal/decision/decisiontest"
@@ -22,7 +23,7 @@ import (
 )
 
 // settled waits until the plugin is ready or in error.
-func settled(tb testing.TB, h *Host, id string) PluginState {
+func settled(tb testing.TB, h *Host, id string) api.PluginState {
 	tb.Helper()
 	waitFor(tb, 3*time.Minute, id+" ready or in error", func() bool {
 		s := state(tb, h, id).Status

@@ -14,6 +14,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/authz-dev/authz/internal/api"
 	"github.com/authz-dev/authz/internal/coded"
 	"github.com/authz-dev/authz/internal/decision"
 	"github.com/authz-dev/authz/internal/decision/decisiontest"
@@ -312,7 +313,7 @@ func TestDriverFailureMessages(t *testing.T) {
 			cfg := testConfig(t, tt.plugin)
 			cfg.Logger = testLogger(t, log)
 			h, _ := startHost(t, cfg)
-			var st PluginState
+			var st api.PluginState
 			waitFor(t, 30*time.Second, "two failed starts", func() bool {
 				st = state(t, h, "p")
 				return st.Status == StatusError && st.Restarts >= 1

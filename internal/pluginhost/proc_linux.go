@@ -25,6 +25,7 @@ import (
 	"github.com/hashicorp/go-plugin/runner"
 	"golang.org/x/sys/unix"
 
+	"github.com/authz-dev/authz/internal/api"
 	"github.com/authz-dev/authz/internal/coded"
 )
 
@@ -301,9 +302,9 @@ func cgroupName(id string) string {
 }
 
 // containment reports how the worker is contained.
-func (p *proc) containment() *Containment {
+func (p *proc) containment() *api.Containment {
 	c := containment.setUp()
-	out := &Containment{UID: os.Getuid(), GID: os.Getgid(), Seccomp: p.seccomp, PidNamespace: p.pidns, Landlock: p.seccomp && c.landlock == "", Cgroup: p.cg != nil, HostNonDumpable: c.dumpableErr == nil}
+	out := &api.Containment{UID: os.Getuid(), GID: os.Getgid(), Seccomp: p.seccomp, PidNamespace: p.pidns, Landlock: p.seccomp && c.landlock == "", Cgroup: p.cg != nil, HostNonDumpable: c.dumpableErr == nil}
 	if p.cred != nil {
 		out.UID, out.GID = int(p.cred.Uid), int(p.cred.Gid)
 	}

@@ -3,6 +3,8 @@
 package pluginhost
 
 import (
+	"github.com/authz-dev/authz/internal/api"
+
 	"context"
 	"errors"
 	"net"
@@ -37,8 +39,8 @@ type reaper struct{}
 func (*reaper) reapZombies()         {}
 func cgroupLimitsProblem() error     { return errNeedsLinux }
 func newReaper(hclog.Logger) *reaper { return &reaper{} }
-func (*proc) containment() *Containment {
-	return &Containment{Missing: []string{errNeedsLinux.Error()}}
+func (*proc) containment() *api.Containment {
+	return &api.Containment{Missing: []string{errNeedsLinux.Error()}}
 }
 func closeInheritedOnExec()                                  {}
 func (*proc) started() int                                   { return 0 }

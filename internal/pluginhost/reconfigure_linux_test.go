@@ -18,6 +18,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
 
+	"github.com/authz-dev/authz/internal/api"
 	"github.com/authz-dev/authz/internal/coded"
 	"github.com/authz-dev/authz/internal/decision"
 	"github.com/authz-dev/authz/internal/decision/decisiontest"
@@ -59,9 +60,9 @@ func pluginIDs(h *Host) []string {
 
 // readyWorker waits until the plugin has a live worker whose generation is above after, and
 // returns its state.
-func readyWorker(tb testing.TB, h *Host, rec *pidRecorder, id string, after uint64) PluginState {
+func readyWorker(tb testing.TB, h *Host, rec *pidRecorder, id string, after uint64) api.PluginState {
 	tb.Helper()
-	var st PluginState
+	var st api.PluginState
 	waitFor(tb, 60*time.Second, id+" ready above generation "+strconv.FormatUint(after, 10), func() bool {
 		st = state(tb, h, id)
 		return st.Status == StatusReady && st.Worker != nil && st.Worker.Generation > after
@@ -329,7 +330,7 @@ func TestReconfigureNeverMixesGenerations(t *testing.T) {
 		decisions []reconfigDecision
 		keyOf     = map[uint64]string{} // generation → the plugin key it reported
 	)
-	note := func() PluginState {
+	note := func() api.PluginState {
 		st := state(t, h, "p")
 		mu.Lock()
 		keyOf[st.Worker.Generation] = st.Key
@@ -481,7 +482,7 @@ func TestReconfigureConcurrentCallsAndClose(t *testing.T) {
 	run(20, true)
 	_, err := h.Reconfigure(t.Context(), lists[1])
 	assert.ErrorIs(t, err, ErrClosed)
-	assert.Empty(t, slices.DeleteFunc(h.Plugins(), func(p PluginState) bool { return p.Worker == nil }), "no worker after Close")
+	assert.Empty(t, slices.DeleteFunc(h.Plugins(), func(p api.PluginState) bool { return p.Worker == nil }), "no worker after Close")
 }
 
 // TestReplaceBuiltinProviders: invalid providers are refused whole with the field named; valid

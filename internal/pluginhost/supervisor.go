@@ -27,8 +27,8 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/authz-dev/authz/driverplugin"
+	"github.com/authz-dev/authz/internal/api"
 	"github.com/authz-dev/authz/internal/coded"
-	"github.com/authz-dev/authz/internal/decision"
 	"github.com/authz-dev/authz/internal/snapshot"
 )
 
@@ -578,11 +578,11 @@ func notADriver(exit string) string {
 	return ""
 }
 
-// knownCapabilities are the capability keys of this release: decision.CapabilityKeys, the one Go
+// knownCapabilities are the capability keys of this release: api.CapabilityKeys, the one Go
 // list of docs/contract.md, "The nine capabilities".
 var knownCapabilities = func() map[string]bool {
-	m := make(map[string]bool, len(decision.CapabilityKeys))
-	for _, k := range decision.CapabilityKeys {
+	m := make(map[string]bool, len(api.CapabilityKeys))
+	for _, k := range api.CapabilityKeys {
 		m[k] = true
 	}
 	return m

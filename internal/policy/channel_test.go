@@ -19,6 +19,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/authz-dev/authz/internal/api"
 	"github.com/authz-dev/authz/internal/coded"
 	"github.com/authz-dev/authz/internal/decision"
 	"github.com/authz-dev/authz/internal/policy/policytest"
@@ -190,7 +191,7 @@ func TestFileBundleMasksApplyToOPADecisionLogs(t *testing.T) {
 			eng, src, out := startLogged(t, cfg, hclog.Info)
 			require.True(t, src.DecisionLogs())
 			logged := func(id string, in map[string]any) {
-				require.NoError(t, src.LogDecision(t.Context(), Decision{ID: id, Path: "authz/decision", Timestamp: time.Now(),
+				require.NoError(t, src.LogDecision(t.Context(), api.Decision{ID: id, Path: "authz/decision", Timestamp: time.Now(),
 					Input: in, Result: map[string]any{"allow": false}, Revision: eng.Revision()}))
 			}
 			logged("d-dropped", map[string]any{"dropme": true, "secret": "S3CRET-DROPPED"})

@@ -19,8 +19,8 @@ import (
 	opaconfig "github.com/open-policy-agent/opa/v1/config"
 	"github.com/open-policy-agent/opa/v1/keys"
 
+	"github.com/authz-dev/authz/internal/api"
 	"github.com/authz-dev/authz/internal/configcheck"
-	"github.com/authz-dev/authz/internal/policystate"
 )
 
 // Defaults of the verification flags, those of `opa run`.
@@ -58,9 +58,9 @@ type Config struct {
 
 // Origin kinds, the first word of Status.Origin.
 const (
-	OriginEmbedded = policystate.OriginEmbedded
-	OriginFile     = policystate.OriginFile
-	OriginRemote   = policystate.OriginRemote
+	OriginEmbedded = api.OriginEmbedded
+	OriginFile     = api.OriginFile
+	OriginRemote   = api.OriginRemote
 )
 
 // provider is one kind of policy source: where the policy comes from and how a new one is

@@ -3,20 +3,38 @@ package policy
 import (
 	"context"
 	"errors"
+	"time"
 
 	"github.com/open-policy-agent/opa/v1/metrics"
 	"github.com/open-policy-agent/opa/v1/plugins/logs"
 	opaserver "github.com/open-policy-agent/opa/v1/server"
 	"go.opentelemetry.io/otel/trace"
 
-	"github.com/authz-dev/authz/internal/policystate"
+	"github.com/authz-dev/authz/internal/api"
 	"github.com/authz-dev/authz/internal/snapshot"
 )
 
-// Decision is one decision, as OPA's decision-log plugin records it. It is defined in
-// internal/policystate so that the HTTP server hands it over without depending on the policy
-// source.
-type Decision = policystate.Decision
+// Decision is one decision, as OPA's decision-log plugin records it: the API's record
+// (api.Decision) and the active bundles.
+type Decision struct {
+	ID         string
+	Path       string // the decision's path below data, e.g. "authz/decision"
+	Timestamp  time.Time
+	Input      any
+	Result     any
+	Revision   string
+	RemoteAddr string
+	// Error is the evaluation failure's code when the decision could not be evaluated.
+	Error string
+	// Bundles are the active bundles and their revisions (filled in by the source that logs).
+	Bundles map[string]opaserver.BundleInfo
+}
+
+// DecisionOf is the decision log's record of rec, without bundles.
+func DecisionOf(rec api.Decision) Decision {
+	return Decision{ID: rec.ID, Path: rec.Path, Timestamp: rec.Timestamp, Input: rec.Input, Result: rec.Result,
+		Revision: rec.Revision, RemoteAddr: rec.RemoteAddr, Error: rec.Error}
+}
 
 // DecisionLogs reports whether the opa section configures decision_logs.
 func (s *Source) DecisionLogs() bool { return s.remote != nil && s.remote.logs != nil }
@@ -25,10 +43,11 @@ func (s *Source) DecisionLogs() bool { return s.remote != nil && s.remote.logs !
 // and masks the event with the system.log.drop and system.log.mask policies of the bundles,
 // prints it (console) and uploads it in batches (service). It never blocks on the upload; an
 // event the plugin's buffer cannot hold is dropped by the plugin (see OPA's buffer settings).
-func (s *Source) LogDecision(ctx context.Context, d Decision) error {
+func (s *Source) LogDecision(ctx context.Context, rec api.Decision) error {
 	if !s.DecisionLogs() {
 		return nil
 	}
+	d := DecisionOf(rec)
 	d.Bundles = map[string]opaserver.BundleInfo{}
 	for n, b := range s.Status().Bundles {
 		if b.ActiveRevision != "" {

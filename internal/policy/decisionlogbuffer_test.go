@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/authz-dev/authz/internal/api"
 	"github.com/authz-dev/authz/internal/decision"
 )
 
@@ -49,7 +50,7 @@ func TestDecisionLogBufferBoundedWhileCollectorDown(t *testing.T) {
 	for i := range decisions {
 		off := (i * 7919) % (len(text) - field)
 		in := map[string]any{"operation": "openDuplexChannel", "lease": map[string]any{"metadata": map[string]any{"blob": text[off : off+field]}}}
-		require.NoError(t, src.LogDecision(t.Context(), Decision{ID: "d", Path: "authz/decision", Timestamp: time.Now(),
+		require.NoError(t, src.LogDecision(t.Context(), api.Decision{ID: "d", Path: "authz/decision", Timestamp: time.Now(),
 			Input: in, Result: map[string]any{"allow": true}, Revision: eng.Revision()}))
 	}
 	runtime.GC()

@@ -15,6 +15,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/authz-dev/authz/internal/api"
 	"github.com/authz-dev/authz/internal/coded"
 	"github.com/authz-dev/authz/internal/decision"
 	"github.com/authz-dev/authz/internal/policy/policytest"
@@ -22,8 +23,8 @@ import (
 
 // grantAll is a policy that grants everything: what a second bundle's key holder would serve.
 func grantAll() map[string]string {
-	caps := make([]string, len(decision.CapabilityKeys))
-	for i, k := range decision.CapabilityKeys {
+	caps := make([]string, len(api.CapabilityKeys))
+	for i, k := range api.CapabilityKeys {
 		caps[i] = `"` + k + `": true`
 	}
 	return map[string]string{"authz/decision.rego": `package authz

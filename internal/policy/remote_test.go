@@ -16,6 +16,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/authz-dev/authz/internal/api"
 	"github.com/authz-dev/authz/internal/coded"
 	"github.com/authz-dev/authz/internal/decision"
 	"github.com/authz-dev/authz/internal/policy/policytest"
@@ -276,7 +277,7 @@ func TestDecisionLogsBesideEmbeddedPolicy(t *testing.T) {
 	defer src.Close(t.Context())
 	assert.Equal(t, OriginEmbedded, src.Status().Origin)
 	require.True(t, src.DecisionLogs())
-	require.NoError(t, src.LogDecision(t.Context(), Decision{ID: "decision-123", Path: "authz/decision", Timestamp: time.Now(),
+	require.NoError(t, src.LogDecision(t.Context(), api.Decision{ID: "decision-123", Path: "authz/decision", Timestamp: time.Now(),
 		Input: map[string]any{"operation": "openDuplexChannel"}, Result: map[string]any{"allow": false}, Revision: eng.Revision()}))
 	policytest.WaitFor(t, "the console decision log", 10*time.Second, func() bool { return strings.Contains(out.String(), "decision-123") })
 	assert.Contains(t, out.String(), eng.Revision())
@@ -286,5 +287,5 @@ func TestDecisionLogsBesideEmbeddedPolicy(t *testing.T) {
 	require.NoError(t, err)
 	require.NoError(t, plain.Start(t.Context()))
 	assert.False(t, plain.DecisionLogs())
-	assert.NoError(t, plain.LogDecision(t.Context(), Decision{ID: "x"}))
+	assert.NoError(t, plain.LogDecision(t.Context(), api.Decision{ID: "x"}))
 }

@@ -19,10 +19,10 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 
+	"github.com/authz-dev/authz/internal/api"
 	"github.com/authz-dev/authz/internal/coded"
 	"github.com/authz-dev/authz/internal/decision"
 	"github.com/authz-dev/authz/internal/logtext"
-	"github.com/authz-dev/authz/internal/policystate"
 )
 
 // Options are the parts of a Source that are not configuration.
@@ -44,9 +44,28 @@ type Options struct {
 	downloadTimes downloadTimes
 }
 
-// Status is the state of the policy: GET /v1/status. It is defined in internal/policystate so
-// that the HTTP server reads it without depending on the policy source.
-type Status = policystate.Status
+// Status is the state of the policy as the source keeps it, with OPA's bundle statuses; the API
+// shows it as an api.Status (APIStatus).
+type Status struct {
+	Revision    string
+	Origin      string
+	ActivatedAt time.Time
+	Bundles     map[string]*bundleplugin.Status
+	LastError   string
+}
+
+// APIStatus is st as GET /v1/status shows it: OPA's bundle statuses in the API's shape, less
+// their per-download metrics.
+func APIStatus(st Status) api.Status {
+	out := api.Status{Revision: st.Revision, Origin: st.Origin, ActivatedAt: st.ActivatedAt, LastError: st.LastError,
+		Bundles: make(map[string]*api.BundleStatus, len(st.Bundles))}
+	for n, b := range st.Bundles {
+		out.Bundles[n] = &api.BundleStatus{Name: b.Name, ActiveRevision: b.ActiveRevision, LastSuccessfulActivation: b.LastSuccessfulActivation,
+			Type: b.Type, Size: b.Size, LastSuccessfulDownload: b.LastSuccessfulDownload, LastSuccessfulRequest: b.LastSuccessfulRequest,
+			LastRequest: b.LastRequest, Code: b.Code, Message: b.Message, Errors: b.Errors, HTTPCode: b.HTTPCode}
+	}
+	return out
+}
 
 // Source is the policy of one engine: it activates the first policy, then each new bundle, and
 // reports what is active. Create it with New, Start it, Close it after the service stopped.
@@ -170,8 +189,13 @@ func (s *Source) stopOPA(ctx context.Context) {
 	}
 }
 
-// Status returns a copy of the policy's state.
-func (s *Source) Status() Status {
+// Status returns the policy's state as the API shows it (GET /v1/status).
+func (s *Source) Status() api.Status {
+	return APIStatus(s.state())
+}
+
+// state returns a copy of the policy's state.
+func (s *Source) state() Status {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	st := s.status

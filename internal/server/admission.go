@@ -12,6 +12,7 @@ import (
 
 	"github.com/authz-dev/authz/internal/coded"
 	"github.com/authz-dev/authz/internal/decision"
+	"github.com/authz-dev/authz/internal/pipeline"
 	"github.com/authz-dev/authz/internal/policystate"
 )
 
@@ -215,8 +216,8 @@ func (p *places) cutForLocked(caller string) {
 const (
 	bodyReading = iota
 	bodyIn
-	cutShare // its caller held more than its share while another caller waited
-	cutSlow  // it came slower than limits.minBodyRate after limits.bodyGrace
+	cutShare = pipeline.CutShare // its caller held more than its share while another caller waited
+	cutSlow  = pipeline.CutSlow  // it came slower than limits.minBodyRate after limits.bodyGrace
 )
 
 // bodyHold is a reading place held by a request: its body, read through it, and how much of
@@ -231,6 +232,9 @@ type bodyHold struct {
 	// it was cut, once.
 	state      atomic.Int32
 	prev, next *bodyHold // under places.mu
+	// hc is the request's caller of the decision pipeline (steps.go), kept here so that a
+	// decision costs no allocation of its own for it.
+	hc httpCaller
 }
 
 var bodyHolds = sync.Pool{New: func() any { return new(bodyHold) }}
@@ -254,20 +258,25 @@ func (h *bodyHold) cutLocked(why int32) bool {
 	return true
 }
 
-// admitBody takes a reading place for r's body, read from then on through the place (r.Body
-// is replaced until finish). It returns nil when no place came in time.
-func (a *admission) admitBody(w http.ResponseWriter, r *http.Request, caller string) *bodyHold {
+// newBodyHold is a hold from the pool, for one request (Server.caller).
+func newBodyHold() *bodyHold {
 	h, _ := bodyHolds.Get().(*bodyHold)
+	return h
+}
+
+// admitBody takes a reading place for r's body with h, read from then on through the place
+// (r.Body is replaced until finish). It reports false when no place came in time; h is then not
+// put back in the pool (its caller may still be read) and is left to the collector.
+func (a *admission) admitBody(h *bodyHold, w http.ResponseWriter, r *http.Request, caller string) bool {
 	h.caller, h.w, h.body, h.start = caller, w, r.Body, time.Now()
 	h.n.Store(0)
 	h.state.Store(bodyReading)
 	if !a.acquire(r.Context(), a.reading, caller, h) {
 		h.caller, h.w, h.body = "", nil, nil
-		bodyHolds.Put(h)
-		return nil
+		return false
 	}
 	r.Body = h
-	return h
+	return true
 }
 
 // bodyIn marks the body read: it is not cut any more. It reports why it was cut before, 0
@@ -299,6 +308,7 @@ func (a *admission) finish(r *http.Request, h *bodyHold) {
 	}
 	p.releaseLocked(h.caller)
 	h.caller, h.w, h.body, h.prev, h.next = "", nil, nil, nil, nil
+	h.hc = httpCaller{}
 	p.mu.Unlock()
 	bodyHolds.Put(h)
 }
@@ -384,7 +394,7 @@ func (c Config) MemoryLimit() int64 {
 		int64(c.Limits.MaxReading)*c.MaxBodyBytes +
 		int64(c.Limits.MaxDeciding)*decidingBytesPerBodyByte*c.MaxBodyBytes +
 		int64(c.Limits.MaxConnections)*int64(c.HTTP.MaxHeaderBytes+connectionBufferBytes) +
-		int64(c.Limits.MaxWatches)*watchBytes + c.Limits.MaxWatchBytes
+		int64(c.watches().Max)*watchBytes + c.watches().MaxBytes
 }
 
 // MemoryBound is the peak resident memory the service stays within under any number of

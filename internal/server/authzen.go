@@ -10,14 +10,15 @@ package server
 import (
 	"bytes"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"net/http"
 	"strings"
 	"time"
 
+	"github.com/authz-dev/authz/internal/api"
 	"github.com/authz-dev/authz/internal/coded"
 	"github.com/authz-dev/authz/internal/decision"
+	"github.com/authz-dev/authz/internal/pipeline"
 	"github.com/authz-dev/authz/internal/snapshot"
 )
 
@@ -82,13 +83,13 @@ type authzenAnswer struct {
 // authzenContext is the decision document without allow (which is the answer's decision),
 // and the evaluation failure's code when the decision could not be evaluated.
 type authzenContext struct {
-	Code         string                 `json:"code"`
-	Message      string                 `json:"message"`
-	Reasons      []string               `json:"reasons"`
-	Capabilities *decision.Capabilities `json:"capabilities,omitempty"`
-	DecisionID   string                 `json:"decision_id,omitempty"`
-	Revision     string                 `json:"revision,omitempty"`
-	Error        string                 `json:"error,omitempty"`
+	Code         string            `json:"code"`
+	Message      string            `json:"message"`
+	Reasons      []string          `json:"reasons"`
+	Capabilities *api.Capabilities `json:"capabilities,omitempty"`
+	DecisionID   string            `json:"decision_id,omitempty"`
+	Revision     string            `json:"revision,omitempty"`
+	Error        string            `json:"error,omitempty"`
 }
 
 func answerOf(doc decision.Document, evalCode string) authzenAnswer {
@@ -300,22 +301,18 @@ func (s *Server) handleAuthZENEvaluation(w http.ResponseWriter, r *http.Request)
 		}
 		return e.request()
 	}
-	s.admitted(w, r, s.readBody, parse, func(req *snapshot.Request, facts snapshot.Facts) {
-		s.answerAuthZEN(w, r, pathAuthZENEvaluation, req, facts)
+	s.pipe.Decide(s.caller(w, r, false), pipeline.Face{Path: pathAuthZENEvaluation}, parse, func(res pipeline.Result) {
+		s.answerAuthZEN(w, r, res)
 	})
 }
 
-// answerAuthZEN decides one evaluation and answers it as /access/v1/evaluation does.
-func (s *Server) answerAuthZEN(w http.ResponseWriter, r *http.Request, path string, req *snapshot.Request, facts snapshot.Facts) {
-	doc, status, ok := s.answerDecision(w, r, path, req, facts)
+// answerAuthZEN answers one evaluation as /access/v1/evaluation does.
+func (s *Server) answerAuthZEN(w http.ResponseWriter, r *http.Request, res pipeline.Result) {
+	doc, status, ok := s.answerResult(w, r, res)
 	if !ok {
 		return
 	}
-	evalCode := ""
-	if status != http.StatusOK {
-		evalCode = w.Header().Get(headerError)
-	}
-	writeJSON(w, status, answerOf(doc, evalCode))
+	writeJSON(w, status, answerOf(doc, string(res.EvalCode)))
 }
 
 // handleAuthZENEvaluations answers POST /access/v1/evaluations: the evaluations in order, each
@@ -324,7 +321,8 @@ func (s *Server) answerAuthZEN(w http.ResponseWriter, r *http.Request, path stri
 func (s *Server) handleAuthZENEvaluations(w http.ResponseWriter, r *http.Request) {
 	arrived := time.Now()
 	echoRequestID(w, r)
-	s.withBody(w, r, s.readBody, func(body []byte) {
+	c := s.caller(w, r, false)
+	s.pipe.Body(c, func(body []byte) {
 		var batch authzenEvaluations
 		if err := decodeAuthZEN(body, authzenEvaluationsShape, &batch); err != nil {
 			writeError(w, err)
@@ -346,14 +344,13 @@ func (s *Server) handleAuthZENEvaluations(w http.ResponseWriter, r *http.Request
 			return
 		}
 		if len(batch.Evaluations) == 0 {
-			err := s.deciding(r, batch.authzenEvaluation.request, func(req *snapshot.Request, facts snapshot.Facts) {
-				s.answerAuthZEN(w, r, pathAuthZENEvaluations, req, facts)
+			s.pipe.DecideBody(c, pipeline.Face{Path: pathAuthZENEvaluations}, batch.authzenEvaluation.request, pipeline.Batch{}, func(res pipeline.Result) {
+				s.answerAuthZEN(w, r, res)
 			})
-			s.answerNotDecided(w, r, err)
 			return
 		}
-		s.decideBatch(w, r, arrived, batch, semantic)
-	})
+		s.decideBatch(w, r, c, arrived, batch, semantic)
+	}, func(res pipeline.Result) { s.answerResult(w, r, res) })
 }
 
 // batchItem is an evaluation of a batch with the batch's defaults applied: key is the same
@@ -368,7 +365,7 @@ type batchItem struct {
 // batch whose distinct evaluations cannot be decided within half of http.writeTimeout at the
 // observed decision time is refused up front (503, Retry-After), and one that runs late is
 // answered 503, never cut by the write time-out without an answer.
-func (s *Server) decideBatch(w http.ResponseWriter, r *http.Request, arrived time.Time, batch authzenEvaluations, semantic string) {
+func (s *Server) decideBatch(w http.ResponseWriter, r *http.Request, c pipeline.Caller, arrived time.Time, batch authzenEvaluations, semantic string) {
 	items := make([]batchItem, len(batch.Evaluations))
 	asked := make(map[string]int, len(items))
 	for i, e := range batch.Evaluations {
@@ -393,9 +390,9 @@ func (s *Server) decideBatch(w http.ResponseWriter, r *http.Request, arrived tim
 	// body is not multiplied into the log.
 	lineCap := max(s.cfg.DecisionLog.MaxLineBytes/len(asked), minLineBytes)
 	type decided struct {
-		answer authzenAnswer
-		logged bool
-		err    error
+		answer  authzenAnswer
+		outcome pipeline.Outcome
+		err     error
 	}
 	done := make(map[string]decided, len(asked))
 	answers := make([]authzenAnswer, 0, len(items))
@@ -407,21 +404,20 @@ func (s *Server) decideBatch(w http.ResponseWriter, r *http.Request, arrived tim
 					len(done), len(asked), late.Round(time.Millisecond)))
 				return
 			}
-			d.logged = true
-			d.err = s.deciding(r, it.eval.request, func(req *snapshot.Request, facts snapshot.Facts) {
-				doc, evalCode, ok := s.decideFor(r, pathAuthZENEvaluations, req, facts, "", batchShare{items: asked[it.key], lineCap: lineCap})
-				d.answer, d.logged = answerOf(doc, string(evalCode)), ok
-			})
+			s.pipe.DecideBody(c, pipeline.Face{Path: pathAuthZENEvaluations}, it.eval.request,
+				pipeline.Batch{Items: asked[it.key], LineCap: lineCap}, func(res pipeline.Result) {
+					d.answer, d.outcome, d.err = answerOf(res.Doc, string(res.EvalCode)), res.Outcome, res.Err
+				})
 			done[it.key] = d
 		}
 		a := d.answer
-		switch {
-		case errors.Is(d.err, errNotAdmitted):
-			s.answerNotDecided(w, r, d.err) // the evaluations decided so far are not answered
+		switch d.outcome {
+		case pipeline.Overloaded:
+			s.answerOverloaded(w, r) // the evaluations decided so far are not answered
 			return
-		case d.err != nil:
+		case pipeline.Refused:
 			a = refusedAnswer(d.err)
-		case !d.logged:
+		case pipeline.Unrecorded:
 			// The required decision log could not record it: nothing of this request may be
 			// used.
 			w.Header().Set(headerError, string(coded.DecisionLogUnavailable))

@@ -6,6 +6,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/authz-dev/authz/internal/audit"
 	"github.com/authz-dev/authz/internal/configcheck"
 	"github.com/authz-dev/authz/internal/watch"
 )
@@ -55,6 +56,65 @@ type WatchConfig struct {
 	// RecheckInterval re-decides every watched request this often, whether or not a change was
 	// signalled (a driver's config check signals none).
 	RecheckInterval time.Duration `yaml:"recheckInterval"`
+	// Max caps the open watches; past it a new watch is answered 503 WATCH_LIMIT. An idle
+	// watch holds no admission slot.
+	Max int `yaml:"max"`
+	// MaxBytes caps the bytes of the distinct request bodies the open watches hold (each is
+	// kept as sent, to be decided again); past it a new watch is answered 503 WATCH_LIMIT.
+	MaxBytes int64 `yaml:"maxBytes"`
+	// MaxPerCaller caps the open watches of one caller (its token, else its client
+	// certificate, else its peer address); 0 is a quarter of Max. Past it, its new watch is
+	// answered 503 WATCH_LIMIT while other callers may still open theirs.
+	MaxPerCaller int `yaml:"maxPerCaller"`
+	// MaxBytesPerCaller caps the bytes of the distinct request bodies one caller's watches
+	// hold; 0 is a quarter of MaxBytes.
+	MaxBytesPerCaller int64 `yaml:"maxBytesPerCaller"`
+}
+
+// deprecatedWatchKey is a key of limits that watches replaces, read for one release.
+type deprecatedWatchKey struct {
+	old, new string
+	set      bool
+}
+
+// deprecatedWatchKeys are the limits.maxWatch* keys, each with the watches key that replaces
+// it and whether c sets it.
+func (c Config) deprecatedWatchKeys() []deprecatedWatchKey {
+	return []deprecatedWatchKey{
+		{"limits.maxWatches", "watches.max", c.Limits.MaxWatches != 0},
+		{"limits.maxWatchBytes", "watches.maxBytes", c.Limits.MaxWatchBytes != 0},
+		{"limits.maxWatchesPerCaller", "watches.maxPerCaller", c.Limits.MaxWatchesPerCaller != 0},
+		{"limits.maxWatchBytesPerCaller", "watches.maxBytesPerCaller", c.Limits.MaxWatchBytesPerCaller != 0},
+	}
+}
+
+// watches is c's watch settings, a deprecated limits.maxWatch* key that is set in place of the
+// watches key that replaces it.
+func (c Config) watches() WatchConfig {
+	w := c.Watch
+	if c.Limits.MaxWatches != 0 {
+		w.Max = c.Limits.MaxWatches
+	}
+	if c.Limits.MaxWatchBytes != 0 {
+		w.MaxBytes = c.Limits.MaxWatchBytes
+	}
+	if c.Limits.MaxWatchesPerCaller != 0 {
+		w.MaxPerCaller = c.Limits.MaxWatchesPerCaller
+	}
+	if c.Limits.MaxWatchBytesPerCaller != 0 {
+		w.MaxBytesPerCaller = c.Limits.MaxWatchBytesPerCaller
+	}
+	return w
+}
+
+// watchKey is the name of a watch setting as c spells it: the deprecated key when it is set.
+func (c Config) watchKey(key string) string {
+	for _, k := range c.deprecatedWatchKeys() {
+		if k.new == key && k.set {
+			return k.old
+		}
+	}
+	return key
 }
 
 // AuthConfig is the access control of the API: who may ask for decisions and who may read the
@@ -107,18 +167,12 @@ type LimitsConfig struct {
 	// QueueWait is how long a decision request waits for a slot of either kind before it is
 	// answered 503 SERVICE_OVERLOADED with Retry-After.
 	QueueWait time.Duration `yaml:"queueWait"`
-	// MaxWatches caps the open watches (POST /v1/authorize/watch); past it a new watch is
-	// answered 503 WATCH_LIMIT. An idle watch holds no admission slot.
-	MaxWatches int `yaml:"maxWatches"`
-	// MaxWatchBytes caps the bytes of the distinct request bodies the open watches hold (each
-	// is kept as sent, to be decided again); past it a new watch is answered 503 WATCH_LIMIT.
-	MaxWatchBytes int64 `yaml:"maxWatchBytes"`
-	// MaxWatchesPerCaller caps the open watches of one caller (its token, else its client
-	// certificate, else its peer address); 0 is a quarter of MaxWatches. Past it, its new watch
-	// is answered 503 WATCH_LIMIT while other callers may still open theirs.
-	MaxWatchesPerCaller int `yaml:"maxWatchesPerCaller"`
-	// MaxWatchBytesPerCaller caps the bytes of the distinct request bodies one caller's watches
-	// hold; 0 is a quarter of MaxWatchBytes.
+	// Deprecated: watches.max, watches.maxBytes, watches.maxPerCaller and
+	// watches.maxBytesPerCaller (WatchConfig); these keys are read for one release, in place of
+	// those when set (not 0), with a WARN naming the new key.
+	MaxWatches             int   `yaml:"maxWatches"`
+	MaxWatchBytes          int64 `yaml:"maxWatchBytes"`
+	MaxWatchesPerCaller    int   `yaml:"maxWatchesPerCaller"`
 	MaxWatchBytesPerCaller int64 `yaml:"maxWatchBytesPerCaller"`
 }
 
@@ -151,7 +205,7 @@ func (c Config) validateLimits(v *configcheck.Problems) {
 		{"limits.maxConnections", c.Limits.MaxConnections},
 		{"limits.maxReading", c.Limits.MaxReading},
 		{"limits.maxDeciding", c.Limits.MaxDeciding},
-		{"limits.maxWatches", c.Limits.MaxWatches},
+		{c.watchKey("watches.max"), c.watches().Max},
 	} {
 		if f.v <= 0 {
 			v.Add(f.field, "must be a positive number, got %d", f.v)
@@ -172,14 +226,15 @@ func (c Config) validateLimits(v *configcheck.Problems) {
 	if c.Limits.BodyGrace <= 0 && c.Limits.MinBodyRate > 0 {
 		v.Add("limits.bodyGrace", "must be a positive duration such as 2s, got %v", c.Limits.BodyGrace)
 	}
-	if c.Limits.MaxWatchesPerCaller < 0 {
-		v.Add("limits.maxWatchesPerCaller", "must be 0 (a quarter of limits.maxWatches) or a positive number, got %d", c.Limits.MaxWatchesPerCaller)
+	w := c.watches()
+	if w.MaxPerCaller < 0 {
+		v.Add(c.watchKey("watches.maxPerCaller"), "must be 0 (a quarter of watches.max) or a positive number, got %d", w.MaxPerCaller)
 	}
-	if c.Limits.MaxWatchBytesPerCaller < 0 {
-		v.Add("limits.maxWatchBytesPerCaller", "must be 0 (a quarter of limits.maxWatchBytes) or a positive number of bytes, got %d", c.Limits.MaxWatchBytesPerCaller)
+	if w.MaxBytesPerCaller < 0 {
+		v.Add(c.watchKey("watches.maxBytesPerCaller"), "must be 0 (a quarter of watches.maxBytes) or a positive number of bytes, got %d", w.MaxBytesPerCaller)
 	}
-	if c.Limits.MaxWatchBytes <= 0 {
-		v.Add("limits.maxWatchBytes", "must be a positive number of bytes, got %d", c.Limits.MaxWatchBytes)
+	if w.MaxBytes <= 0 {
+		v.Add(c.watchKey("watches.maxBytes"), "must be a positive number of bytes, got %d", w.MaxBytes)
 	}
 }
 
@@ -242,10 +297,9 @@ func DefaultConfig() Config {
 			MinBodyRate:    defaultMinBodyRate,
 			BodyGrace:      defaultBodyGrace,
 			QueueWait:      defaultQueueWait,
-			MaxWatches:     defaultMaxWatches,
-			MaxWatchBytes:  defaultMaxWatchBytes,
 		},
-		Watch: WatchConfig{PingInterval: watch.DefaultPingInterval, RecheckInterval: watch.DefaultRecheckInterval},
+		Watch: WatchConfig{PingInterval: watch.DefaultPingInterval, RecheckInterval: watch.DefaultRecheckInterval,
+			Max: defaultMaxWatches, MaxBytes: defaultMaxWatchBytes},
 	}
 }
 
@@ -278,7 +332,7 @@ func (c Config) validateListener(v *configcheck.Problems) {
 // validate checks the masks and that a required log has a destination.
 func (c DecisionLogConfig) validate(v *configcheck.Problems) {
 	for i, m := range c.Mask {
-		if _, err := parseMask(m); err != nil {
+		if err := audit.CheckMask(m); err != nil {
 			v.Add(fmt.Sprintf("decisionLog.mask[%d]", i), "%v", err)
 		}
 	}

@@ -17,8 +17,10 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/authz-dev/authz/internal/api"
 	"github.com/authz-dev/authz/internal/coded"
 	"github.com/authz-dev/authz/internal/decision"
+	"github.com/authz-dev/authz/internal/pipeline"
 	"github.com/authz-dev/authz/internal/snapshot"
 )
 
@@ -65,13 +67,13 @@ func (s *Server) handleUndefinedData(w http.ResponseWriter, r *http.Request) {
 		writeError(w, err)
 		return
 	}
-	s.withBody(w, r, s.readDataBody, func(body []byte) {
+	s.pipe.Body(s.caller(w, r, true), func(body []byte) {
 		if err := undefinedDataBody(body); err != nil {
 			writeError(w, err)
 			return
 		}
 		writeDataJSON(w, http.StatusOK, struct{}{}, pretty)
-	})
+	}, func(res pipeline.Result) { s.answerResult(w, r, res) })
 }
 
 // undefinedDataBody checks the body of a query for an undefined document: empty, or one JSON
@@ -113,8 +115,8 @@ func (s *Server) handleData(w http.ResponseWriter, r *http.Request) {
 		}
 		return snapshot.ParseRequestBytes(body)
 	}
-	s.admitted(w, r, s.readDataBody, parse, func(req *snapshot.Request, facts snapshot.Facts) {
-		doc, status, ok := s.answerDecision(w, r, r.URL.Path, req, facts)
+	s.pipe.Decide(s.caller(w, r, true), pipeline.Face{Path: r.URL.Path}, parse, func(res pipeline.Result) {
+		doc, status, ok := s.answerResult(w, r, res)
 		if !ok {
 			return
 		}
@@ -154,8 +156,8 @@ func documentPath(p string) ([]string, error) {
 	case len(segs) == 1:
 		return segs, nil
 	case len(segs) == 2 && key == "capabilities":
-		if !slices.Contains(decision.CapabilityKeys[:], segs[1]) {
-			return nil, notFound("the capabilities are " + strings.Join(decision.CapabilityKeys[:], ", "))
+		if !slices.Contains(api.CapabilityKeys[:], segs[1]) {
+			return nil, notFound("the capabilities are " + strings.Join(api.CapabilityKeys[:], ", "))
 		}
 		return segs, nil
 	case len(segs) == 2 && key == "reasons":

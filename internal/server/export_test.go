@@ -14,3 +14,11 @@ func (s *Server) ReadingHeld() int {
 
 // WatchesOpen is the number of open watches.
 func (s *Server) WatchesOpen() int { return s.watches.Open() }
+
+// RecordFaces has a recording double see every call of s's pipeline: what it returns lists the
+// calls the pipeline was asked, "Decide /v1/authorize", "Redecide", ..., in order.
+func (s *Server) RecordFaces() func() []string {
+	d := &facesDouble{}
+	s.pipe.Observe(d.note)
+	return d.calls
+}

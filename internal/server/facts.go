@@ -3,7 +3,7 @@ package server
 import (
 	"time"
 
-	"github.com/authz-dev/authz/internal/hoststate"
+	"github.com/authz-dev/authz/internal/api"
 	"github.com/authz-dev/authz/internal/snapshot"
 )
 
@@ -18,7 +18,7 @@ type FactsSource interface {
 	// Plugins lists the configured plugins and their workers as they are now. GET /v1/plugins
 	// shows them in their JSON shape, which carries the reason code of a plugin's last error
 	// but not the error itself.
-	Plugins() []hoststate.PluginState
+	Plugins() []api.PluginState
 	// Ready reports whether every enabled plugin has started once.
 	Ready() bool
 }
@@ -51,19 +51,19 @@ func (s *StaticFacts) FactsFile() snapshot.File { return s.file }
 func (s *StaticFacts) Ready() bool { return true }
 
 // Plugins implements FactsSource from the file's plugins and workers.
-func (s *StaticFacts) Plugins() []hoststate.PluginState {
-	out := make([]hoststate.PluginState, 0, len(s.file.Plugins))
+func (s *StaticFacts) Plugins() []api.PluginState {
+	out := make([]api.PluginState, 0, len(s.file.Plugins))
 	for _, p := range s.file.Plugins {
 		id, _ := p["id"].(string)
 		key, _ := p["key"].(string)
 		status, _ := p["status"].(string)
-		info := hoststate.PluginState{ID: id, Key: key, Status: status}
+		info := api.PluginState{ID: id, Key: key, Status: status}
 		if w, ok := s.Worker(id); ok {
 			methods := w.SupportedMethods
 			if methods == nil {
 				methods = []string{}
 			}
-			info.Worker = &hoststate.WorkerState{Generation: w.Generation, StartedAt: s.loadedAt, SupportedMethods: methods}
+			info.Worker = &api.WorkerState{Generation: w.Generation, StartedAt: s.loadedAt, SupportedMethods: methods}
 		}
 		out = append(out, info)
 	}

@@ -8,13 +8,13 @@ import (
 	"mime"
 	"net/http"
 	"strings"
-	"time"
 
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"github.com/authz-dev/authz/internal/api"
 	"github.com/authz-dev/authz/internal/coded"
 	"github.com/authz-dev/authz/internal/decision"
-	"github.com/authz-dev/authz/internal/hoststate"
+	"github.com/authz-dev/authz/internal/pipeline"
 	"github.com/authz-dev/authz/internal/snapshot"
 )
 
@@ -103,7 +103,7 @@ func (s *Server) routes() http.Handler {
 
 // decisionHandler answers POST /v1/authorize (the decision document) and POST
 // /v1/capabilities (the capabilities alone). The Data API paths are handleData's; all of them
-// decide through admitted and answerDecision.
+// decide through the pipeline (steps.go).
 func (s *Server) decisionHandler(path string) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		parse := func(body []byte) (*snapshot.Request, error) {
@@ -112,8 +112,8 @@ func (s *Server) decisionHandler(path string) http.HandlerFunc {
 			}
 			return snapshot.ParseRequestBytes(body)
 		}
-		s.admitted(w, r, s.readBody, parse, func(req *snapshot.Request, facts snapshot.Facts) {
-			doc, status, ok := s.answerDecision(w, r, path, req, facts)
+		s.pipe.Decide(s.caller(w, r, false), pipeline.Face{Path: path}, parse, func(res pipeline.Result) {
+			doc, status, ok := s.answerResult(w, r, res)
 			if !ok {
 				return
 			}
@@ -124,46 +124,6 @@ func (s *Server) decisionHandler(path string) http.HandlerFunc {
 			writeJSON(w, status, doc)
 		})
 	}
-}
-
-// admitted reads the body of a decision request with read, decodes it with parse and hands
-// the request to serve, holding the admission slots: the request is admitted before a byte of
-// its body is read, and admitted again before it is decoded and decided, so that the bodies in
-// memory and the decisions being decoded stay bounded whatever the number of clients. A
-// request not admitted in time is answered 503 SERVICE_OVERLOADED; one that does not decode is
-// answered with parse's error.
-func (s *Server) admitted(w http.ResponseWriter, r *http.Request, read func(http.ResponseWriter, *http.Request) ([]byte, error),
-	parse func(body []byte) (*snapshot.Request, error), serve func(req *snapshot.Request, facts snapshot.Facts)) {
-	s.withBody(w, r, read, func(body []byte) {
-		s.answerNotDecided(w, r, s.deciding(r, func() (*snapshot.Request, error) { return parse(body) }, serve))
-	})
-}
-
-// withBody reads the body of a decision request with read and hands it to serve, holding a
-// reading slot from before the first byte is read until serve returns. Access is checked
-// again once the body is in: a token revoked (Reload) while the body was being sent decides
-// nothing.
-func (s *Server) withBody(w http.ResponseWriter, r *http.Request, read func(http.ResponseWriter, *http.Request) ([]byte, error), serve func(body []byte)) {
-	hold := s.admit.admitBody(w, r, s.callerOf(r))
-	if hold == nil {
-		s.answerOverloaded(w, r)
-		return
-	}
-	defer s.admit.finish(r, hold)
-	body, err := read(w, r)
-	if why := s.admit.bodyIn(hold); why != 0 {
-		s.answerCut(w, r, why)
-		return
-	}
-	if err != nil {
-		writeError(w, err)
-		return
-	}
-	if denied := s.access.check(r, ScopeDecide); denied != nil {
-		s.refuse(w, r, r.URL.EscapedPath(), ScopeDecide, denied)
-		return
-	}
-	serve(body)
 }
 
 // answerCut answers a request whose body was cut (admission.cutLocked): 408 when it came too
@@ -203,154 +163,15 @@ func (s *Server) callerOf(r *http.Request) string {
 	return addr
 }
 
-// batchShare is what a decision of an AuthZEN batch is to its log record: the number of the
-// batch's evaluations it answers, and the cap of its line, a share of decisionLog.maxLineBytes
-// (0: the whole of it).
-type batchShare struct{ items, lineCap int }
-
-// errNotAdmitted is deciding's error when no deciding slot was free in time.
-var errNotAdmitted = errors.New("not admitted")
-
-// deciding decodes a request with parse and decides it with serve, holding a deciding slot
-// for both. It returns errNotAdmitted when no slot came in time, or parse's error.
-//
-// A driver's config check that must be asked is not waited for in a deciding slot: the
-// request gives its slot and its decoded form up, waits for the check (which holds only the
-// config), and is admitted, decoded and decided again, the answer then at hand. So a plugin
-// whose checks are slow holds up its own callers only.
-func (s *Server) deciding(r *http.Request, parse func() (*snapshot.Request, error), serve func(req *snapshot.Request, facts snapshot.Facts)) error {
-	caller := s.callerOf(r)
-	if !s.admit.acquire(r.Context(), s.admit.deciding, caller, nil) {
-		return errNotAdmitted
-	}
-	req, err := parse()
-	if err != nil {
-		s.admit.deciding.release(caller)
-		return err
-	}
-	var facts snapshot.Facts = s.facts
-	if wait := snapshot.PendingConfigCheck(req, s.facts); wait != nil {
-		s.admit.deciding.release(caller) // the decoded request is not used again: decoded again below
-		facts = wait(r.Context())
-		if !s.admit.acquire(r.Context(), s.admit.deciding, caller, nil) {
-			return errNotAdmitted
-		}
-		if req, err = parse(); err != nil {
-			s.admit.deciding.release(caller)
-			return err
-		}
-	}
-	defer s.admit.deciding.release(caller)
-	serve(req, facts)
-	return nil
-}
-
-// answerNotDecided answers deciding's error: 503 when no slot came in time, the error (a bad
-// request) otherwise; nothing when err is nil (the decision was answered).
-func (s *Server) answerNotDecided(w http.ResponseWriter, r *http.Request, err error) {
-	switch {
-	case errors.Is(err, errNotAdmitted):
-		s.answerOverloaded(w, r)
-	case err != nil:
-		writeError(w, err)
-	}
-}
-
-// answerDecision decides req and returns the document with the HTTP status to answer it with
-// (500 with X-Authz-Error when it could not be evaluated: the document then denies). When the
-// required decision log could not record it, it has answered 503 itself and ok is false.
-func (s *Server) answerDecision(w http.ResponseWriter, r *http.Request, path string, req *snapshot.Request, facts snapshot.Facts) (doc decision.Document, status int, ok bool) {
-	doc, evalCode, ok := s.decide(r, path, req, facts)
-	if !ok {
-		w.Header().Set(headerError, string(coded.DecisionLogUnavailable))
-		writeDecisionError(w, coded.Errorf(coded.DecisionLogUnavailable,
-			"the decision could not be recorded in the decision log, which this service requires; nothing is granted until the log is writable again"))
-		return doc, 0, false
-	}
-	if evalCode != "" {
-		w.Header().Set(headerError, string(evalCode))
-		return doc, http.StatusInternalServerError, true
-	}
-	return doc, http.StatusOK, true
-}
-
 type capabilitiesAnswer struct {
-	Capabilities decision.Capabilities `json:"capabilities"`
-	DecisionID   string                `json:"decision_id"`
-	Revision     string                `json:"revision"`
+	Capabilities api.Capabilities `json:"capabilities"`
+	DecisionID   string           `json:"decision_id"`
+	Revision     string           `json:"revision"`
 }
 
 type dataAnswer struct {
 	Result     decision.Document `json:"result"`
 	DecisionID string            `json:"decision_id"`
-}
-
-// decide makes and records one decision. evalCode is the failure's code when the decision
-// could not be evaluated (the document is then the fail-closed deny). ok is false when the
-// decision log is required and its line could not be written: the decision must not be used.
-func (s *Server) decide(r *http.Request, path string, req *snapshot.Request, facts snapshot.Facts) (doc decision.Document, evalCode coded.Code, ok bool) {
-	return s.decideFor(r, path, req, facts, "", batchShare{})
-}
-
-// decideFor is decide for the first decision of a watch (watchID not empty), whose log record
-// names the watch, or for a decision of an AuthZEN batch (batch: how many of its evaluations
-// it answers, and its line's share of the log's bound).
-func (s *Server) decideFor(r *http.Request, path string, req *snapshot.Request, facts snapshot.Facts, watchID string, batch batchShare) (doc decision.Document, evalCode coded.Code, ok bool) {
-	start := time.Now()
-	ctx, span := s.startDecisionSpan(r, path, req) // tracing.go; nil span when tracing is off
-	doc, in, err := s.decider.Decide(ctx, req, facts)
-	latency := time.Since(start)
-	s.observeDecisionTime(latency)
-	if err != nil {
-		// Whatever the decider returned alongside its error, the answer is the docs/contract.md, "Precise rules"
-		// "Failures" document: it never grants.
-		doc, evalCode = decision.FailClosed(req.Operation, doc, err)
-		s.log.Warn("decision could not be evaluated; answered with a deny",
-			"decision_id", doc.DecisionID, "operation", req.Operation, "code", string(evalCode), "error", err)
-	}
-	if doc.DecisionID == "" {
-		doc.DecisionID = decision.NewDecisionID()
-	}
-	if doc.Reasons == nil {
-		doc.Reasons = []string{}
-	}
-	s.log.Debug("decision", "decision_id", doc.DecisionID, "path", path, "operation", req.Operation,
-		"allow", doc.Allow, "code", doc.Code, "reasons", doc.Reasons, "latency", latency)
-
-	entry := logEntry{
-		DecisionID: doc.DecisionID,
-		Time:       start.UTC().Format(time.RFC3339Nano),
-		Path:       path,
-		Operation:  req.Operation,
-		Input:      map[string]any(in),
-		Result:     doc,
-		Revision:   doc.Revision,
-		LatencyNS:  latency.Nanoseconds(),
-		Error:      evalCode,
-		WatchID:    watchID,
-	}
-	if batch.items > 1 {
-		entry.Items = batch.items
-	}
-	entry.lineCap = batch.lineCap
-	logErr := s.dlog.write(entry)
-	s.logToOPA(ctx, r, start, entry) // status.go: OPA's decision-log plugin, when configured
-	if logErr != nil {
-		s.metrics.logFailures.Inc()
-		if s.cfg.DecisionLog.Required {
-			s.log.Error("decision log unavailable; answering 503 instead of the decision", "decision_id", doc.DecisionID, "error", logErr)
-			// Nothing is granted until the log is writable again, watched grants included.
-			s.watches.RevokeAll(decision.ReasonLogUnavailable, coded.DecisionLogUnavailable)
-			// Counted as what the client was answered: a deny, never the decision it replaced.
-			s.metrics.observeDecision(req.Operation, false, string(coded.DecisionLogUnavailable), evalCode, latency)
-			endDecisionSpan(span, doc, evalCode, false)
-			return doc, evalCode, false
-		}
-		s.log.Error("decision log line lost", "decision_id", doc.DecisionID, "error", logErr)
-	}
-	s.metrics.observeDecision(req.Operation, doc.Allow, doc.Code, evalCode, latency)
-	endDecisionSpan(span, doc, evalCode, true)
-	return doc, evalCode, true
 }
 
 // answerOverloaded answers a decision request that was not admitted in time: 503 with
@@ -453,13 +274,13 @@ func parseDataRequest(body []byte) (*snapshot.Request, error) {
 
 // pluginsAnswer is GET /v1/plugins.
 type pluginsAnswer struct {
-	Plugins []hoststate.PluginState `json:"plugins"`
+	Plugins []api.PluginState `json:"plugins"`
 }
 
 func (s *Server) handlePlugins(w http.ResponseWriter, _ *http.Request) {
 	ps := s.facts.Plugins()
 	if ps == nil {
-		ps = []hoststate.PluginState{}
+		ps = []api.PluginState{}
 	}
 	writeJSON(w, http.StatusOK, pluginsAnswer{Plugins: ps})
 }

@@ -28,7 +28,7 @@ func TestImportGraph(t *testing.T) {
 	}{
 		{pkg: "internal/server", forbidden: []string{"internal/policy", "internal/pluginhost", "internal/service", "internal/opaplugin"}},
 		{pkg: "internal/policystate"},
-		{pkg: "internal/hoststate"},
+		{pkg: "internal/api"},
 		{pkg: "internal/tracing", forbidden: append([]string{"internal/decision", "internal/snapshot"}, upper...)},
 	} {
 		t.Run(c.pkg, func(t *testing.T) {
@@ -49,7 +49,7 @@ func TestImportGraph(t *testing.T) {
 // and transitive, so that its absence above means something.
 func TestImportGraphSeesEdges(t *testing.T) {
 	deps := authzDeps(t, moduleRoot(t), "internal/service")
-	for _, p := range []string{"internal/server", "internal/policy", "internal/pluginhost", "internal/policystate", "internal/hoststate", "internal/coded"} {
+	for _, p := range []string{"internal/server", "internal/policy", "internal/pluginhost", "internal/policystate", "internal/api", "internal/coded"} {
 		assert.Contains(t, deps, p)
 	}
 }

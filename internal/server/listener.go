@@ -184,7 +184,7 @@ func (c *limitedConn) Close() error {
 }
 
 // detach gives the connection's slot back while the connection stays open: a watch's stream
-// taken over from net/http is counted by limits.maxWatches, not limits.maxConnections, so that
+// taken over from net/http is counted by watches.max, not limits.maxConnections, so that
 // watches never take the connections other requests need.
 func (c *limitedConn) detach() { c.once.Do(c.release) }
 

@@ -2,9 +2,9 @@ package server
 
 import (
 	"context"
-	"net/http"
 	"sync"
-	"time"
+
+	"github.com/authz-dev/authz/internal/pipeline"
 )
 
 // revokeLog records the watches' revokes in the decision log off the streams' writers: a
@@ -22,11 +22,10 @@ type revokeLog struct {
 	idle    *sync.Cond // signalled when the queue is empty and the goroutine has ended
 }
 
-// revokeRecord is one revoke to record: its line and the request it answers.
+// revokeRecord is one revoke to record, with the context of the request it answers.
 type revokeRecord struct {
-	entry logEntry
-	req   *http.Request
-	at    time.Time
+	ctx context.Context //nolint:containedctx // the request's, kept (without its cancel) for the record written later
+	rec pipeline.Record
 }
 
 // revokeLogQueue bounds the lines waiting to be written (about 2 KiB each with their input).
@@ -38,14 +37,14 @@ func newRevokeLog(s *Server) *revokeLog {
 	return l
 }
 
-// add records e later; it reports false when the queue is full (the caller records it).
-func (l *revokeLog) add(r *http.Request, at time.Time, e logEntry) bool {
+// add records rec later; it reports false when the queue is full (the caller records it).
+func (l *revokeLog) add(ctx context.Context, rec pipeline.Record) bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if len(l.queue) >= revokeLogQueue {
 		return false
 	}
-	l.queue = append(l.queue, revokeRecord{entry: e, req: r, at: at})
+	l.queue = append(l.queue, revokeRecord{ctx: context.WithoutCancel(ctx), rec: rec})
 	if !l.running {
 		l.running = true
 		go l.drain()
@@ -65,8 +64,10 @@ func (l *revokeLog) drain() {
 			return
 		}
 		l.mu.Unlock()
-		for _, rec := range batch {
-			l.s.writeRevokeRecord(rec.req, rec.at, rec.entry)
+		for _, r := range batch {
+			// A line that cannot be written is counted and logged: the revoke it records
+			// denies already.
+			l.s.pipe.Event(r.ctx, r.rec, true)
 		}
 	}
 }
@@ -77,16 +78,5 @@ func (l *revokeLog) flush() {
 	defer l.mu.Unlock()
 	for l.running {
 		l.idle.Wait()
-	}
-}
-
-// writeRevokeRecord writes a revoke's line to the decision log and OPA's. A line that cannot
-// be written is counted and logged: the revoke it records denies already.
-func (s *Server) writeRevokeRecord(r *http.Request, at time.Time, entry logEntry) {
-	logErr := s.dlog.write(entry)
-	s.logToOPA(context.WithoutCancel(r.Context()), r, at, entry)
-	if logErr != nil {
-		s.metrics.logFailures.Inc()
-		s.log.Error("decision log line lost", "decision_id", entry.DecisionID, "watch_id", entry.WatchID, "error", logErr)
 	}
 }

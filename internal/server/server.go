@@ -22,7 +22,9 @@ import (
 	"github.com/hashicorp/go-hclog"
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/authz-dev/authz/internal/audit"
 	"github.com/authz-dev/authz/internal/decision"
+	"github.com/authz-dev/authz/internal/pipeline"
 	"github.com/authz-dev/authz/internal/snapshot"
 	"github.com/authz-dev/authz/internal/tracing"
 	"github.com/authz-dev/authz/internal/watch"
@@ -63,18 +65,13 @@ type Server struct {
 	decider Decider
 	facts   FactsSource
 	log     hclog.Logger
-	dlog    *decisionLog
+	rec     *audit.Recorder // the decision log and OPA's (internal/audit)
 	metrics *metrics
 	handler http.Handler
 	tls     *tls.Config
 	access  *access
 	admit   *admission
 	policy  PolicyStatus
-	// opaLog receives the decisions for OPA's decision-log plugin (nil: none).
-	opaLog OPADecisionLogger
-	// opaMasks are the decision log's masks, applied to the decisions handed to OPA's
-	// decision-log plugin (nil when it is not configured).
-	opaMasks [][]string
 	// tracer opens decision spans; nil when tracing is off.
 	tracer *tracing.DecisionTracer
 	// watches are the open watches of POST /v1/authorize/watch; unwatch stops the change
@@ -86,6 +83,8 @@ type Server struct {
 	watchBudget *watchBudget
 	// revokes records the watches' revokes off the streams' writers (revokelog.go).
 	revokes *revokeLog
+	// pipe is the one path of a decision (internal/pipeline, steps.go).
+	pipe *pipeline.Pipeline
 	// decisionNS is the observed time of a decision, a moving average (observeDecisionTime).
 	decisionNS atomic.Int64
 }
@@ -99,10 +98,20 @@ func New(cfg Config, d Decider, facts FactsSource, opts Options) (*Server, error
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
+	// The watch settings are read from watches: alone from here on.
+	deprecated := cfg.deprecatedWatchKeys()
+	cfg.Watch = cfg.watches()
+	cfg.Limits.MaxWatches, cfg.Limits.MaxWatchBytes, cfg.Limits.MaxWatchesPerCaller, cfg.Limits.MaxWatchBytesPerCaller = 0, 0, 0, 0
 	s := &Server{cfg: cfg, decider: d, facts: facts, log: opts.Logger, policy: opts.Policy,
 		tracer: opts.Tracing.Tracer()}
 	if s.log == nil {
 		s.log = hclog.NewNullLogger()
+	}
+	for _, k := range deprecated {
+		if k.set {
+			s.log.Warn(fmt.Sprintf("%s is deprecated: write %s instead (the old key is read for one more release)", k.old, k.new),
+				"key", k.old, "replacement", k.new)
+		}
 	}
 	var err error
 	if s.tls, err = tlsServerConfig(cfg); err != nil {
@@ -111,32 +120,27 @@ func New(cfg Config, d Decider, facts FactsSource, opts Options) (*Server, error
 	if s.access, err = newAccess(cfg.Authentication); err != nil {
 		return nil, err
 	}
-	switch {
-	case opts.DecisionLog != nil:
-		s.dlog, err = newDecisionLog(opts.DecisionLog, nil, cfg.DecisionLog.Mask)
-	case cfg.DecisionLog.Path == "-":
-		s.dlog, err = newDecisionLog(os.Stderr, nil, cfg.DecisionLog.Mask)
-	case cfg.DecisionLog.Path != "":
-		if s.dlog, err = newFileDecisionLog(cfg.DecisionLog.Path, cfg.DecisionLog.Mask, s.log); err != nil {
-			return nil, fmt.Errorf("decisionLog.path: %w", err)
-		}
+	opaLog := opts.OPADecisionLog
+	if l, ok := opts.Policy.(OPADecisionLogger); ok && opaLog == nil {
+		opaLog = l
 	}
-	if err != nil {
-		return nil, fmt.Errorf("decisionLog.mask: %w", err)
+	var opa audit.OPALogger
+	if opaLog != nil {
+		opa = opaLog
 	}
-	s.opaLog = opts.OPADecisionLog
-	if l, ok := opts.Policy.(OPADecisionLogger); ok && s.opaLog == nil {
-		s.opaLog = l
-	}
-	if s.opaMasks, err = opaLogMasks(cfg, s.opaLog); err != nil {
-		return nil, fmt.Errorf("decisionLog.mask: %w", err)
+	if s.rec, err = audit.New(audit.Options{Writer: opts.DecisionLog, Path: cfg.DecisionLog.Path, Masks: cfg.DecisionLog.Mask,
+		Required: cfg.DecisionLog.Required, OPA: opa, Logger: s.log,
+		Unavailable: s.logUnavailable, // steps.go
+	}); err != nil {
+		return nil, err
 	}
 	s.admit = newAdmission(cfg.Limits)
 	s.parked = newParked(s)
-	s.watchBudget = newWatchBudget(cfg.Limits)
+	s.watchBudget = newWatchBudget(cfg.Watch)
 	s.revokes = newRevokeLog(s)
-	s.watches = watch.New(admittedDecider{s}, facts, watch.Options{RecheckInterval: cfg.Watch.RecheckInterval,
-		MaxWatches: cfg.Limits.MaxWatches, MaxBytes: cfg.Limits.MaxWatchBytes, Deadline: cfg.Limits.QueueWait,
+	s.pipe = s.newPipeline()
+	s.watches = watch.New(redecider{s}, facts, watch.Options{RecheckInterval: cfg.Watch.RecheckInterval,
+		MaxWatches: cfg.Watch.Max, MaxBytes: cfg.Watch.MaxBytes, Deadline: cfg.Limits.QueueWait,
 		Logger: s.log.Named("watch")})
 	// Every change a decision could read re-decides the watches it concerns.
 	if f, ok := facts.(interface {
@@ -150,9 +154,7 @@ func New(cfg Config, d Decider, facts FactsSource, opts Options) (*Server, error
 		s.unwatch = append(s.unwatch, p.OnPolicyChange(s.watches.PolicyChanged))
 	}
 	s.metrics = newMetrics(d, facts, s.policyOrigin)
-	if s.dlog != nil {
-		s.dlog.maxLine, s.dlog.cuts = cfg.DecisionLog.MaxLineBytes, s.metrics.logCuts
-	}
+	s.rec.CapLines(cfg.DecisionLog.MaxLineBytes, s.metrics.logCuts)
 	s.metrics.reg.MustRegister(s.access.tokenMetrics()...)
 	if c, ok := opts.Policy.(prometheus.Collector); ok {
 		s.metrics.reg.MustRegister(c) // the policy source's own: authz_bundle_operations_total
@@ -172,7 +174,7 @@ func (s *Server) Close() error {
 	defer cancel()
 	s.closeWatches(ctx)
 	s.revokes.flush() // the revokes' lines are written before the log is closed
-	return s.dlog.close()
+	return s.rec.Close()
 }
 
 // closeWatches revokes every open watch, stops the change listeners, and waits until ctx is
@@ -192,7 +194,7 @@ func (s *Server) closeWatches(ctx context.Context) {
 // reported in the error.
 func (s *Server) Reload() error {
 	var errs []error
-	if err := s.dlog.reopen(); err != nil {
+	if err := s.rec.Reopen(); err != nil {
 		s.log.Error("reload: the decision log could not be reopened; still writing to the previous file", "error", err)
 		errs = append(errs, err)
 	} else if s.cfg.DecisionLog.Path != "" && s.cfg.DecisionLog.Path != "-" {
@@ -223,13 +225,13 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 			"max_connections", maxConns, "configured", s.cfg.Limits.MaxConnections, "fd_reserve", s.cfg.Limits.FDReserve)
 	}
 	// A parked watch keeps a descriptor beside the connections (watchstream.go).
-	maxWatches, err := connectionCap(s.cfg.Limits.MaxWatches, s.cfg.Limits.FDReserve+maxConns)
+	maxWatches, err := connectionCap(s.cfg.Watch.Max, s.cfg.Limits.FDReserve+maxConns)
 	if err != nil {
 		maxWatches = 0
 	}
-	if maxWatches < s.cfg.Limits.MaxWatches {
+	if maxWatches < s.cfg.Watch.Max {
 		s.log.Warn("watch cap lowered to keep file descriptors for connections and plugins (raise ulimit -n to allow more)",
-			"max_watches", maxWatches, "configured", s.cfg.Limits.MaxWatches, "max_connections", maxConns, "fd_reserve", s.cfg.Limits.FDReserve)
+			"max_watches", maxWatches, "configured", s.cfg.Watch.Max, "max_connections", maxConns, "fd_reserve", s.cfg.Limits.FDReserve)
 	}
 	s.watches.SetMaxWatches(maxWatches)
 	limited := newConnLimit(ln, maxConns, s.log)

@@ -22,6 +22,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
 
+	"github.com/authz-dev/authz/internal/api"
 	"github.com/authz-dev/authz/internal/coded"
 	"github.com/authz-dev/authz/internal/decision"
 	"github.com/authz-dev/authz/internal/sandbox"
@@ -193,7 +194,7 @@ func requireDocument(t testing.TB, doc map[string]any) {
 	caps, ok := doc["capabilities"].(map[string]any)
 	require.True(t, ok)
 	require.Len(t, caps, 9)
-	for _, k := range decision.CapabilityKeys {
+	for _, k := range api.CapabilityKeys {
 		require.IsType(t, true, caps[k], k)
 	}
 	require.NotEmpty(t, doc["decision_id"])
@@ -337,7 +338,7 @@ func TestCapabilities(t *testing.T) {
 	assert.NotEmpty(t, m["decision_id"])
 	caps := m["capabilities"].(map[string]any)
 	want := map[string]any{}
-	for _, k := range decision.CapabilityKeys {
+	for _, k := range api.CapabilityKeys {
 		want[k] = k == "duplexCommandStream"
 	}
 	assert.Equal(t, want, caps)
@@ -464,7 +465,7 @@ type failingDecider struct {
 }
 
 func (d failingDecider) Decide(context.Context, *snapshot.Request, snapshot.Facts) (decision.Document, snapshot.Input, error) {
-	return decision.Document{Allow: true, Capabilities: decision.Capabilities{DuplexCommandStream: true}, DecisionID: "d-1", Revision: "r-1"},
+	return decision.Document{Allow: true, Capabilities: api.Capabilities{DuplexCommandStream: true}, DecisionID: "d-1", Revision: "r-1"},
 		snapshot.Input{"operation": "openDuplexChannel"}, d.err
 }
 
@@ -518,7 +519,7 @@ func TestEvaluationFailure(t *testing.T) {
 				m := a.json(t)
 				switch path {
 				case "/v1/capabilities":
-					for _, k := range decision.CapabilityKeys {
+					for _, k := range api.CapabilityKeys {
 						assert.Equal(t, false, m["capabilities"].(map[string]any)[k], k)
 					}
 					continue
@@ -529,7 +530,7 @@ func TestEvaluationFailure(t *testing.T) {
 				assert.Equal(t, false, m["allow"])
 				assert.Equal(t, tt.wantCode, m["code"])
 				assert.Equal(t, []any{"evaluation_failed"}, m["reasons"])
-				for _, k := range decision.CapabilityKeys {
+				for _, k := range api.CapabilityKeys {
 					assert.Equal(t, false, m["capabilities"].(map[string]any)[k], k)
 				}
 			}

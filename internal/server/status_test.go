@@ -6,25 +6,25 @@ import (
 	"testing"
 	"time"
 
-	bundleplugin "github.com/open-policy-agent/opa/v1/plugins/bundle"
 	opaversion "github.com/open-policy-agent/opa/v1/version"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/authz-dev/authz/internal/api"
 	"github.com/authz-dev/authz/internal/decision"
 	"github.com/authz-dev/authz/internal/policy"
 	"github.com/authz-dev/authz/internal/server"
 )
 
 // fixedStatus is a policy source whose status is given.
-type fixedStatus struct{ st policy.Status }
+type fixedStatus struct{ st api.Status }
 
-func (f fixedStatus) Status() policy.Status { return f.st }
+func (f fixedStatus) Status() api.Status { return f.st }
 
 func TestStatusShowsRevisionOriginAndBundleErrors(t *testing.T) {
 	at := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
-	st := policy.Status{Revision: "rev-7", Origin: "remote:authz", ActivatedAt: at, LastError: "POLICY_BUNDLE_CHECK: no entrypoint",
-		Bundles: map[string]*bundleplugin.Status{"authz": {Name: "authz", ActiveRevision: "rev-7", Code: "bundle_error", Message: "signature verification failed"}}}
+	st := api.Status{Revision: "rev-7", Origin: "remote:authz", ActivatedAt: at, LastError: "POLICY_BUNDLE_CHECK: no entrypoint",
+		Bundles: map[string]*api.BundleStatus{"authz": {Name: "authz", ActiveRevision: "rev-7", Code: "bundle_error", Message: "signature verification failed"}}}
 	s, err := server.New(testConfig(), testEngine(t), staticFacts(t, "facts.json"), server.Options{Policy: fixedStatus{st}})
 	require.NoError(t, err)
 	t.Cleanup(func() { assert.NoError(t, s.Close()) })

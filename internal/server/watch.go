@@ -2,7 +2,6 @@ package server
 
 import (
 	"bytes"
-	"context"
 	"encoding/json"
 	"errors"
 	"net/http"
@@ -12,6 +11,7 @@ import (
 
 	"github.com/authz-dev/authz/internal/coded"
 	"github.com/authz-dev/authz/internal/decision"
+	"github.com/authz-dev/authz/internal/pipeline"
 	"github.com/authz-dev/authz/internal/snapshot"
 	"github.com/authz-dev/authz/internal/watch"
 )
@@ -68,31 +68,33 @@ func (s *Server) handleWatch(w http.ResponseWriter, r *http.Request) {
 		first   decision.Document
 		ww      *watch.Watch
 		sent    []byte // the body, which the watch keeps to decide again
+		seq     uint64 // the hub's changes seen before the decision (watch.Hub.Seq)
 	)
 	parse := func(body []byte) (*snapshot.Request, error) {
 		if err := misdirectedDataBodyError(pathWatch, body); err != nil {
 			return nil, err
 		}
 		sent = body
-		return snapshot.ParseRequestBytes(body)
+		req, err := snapshot.ParseRequestBytes(body)
+		// Taken after the last decoding, the one decided, right before the decision: a change
+		// after it re-decides the watch.
+		seq = s.watches.Seq()
+		return req, err
 	}
-	s.admitted(w, r, s.readBody, parse, func(req *snapshot.Request, facts snapshot.Facts) {
-		seq := s.watches.Seq()
-		doc, evalCode, ok := s.decideFor(r, pathWatch, req, facts, watchID, batchShare{})
+	c := s.caller(w, r, false)
+	s.pipe.Decide(c, pipeline.Face{Path: pathWatch, WatchID: watchID}, parse, func(out pipeline.Result) {
+		doc, status, ok := s.answerResult(w, r, out)
 		switch {
 		case !ok:
-			w.Header().Set(headerError, string(coded.DecisionLogUnavailable))
-			writeDecisionError(w, coded.Errorf(coded.DecisionLogUnavailable,
-				"the decision could not be recorded in the decision log, which this service requires; nothing is granted until the log is writable again"))
 			return
-		case evalCode != "":
-			w.Header().Set(headerError, string(evalCode))
-			writeJSON(w, http.StatusInternalServerError, doc)
+		case status != http.StatusOK:
+			writeJSON(w, status, doc)
 			return
 		}
+		req := out.Req
 		if doc.Allow {
 			// An HTTP/2 watch is served by its handler (it cannot be parked): its goroutine
-			// and buffers count against limits.maxWatchBytes, which the memory bound covers.
+			// and buffers count against watches.maxBytes, which the memory bound covers.
 			if r.ProtoMajor == 2 {
 				if !s.watches.Charge(http2WatchBytes) {
 					s.answerNoWatch(w, r, errHTTP2WatchBytes)
@@ -117,7 +119,7 @@ func (s *Server) handleWatch(w http.ResponseWriter, r *http.Request) {
 			// again once the watch is among them, so a Reload that ran before is seen too.
 			tok, _ := bearerToken(r)
 			ww.SetTag(watchCredential{token: tok})
-			if denied := s.access.check(r, ScopeDecide); denied != nil {
+			if denied := s.pipe.Recheck(c); denied != nil {
 				s.closeWatch(ww)
 				ww = nil
 				s.refuse(w, r, pathWatch, ScopeDecide, denied)
@@ -148,7 +150,8 @@ func (s *Server) stream(w http.ResponseWriter, r *http.Request, watchID string, 
 	// watched for the client leaving, not for a deadline.
 	_ = rc.SetReadDeadline(time.Time{})
 	w.WriteHeader(http.StatusOK)
-	if !s.writeStream(w, rc, encodeEvent(watch.KindDecision, first, watchID)) || ww == nil {
+	out := handlerStream{w: w, rc: rc, timeout: s.cfg.HTTP.WriteTimeout}
+	if !out.send(encodeEvent(watch.KindDecision, first, watchID)) || ww == nil {
 		return
 	}
 	ping := time.NewTicker(s.cfg.Watch.PingInterval)
@@ -158,22 +161,64 @@ func (s *Server) stream(w http.ResponseWriter, r *http.Request, watchID string, 
 		case <-r.Context().Done():
 			return
 		case <-ping.C:
-			if !s.writeStream(w, rc, []byte(": ping\n\n")) {
+			if s.sendEvents(out, r, ww, watchID, true) {
 				return
 			}
 		case <-ww.Ready():
-			for {
-				ev, ok := ww.Take()
-				if !ok {
-					break
-				}
-				kind, doc := s.watchEvent(r, ev, watchID)
-				if !s.writeStream(w, rc, encodeEvent(kind, doc, watchID)) || kind == watch.KindRevoke {
-					return
-				}
+			if s.sendEvents(out, r, ww, watchID, false) {
+				return
 			}
 		}
 	}
+}
+
+// eventStream is where a watch's events are written: the handler's response (handlerStream)
+// or a parked connection (parkedStream).
+type eventStream interface {
+	// send writes b within the stream's write time-out; false when it failed.
+	send(b []byte) bool
+}
+
+// sendEvents is the one writer of a watch's events: it takes the events waiting on ww,
+// records each (watchEvent), encodes them and sends them in one write, or a ping when ping and
+// none waits. It reports whether the stream ended: the revoke was sent, or the write failed.
+func (s *Server) sendEvents(out eventStream, r *http.Request, ww *watch.Watch, watchID string, ping bool) (ended bool) {
+	var buf []byte
+	for {
+		ev, ok := ww.Take()
+		if !ok {
+			break
+		}
+		kind, doc := s.watchEvent(r, ev, watchID)
+		buf = append(buf, encodeEvent(kind, doc, watchID)...)
+		if kind == watch.KindRevoke {
+			ended = true
+			break
+		}
+	}
+	if len(buf) == 0 && ping {
+		buf = []byte(": ping\n\n")
+	}
+	if len(buf) > 0 && !out.send(buf) {
+		ended = true
+	}
+	return ended
+}
+
+// handlerStream is a stream written from its handler (HTTP/2, or a deny's one event), each
+// write within http.writeTimeout.
+type handlerStream struct {
+	w       http.ResponseWriter
+	rc      *http.ResponseController
+	timeout time.Duration
+}
+
+func (h handlerStream) send(b []byte) bool {
+	_ = h.rc.SetWriteDeadline(time.Now().Add(h.timeout))
+	if _, err := h.w.Write(b); err != nil {
+		return false
+	}
+	return h.rc.Flush() == nil
 }
 
 // encodeEvent is one server-sent event: its kind and the document with the watch's id.
@@ -199,7 +244,7 @@ func encodeEvent(kind watch.Kind, doc decision.Document, watchID string) []byte 
 // when a required decision log could not record it (a decision that is not recorded is not
 // used).
 func (s *Server) watchEvent(r *http.Request, ev watch.Event, watchID string) (watch.Kind, decision.Document) {
-	doc, recorded := s.recordWatchEvent(r, ev, watchID)
+	doc, recorded := s.recordWatchEvent(&httpCaller{s: s, r: r}, ev, watchID)
 	kind := ev.Kind
 	if !recorded && kind != watch.KindRevoke {
 		doc = decision.FailedDocument(ev.Operation)
@@ -210,96 +255,62 @@ func (s *Server) watchEvent(r *http.Request, ev watch.Event, watchID string) (wa
 	return kind, doc
 }
 
-// writeStream writes b and flushes it, within http.writeTimeout.
-func (s *Server) writeStream(w http.ResponseWriter, rc *http.ResponseController, b []byte) bool {
-	_ = rc.SetWriteDeadline(time.Now().Add(s.cfg.HTTP.WriteTimeout))
-	if _, err := w.Write(b); err != nil {
-		return false
-	}
-	return rc.Flush() == nil
-}
-
-// recordWatchEvent names an event's decision (its own decision_id) and records it in the
-// decision log with the watch's id. recorded is false when the log is required and the record
-// could not be written.
-func (s *Server) recordWatchEvent(r *http.Request, ev watch.Event, watchID string) (doc decision.Document, recorded bool) {
+// recordWatchEvent names an event's decision (its own decision_id) and records it with the
+// watch's id, through the pipeline (Pipeline.Event), or off the stream's writer for a revoke
+// (revokelog.go). recorded is false when the log is required and the record could not be
+// written.
+func (s *Server) recordWatchEvent(c pipeline.Caller, ev watch.Event, watchID string) (doc decision.Document, recorded bool) {
 	doc = ev.Doc
 	doc.DecisionID = decision.NewDecisionID()
-	now := time.Now()
-	entry := logEntry{
-		DecisionID: doc.DecisionID,
-		Time:       now.UTC().Format(time.RFC3339Nano),
-		Path:       pathWatch,
-		Operation:  ev.Operation,
-		Input:      map[string]any(ev.Input),
-		Result:     doc,
-		Revision:   doc.Revision,
-		LatencyNS:  ev.Latency.Nanoseconds(),
-		Error:      ev.EvalCode,
-		WatchID:    watchID,
+	rec := pipeline.Record{RemoteAddr: c.RemoteAddr(), DecisionID: doc.DecisionID, Start: time.Now(), Path: pathWatch, Operation: ev.Operation,
+		Input: ev.Input, Result: doc, Latency: ev.Latency, EvalCode: ev.EvalCode, WatchID: watchID}
+	revoke := ev.Kind == watch.KindRevoke
+	if revoke && s.revokes.add(c.Context(), rec) {
+		return doc, true
 	}
-	if ev.Input == nil {
-		entry.Input = nil
-	}
-	if ev.Kind == watch.KindRevoke && s.revokes.add(r, now, entry) {
-		return doc, true // recorded off the stream's writer (revokelog.go)
-	}
-	logErr := s.dlog.write(entry)
-	s.logToOPA(r.Context(), r, now, entry)
-	if logErr != nil {
-		s.metrics.logFailures.Inc()
-		if s.cfg.DecisionLog.Required {
-			s.log.Error("decision log unavailable; the watch is revoked", "decision_id", doc.DecisionID, "watch_id", watchID, "error", logErr)
-			if ev.Kind != watch.KindRevoke {
-				s.watches.RevokeAll(decision.ReasonLogUnavailable, coded.DecisionLogUnavailable)
-			}
-			return doc, false
-		}
-		s.log.Error("decision log line lost", "decision_id", doc.DecisionID, "watch_id", watchID, "error", logErr)
-	}
-	return doc, true
+	return doc, s.pipe.Event(c.Context(), rec, revoke)
 }
 
 // http2WatchBytes is what an HTTP/2 watch costs besides its body: the handler's goroutine and
 // the stream's buffers (an HTTP/1.x watch is parked and costs a few hundred bytes).
 const http2WatchBytes = 29 << 10
 
-// errHTTP2WatchBytes: an HTTP/2 watch's cost would pass limits.maxWatchBytes.
-var errHTTP2WatchBytes = errors.New("the HTTP/2 watch's cost would pass limits.maxWatchBytes")
+// errHTTP2WatchBytes: an HTTP/2 watch's cost would pass watches.maxBytes.
+var errHTTP2WatchBytes = errors.New("the HTTP/2 watch's cost would pass watches.maxBytes")
 
 // answerNoWatch answers a watch that could not be opened: 503 with Retry-After past
-// limits.maxWatches, 503 while the service stops.
+// watches.max, 503 while the service stops.
 func (s *Server) answerNoWatch(w http.ResponseWriter, r *http.Request, err error) {
 	switch {
 	case errors.Is(err, watch.ErrLimit):
 		w.Header().Set("Retry-After", "1")
 		w.Header().Set(headerError, string(coded.WatchLimit))
 		writeDecisionError(w, coded.Errorf(coded.WatchLimit,
-			"%d watches are open, the most this service allows (limits.maxWatches, lowered to what ulimit -n leaves beside the connections); close one, retry after the time in Retry-After, or raise the limit",
+			"%d watches are open, the most this service allows (watches.max, formerly limits.maxWatches, lowered to what ulimit -n leaves beside the connections); close one, retry after the time in Retry-After, or raise the limit",
 			s.watches.MaxWatches()))
 	case errors.Is(err, watch.ErrBytes):
 		w.Header().Set("Retry-After", "1")
 		w.Header().Set(headerError, string(coded.WatchLimit))
 		writeDecisionError(w, coded.Errorf(coded.WatchLimit,
-			"the open watches hold %d bytes of request bodies, the most limits.maxWatchBytes allows; close a watch, retry after the time in Retry-After, send a smaller request, or raise the limit",
-			s.cfg.Limits.MaxWatchBytes))
+			"the open watches hold %d bytes of request bodies, the most watches.maxBytes (formerly limits.maxWatchBytes) allows; close a watch, retry after the time in Retry-After, send a smaller request, or raise the limit",
+			s.cfg.Watch.MaxBytes))
 	case errors.Is(err, errHTTP2WatchBytes):
 		w.Header().Set("Retry-After", "1")
 		w.Header().Set(headerError, string(coded.WatchLimit))
 		writeDecisionError(w, coded.Errorf(coded.WatchLimit,
-			"a watch over HTTP/2 costs about %d KiB (its own goroutine and buffers) and the open watches hold limits.maxWatchBytes (%d bytes); open the watch over HTTP/1.1, where its stream costs a few hundred bytes, or retry after the time in Retry-After",
-			http2WatchBytes>>10, s.cfg.Limits.MaxWatchBytes))
+			"a watch over HTTP/2 costs about %d KiB (its own goroutine and buffers) and the open watches hold watches.maxBytes (%d bytes); open the watch over HTTP/1.1, where its stream costs a few hundred bytes, or retry after the time in Retry-After",
+			http2WatchBytes>>10, s.cfg.Watch.MaxBytes))
 	case errors.Is(err, errCallerWatches):
 		w.Header().Set("Retry-After", "1")
 		w.Header().Set(headerError, string(coded.WatchLimit))
 		writeDecisionError(w, coded.Errorf(coded.WatchLimit,
-			"this caller has %d watches open, its share (limits.maxWatchesPerCaller); close one, retry after the time in Retry-After, or raise the limit",
+			"this caller has %d watches open, its share (watches.maxPerCaller, formerly limits.maxWatchesPerCaller); close one, retry after the time in Retry-After, or raise the limit",
 			s.watchBudget.maxCount))
 	case errors.Is(err, errCallerBytes):
 		w.Header().Set("Retry-After", "1")
 		w.Header().Set(headerError, string(coded.WatchLimit))
 		writeDecisionError(w, coded.Errorf(coded.WatchLimit,
-			"this caller's watches hold its share of request bodies, %d bytes (limits.maxWatchBytesPerCaller); close a watch, retry after the time in Retry-After, send a smaller request, or raise the limit",
+			"this caller's watches hold its share of request bodies, %d bytes (watches.maxBytesPerCaller, formerly limits.maxWatchBytesPerCaller); close a watch, retry after the time in Retry-After, send a smaller request, or raise the limit",
 			s.watchBudget.maxBytes))
 	case errors.Is(err, watch.ErrClosed):
 		if r.ProtoMajor == 1 {
@@ -321,24 +332,6 @@ func firstReason(d decision.Document) string {
 		return d.Reasons[0]
 	}
 	return "other" // a policy's own reason: the label set stays bounded
-}
-
-// admittedDecider decides the watches' requests again as a request of the API is decided: in
-// a deciding slot (limits.maxDeciding), waiting for a driver's config check outside it. A
-// re-decision not admitted within limits.queueWait fails, which revokes its watches: a
-// service too busy to decide again cannot vouch for a grant.
-type admittedDecider struct{ s *Server }
-
-func (a admittedDecider) Decide(ctx context.Context, req *snapshot.Request, facts snapshot.Facts) (decision.Document, snapshot.Input, error) {
-	if wait := snapshot.PendingConfigCheck(req, facts); wait != nil {
-		facts = wait(ctx)
-	}
-	// The watches' re-decisions are the service's own: one caller, "".
-	if !a.s.admit.acquire(ctx, a.s.admit.deciding, "", nil) {
-		return decision.FailedDocument(req.Operation), nil, a.s.admit.overloaded()
-	}
-	defer a.s.admit.deciding.release("")
-	return a.s.decider.Decide(ctx, req, facts)
 }
 
 // watchCredential is what opened a watch, checked again when the tokens are re-read.

@@ -9,9 +9,9 @@ import (
 )
 
 // watchBudget shares the watches between callers (callerOf): a caller holds at most
-// limits.maxWatchesPerCaller open watches and limits.maxWatchBytesPerCaller bytes of their
+// watches.maxPerCaller open watches and watches.maxBytesPerCaller bytes of their
 // distinct request bodies (a body it watches many times counts once), so that one client
-// cannot fill limits.maxWatches or limits.maxWatchBytes and lock every other caller out of new
+// cannot fill watches.max or watches.maxBytes and lock every other caller out of new
 // watches. Each is a quarter of the service's limit unless configured.
 type watchBudget struct {
 	maxCount int
@@ -41,14 +41,14 @@ var (
 	errCallerBytes   = errors.New("the caller's watches hold its share of the bytes")
 )
 
-func newWatchBudget(c LimitsConfig) *watchBudget {
-	b := &watchBudget{maxCount: c.MaxWatchesPerCaller, maxBytes: c.MaxWatchBytesPerCaller,
+func newWatchBudget(c WatchConfig) *watchBudget {
+	b := &watchBudget{maxCount: c.MaxPerCaller, maxBytes: c.MaxBytesPerCaller,
 		byCaller: map[string]*callerWatches{}, byWatch: map[*watch.Watch]watchHeld{}}
 	if b.maxCount == 0 {
-		b.maxCount = max(1, c.MaxWatches/4)
+		b.maxCount = max(1, c.Max/4)
 	}
 	if b.maxBytes == 0 {
-		b.maxBytes = max(1, c.MaxWatchBytes/4)
+		b.maxBytes = max(1, c.MaxBytes/4)
 	}
 	return b
 }

@@ -186,32 +186,16 @@ func (p *parked) writer() {
 // write sends ps's waiting events (or a ping); after the revoke, or when a write fails, the
 // stream ends.
 func (p *parked) write(ps *parkedStream, ping bool) {
-	var buf []byte
-	end := false
-	for {
-		ev, ok := ps.ww.Take()
-		if !ok {
-			break
-		}
-		kind, doc := p.s.watchEvent(ps.req, ev, ps.watchID)
-		buf = append(buf, encodeEvent(kind, doc, ps.watchID)...)
-		if kind == watch.KindRevoke {
-			end = true
-			break
-		}
-	}
-	if len(buf) == 0 && ping {
-		buf = []byte(": ping\n\n")
-	}
-	if len(buf) > 0 {
-		_ = ps.conn.SetWriteDeadline(time.Now().Add(parkedWriteTimeout))
-		if _, err := ps.conn.Write(buf); err != nil {
-			end = true
-		}
-	}
-	if end {
+	if p.s.sendEvents(ps, ps.req, ps.ww, ps.watchID, ping) {
 		p.end(ps)
 	}
+}
+
+// send writes b to the parked connection within parkedWriteTimeout.
+func (ps *parkedStream) send(b []byte) bool {
+	_ = ps.conn.SetWriteDeadline(time.Now().Add(parkedWriteTimeout))
+	_, err := ps.conn.Write(b)
+	return err == nil
 }
 
 // end closes ps's connection and forgets it.

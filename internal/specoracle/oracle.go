@@ -77,7 +77,7 @@ const (
 
 // CapabilityKeys lists the nine capabilities of docs/contract.md, "The nine capabilities" in the contract's order.
 // It is the oracle's own list, on purpose: the oracle is a second reading of the contract and
-// shares no data with the engine, whose list is the fields of decision.Capabilities. The worked
+// shares no data with the engine, whose list is the fields of api.Capabilities (internal/api). The worked
 // examples (internal/specexamples) use this list, as contract data.
 var CapabilityKeys = []string{
 	CapReusableLeases,

@@ -7,6 +7,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/authz-dev/authz/internal/api"
 	"github.com/authz-dev/authz/internal/decision"
 )
 
@@ -23,9 +24,9 @@ func EmbeddedEngine(tb testing.TB, opts decision.Options) *decision.Engine {
 
 // CapabilityMap returns c keyed by capability name, every capability present: the shape of the
 // capabilities of an oracle's decision.
-func CapabilityMap(c decision.Capabilities) map[string]bool {
-	m := make(map[string]bool, len(decision.CapabilityKeys))
-	for _, k := range decision.CapabilityKeys {
+func CapabilityMap(c api.Capabilities) map[string]bool {
+	m := make(map[string]bool, len(api.CapabilityKeys))
+	for _, k := range api.CapabilityKeys {
 		m[k] = c.Get(k)
 	}
 	return m

@@ -7,6 +7,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/authz-dev/authz/internal/api"
 	"github.com/authz-dev/authz/internal/decision"
 	"github.com/authz-dev/authz/internal/decision/decisiontest"
 )
@@ -27,11 +28,11 @@ func TestEmbeddedEngine(t *testing.T) {
 
 // TestCapabilityMap: every capability is a key, with its field's value.
 func TestCapabilityMap(t *testing.T) {
-	for _, key := range decision.CapabilityKeys {
-		var c decision.Capabilities
+	for _, key := range api.CapabilityKeys {
+		var c api.Capabilities
 		require.NoError(t, json.Unmarshal([]byte(`{"`+key+`": true}`), &c))
 		m := decisiontest.CapabilityMap(c)
-		require.Len(t, m, len(decision.CapabilityKeys))
+		require.Len(t, m, len(api.CapabilityKeys))
 		for k, v := range m {
 			assert.Equal(t, k == key, v, "%s with only %s set", k, key)
 		}

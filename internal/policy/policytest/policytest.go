@@ -30,7 +30,7 @@ import (
 	"github.com/open-policy-agent/opa/v1/util"
 	"github.com/stretchr/testify/require"
 
-	"github.com/authz-dev/authz/internal/decision"
+	"github.com/authz-dev/authz/internal/api"
 	"github.com/authz-dev/authz/internal/testutil"
 	"github.com/authz-dev/authz/policies"
 )
@@ -196,8 +196,8 @@ func Untar(tb testing.TB, tgz []byte, dir string) {
 // entrypointOnly is a policy whose decision carries its revision marker in the code, so a
 // decision shows which policy made it.
 func MarkerModules(marker string) map[string]string {
-	caps := make([]string, len(decision.CapabilityKeys))
-	for i, k := range decision.CapabilityKeys {
+	caps := make([]string, len(api.CapabilityKeys))
+	for i, k := range api.CapabilityKeys {
 		caps[i] = strconv.Quote(k) + ": false"
 	}
 	return map[string]string{"authz/decision.rego": fmt.Sprintf(`package authz

@@ -1,4 +1,4 @@
-package server
+package audit
 
 import (
 	"context"
@@ -10,19 +10,19 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/authz-dev/authz/internal/api"
 	"github.com/authz-dev/authz/internal/decision"
-	"github.com/authz-dev/authz/internal/policy"
 )
 
 // ctxRecorder is an OPADecisionLogger that keeps the context and decision it was handed.
 type ctxRecorder struct {
 	ctxErr error
-	got    *policy.Decision
+	got    *api.Decision
 }
 
 func (r *ctxRecorder) DecisionLogs() bool { return true }
 
-func (r *ctxRecorder) LogDecision(ctx context.Context, d policy.Decision) error {
+func (r *ctxRecorder) LogDecision(ctx context.Context, d api.Decision) error {
 	r.ctxErr, r.got = ctx.Err(), &d
 	return nil
 }
@@ -31,10 +31,10 @@ func (r *ctxRecorder) LogDecision(ctx context.Context, d policy.Decision) error 
 // not cancel the decision's entry in OPA's decision log.
 func TestLogToOPAOutlivesTheRequest(t *testing.T) {
 	rec := &ctxRecorder{}
-	s := &Server{opaLog: rec, log: hclog.NewNullLogger()}
+	s := &Recorder{opa: rec, log: hclog.NewNullLogger()}
 	ctx, cancel := context.WithCancel(t.Context())
 	cancel()
-	s.logToOPA(ctx, httptest.NewRequest("POST", "/v1/authorize", nil), time.Now(),
+	s.logToOPA(ctx, httptest.NewRequest("POST", "/v1/authorize", nil).RemoteAddr, time.Now(),
 		logEntry{DecisionID: "d-1", Result: decision.Document{DecisionID: "d-1"}, Revision: "r"})
 	require.NotNil(t, rec.got, "the decision was handed over")
 	assert.NoError(t, rec.ctxErr)

@@ -1,7 +1,7 @@
-// Package hoststate holds the plugin host's state as the API shows it (GET /v1/plugins): the
-// types the plugin host fills and the HTTP server renders, apart from both so that the server
-// does not depend on the host.
-package hoststate
+package api
+
+// The plugin host's state as the API shows it (GET /v1/plugins): the types the plugin host
+// fills and the HTTP server renders.
 
 import "time"
 

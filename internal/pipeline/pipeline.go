@@ -189,17 +189,9 @@ type Batch struct{ Items, LineCap int }
 // within the deciding place when the request was decided.
 func (p *Pipeline) Decide(c Caller, face Face, parse func(body []byte) (*snapshot.Request, error), answer func(Result)) {
 	p.note("Decide", face.Path)
-	if !c.AdmitBody() {
-		answer(Result{Outcome: Overloaded})
-		return
-	}
-	defer c.Finish()
-	body, refused, ok := p.readBody(c)
-	if !ok {
-		answer(refused)
-		return
-	}
-	p.decideIn(c, face.Path, face.WatchID, parse, body, nil, Batch{}, answer)
+	p.withBody(c, func(body []byte) {
+		p.decideIn(c, face.Path, face.WatchID, parse, body, nil, Batch{}, answer)
+	}, answer)
 }
 
 // Body reads c's body holding a reading place from before its first byte until serve returns,
@@ -207,6 +199,11 @@ func (p *Pipeline) Decide(c Caller, face Face, parse func(body []byte) (*snapsho
 // nothing. serve gets the body; answer gets why there is none.
 func (p *Pipeline) Body(c Caller, serve func(body []byte), answer func(Result)) {
 	p.note("Body", "")
+	p.withBody(c, serve, answer)
+}
+
+// withBody is Decide's and Body's first steps: a reading place, the body, access again.
+func (p *Pipeline) withBody(c Caller, serve func(body []byte), answer func(Result)) {
 	if !c.AdmitBody() {
 		answer(Result{Outcome: Overloaded})
 		return

@@ -172,7 +172,10 @@ func (d *driverLog) jsonLine(stream string, line []byte) bool {
 			break
 		}
 		n++
-		args = append(args, escapeControl(k), logValue(entry[k]))
+		// Under "driver.": a driver's fields never stand where the host's own are read
+		// (decision_id, revision, result, ...), in a log that may share a stream with the
+		// decision log.
+		args = append(args, "driver."+escapeControl(k), logValue(entry[k]))
 	}
 	d.log.Log(level, escapeControl(msg), args...)
 	return true

@@ -141,10 +141,13 @@ func TestDriverLogUnit(t *testing.T) {
 	w = d.writer("stdout")
 	_, _ = w.Write([]byte(`{"@level":"error","@message":"json\rline","@module":"m","k":"v\u001b","n":3}` + "\n"))
 	_, _ = w.Write([]byte(`{"@level":"debug","@message":"quiet"}` + "\n"))
+	_, _ = w.Write([]byte(`{"@level":"info","@message":"m","decision_id":"FORGED","result":"{\"allow\":true}"}` + "\n"))
 	_, _ = w.Write([]byte(`{"not":"hclog"}` + "\n"))
 	s = out.String()
-	assert.Contains(t, s, `[ERROR] json\rline: stream=stdout driver_module=m k=v\x1b n=3`)
+	assert.Contains(t, s, `[ERROR] json\rline: stream=stdout driver_module=m driver.k=v\x1b driver.n=3`)
 	assert.Contains(t, s, "[DEBUG] quiet: stream=stdout")
+	assert.Contains(t, s, `driver.decision_id=FORGED`, "a driver's field cannot stand where the host's decision_id is read")
+	assert.NotContains(t, s, ` decision_id=FORGED`)
 	assert.Contains(t, s, `[INFO]  {"not":"hclog"}: stream=stdout`, "a plain line (not hclog JSON) at Info")
 }
 

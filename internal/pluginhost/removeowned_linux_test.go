@@ -1,0 +1,110 @@
+package pluginhost
+
+import (
+	"context"
+	"errors"
+	"io"
+	"os"
+	"os/exec"
+	"os/user"
+	"path/filepath"
+	"strconv"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+// asRemoveOwned makes the test binary fill a worker directory the way a hostile driver leaves
+// it, then remove it with removeAllOwned (see runRemoveOwned).
+const asRemoveOwned = "--as-remove-owned"
+
+func init() {
+	if len(os.Args) > 2 && os.Args[1] == asRemoveOwned {
+		os.Exit(runRemoveOwned(os.Args[2]))
+	}
+}
+
+// runRemoveOwned, as the directory's owner (not root): a folder of mode 000 inside another of
+// mode 000, files in them, and a link to a folder outside. os.RemoveAll must fail on it (else
+// the test proves nothing); removeAllOwned must remove it all and leave the outside alone.
+func runRemoveOwned(base string) int {
+	fail := func(msg string, err error) int {
+		_, _ = os.Stderr.WriteString(msg + ": " + errors.Join(err).Error() + "\n")
+		return 1
+	}
+	dir := filepath.Join(base, "plugin-dir-test")
+	outside := filepath.Join(base, "outside")
+	sub := filepath.Join(dir, "keep", "sub")
+	for _, d := range []string{sub, outside} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			return fail("mkdir", err)
+		}
+	}
+	for _, f := range []string{filepath.Join(sub, "f"), filepath.Join(dir, "keep", "g")} {
+		if err := os.WriteFile(f, []byte("x"), 0o600); err != nil {
+			return fail("write", err)
+		}
+	}
+	if err := os.Symlink(outside, filepath.Join(dir, "keep", "link")); err != nil {
+		return fail("symlink", err)
+	}
+	for _, d := range []string{sub, filepath.Join(dir, "keep")} {
+		if err := os.Chmod(d, 0); err != nil {
+			return fail("chmod", err)
+		}
+	}
+	if err := os.RemoveAll(dir); err == nil {
+		return fail("os.RemoveAll removed the folders of mode 000: the test proves nothing", nil)
+	}
+	if err := removeAllOwned(dir); err != nil {
+		return fail("removeAllOwned", err)
+	}
+	if _, err := os.Lstat(dir); !errors.Is(err, os.ErrNotExist) {
+		return fail("the worker directory is still there", err)
+	}
+	st, err := os.Stat(outside)
+	if err != nil || st.Mode().Perm() != 0o755 {
+		return fail("the folder outside, reached through a link, was changed or removed", err)
+	}
+	return 0
+}
+
+// TestWorkerDirectoryWithLockedFoldersIsRemoved: a driver that left folders of mode 000 in its
+// private directory kept it from being removed when its worker ended (a non-root service's
+// disk filled with every restart); the init removes it all, as the directory's owner, and
+// follows no link out of it.
+func TestWorkerDirectoryWithLockedFoldersIsRemoved(t *testing.T) {
+	if os.Getuid() != 0 {
+		t.Fatal("this test runs the removal as another user (root would not be stopped by mode 000): run it as root (CI does)")
+	}
+	nobody, err := user.Lookup("nobody")
+	require.NoError(t, err)
+	uid, _ := strconv.Atoi(nobody.Uid)
+	gid, _ := strconv.Atoi(nobody.Gid)
+
+	self, err := os.Executable()
+	require.NoError(t, err)
+	dir := sharedDir(t)
+	binDir := filepath.Join(dir, "bin")
+	require.NoError(t, os.Mkdir(binDir, 0o755))
+	exe := filepath.Join(binDir, "remove.test")
+	src, err := os.Open(self)
+	require.NoError(t, err)
+	dst, err := os.OpenFile(exe, os.O_CREATE|os.O_WRONLY, 0o755)
+	require.NoError(t, err)
+	_, err = io.Copy(dst, src)
+	require.NoError(t, err)
+	require.NoError(t, errors.Join(src.Close(), dst.Close()))
+	work := filepath.Join(dir, "work")
+	require.NoError(t, os.Mkdir(work, 0o755))
+	require.NoError(t, os.Chown(work, uid, gid))
+
+	ctx, cancel := context.WithTimeout(t.Context(), 60*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, exe, asRemoveOwned, work)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid), Groups: []uint32{}}}
+	out, err := cmd.CombinedOutput()
+	require.NoError(t, err, "%s", out)
+}

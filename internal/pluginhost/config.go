@@ -126,6 +126,10 @@ const (
 	// driver of the host's uid without a user namespace) it would count the host's threads too,
 	// and no default applies.
 	DefaultProcesses = 1024
+	// DefaultOpenFiles is RLIMIT_NOFILE: a driver inherited the service's (often tens of
+	// thousands), and with DefaultProcesses processes could hold a good part of the machine's
+	// file table (fs.file-max), which every unprivileged process shares.
+	DefaultOpenFiles = 1024
 )
 
 // ResourceLimits are per-driver resource limits (setrlimit), applied to the driver process right after
@@ -136,7 +140,8 @@ type ResourceLimits struct {
 	// Processes is RLIMIT_NPROC: counted per user, so it bounds every process of the driver's
 	// user, not the driver's alone; ignored by the kernel for root.
 	Processes uint64 `yaml:"processes"`
-	// OpenFiles is RLIMIT_NOFILE: descriptors the driver may hold open.
+	// OpenFiles is RLIMIT_NOFILE: descriptors the driver may hold open. Zero: the default,
+	// DefaultOpenFiles.
 	OpenFiles uint64 `yaml:"openFiles"`
 	// CPUSeconds is RLIMIT_CPU: CPU time in seconds, after which the kernel ends the driver
 	// (the supervisor then restarts it).

@@ -707,7 +707,7 @@ func TestSocketDirsOfKilledDriversAreRemoved(t *testing.T) {
 }
 
 // TestLimitsHoldInsideTheDriver: the driver runs with the configured RLIMIT_DATA and
-// RLIMIT_FSIZE, the default RLIMIT_NPROC (its uid is its own) and no RLIMIT_CPU; a file larger
+// RLIMIT_FSIZE, the default RLIMIT_NPROC (its uid is its own) and RLIMIT_NOFILE, and no RLIMIT_CPU; a file larger
 // than its RLIMIT_FSIZE cannot be written.
 func TestLimitsHoldInsideTheDriver(t *testing.T) {
 	if os.Getuid() != 0 {
@@ -736,6 +736,7 @@ func TestLimitsHoldInsideTheDriver(t *testing.T) {
 	assert.Equal(t, strconv.Itoa(4<<30), limit("Max data size"))
 	assert.Equal(t, strconv.Itoa(1<<20), limit("Max file size"))
 	assert.Equal(t, strconv.Itoa(DefaultProcesses), limit("Max processes"))
+	assert.Equal(t, strconv.Itoa(DefaultOpenFiles), limit("Max open files"), "not the service's own RLIMIT_NOFILE")
 	assert.Equal(t, "unlimited", limit("Max cpu time"), "RLIMIT_CPU is off by default")
 	w := res[hostile.AttemptWriteFile]
 	assert.False(t, w.OK, "a file past RLIMIT_FSIZE was written: %s", w.Detail)

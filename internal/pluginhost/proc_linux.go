@@ -520,17 +520,22 @@ func (p *proc) running() bool {
 	}
 	var buf [64]byte // the state letter comes within the first 30 bytes: pid, (comm of at most 16), state
 	var n int
+	var err error
 	if p.stat != nil {
-		n, _ = p.stat.ReadAt(buf[:], 0) // one pread: the line is longer than buf
+		n, err = p.stat.ReadAt(buf[:], 0) // one pread: the line is longer than buf
 	} else {
 		n = readProcessStat(p.pid, buf[:])
 	}
-	if n == 0 {
-		p.markGone() // reaped (or released): the process is gone
-		return false
-	}
+	// What it finds ended is recorded, so that every later look (Host.Plugin) leaves the
+	// worker out too: a main thread that ended (a zombie), a process reaped (the descriptor is
+	// bound to it: ESRCH, whoever has the pid now).
 	switch statState(buf[:n]) {
-	case 0, 'Z', 'X':
+	case 0:
+		if errors.Is(err, syscall.ESRCH) {
+			p.markGone()
+		}
+		return false
+	case 'Z', 'X':
 		p.markGone()
 		return false
 	case 'T', 't':

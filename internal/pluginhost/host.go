@@ -25,8 +25,9 @@
 // keyMu for the switch; publishReady: keyMu, then the plugin's updateMu). A proc's mu is held
 // through its start (proc.Start), while the starting goroutine takes the reaper's mu: proc.mu
 // before reaper.mu. The other mutexes (a proc's fdMu, the cgroup root's, the sealed copies', the
-// dynamic ids', the config checks', the driver log's, the broker guard's) are taken alone. The launcher's
-// reports reach a decision through atomics (proc.stopped, proc.exitStatus), never a lock.
+// dynamic ids', the config checks', the driver log's, the broker guard's) are taken alone. What
+// the kernel and the launcher report of a worker (its exit, its stops) reaches a decision
+// through atomics (proc.gone, proc.stopped), never a lock or a system call.
 package pluginhost
 
 import (
@@ -149,9 +150,10 @@ type worker struct {
 	facts      *snapshot.Worker // what decisions read, rendered once
 }
 
-// alive reports whether the process still runs, asking the kernel (a pidfd) without blocking:
-// a worker whose process exited is gone at once, even before its supervisor has noticed, and
-// so is one the host gave up on (it no longer answers) while it is being killed.
+// alive reports whether the process still runs, as the events about it said (proc.alive: its
+// pidfd, the init's reports, its reaping), without a system call: a worker whose process exited
+// is gone as soon as the kernel said so, before its supervisor has noticed, and so is one the
+// host gave up on (it no longer answers) while it is being killed.
 func (w *worker) alive() bool { return !w.dropped.Load() && w.proc.alive() }
 
 // answering reports whether the worker is alive and its process is not stopped (SIGSTOP, a

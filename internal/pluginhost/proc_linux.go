@@ -60,8 +60,11 @@ type proc struct {
 	eventsKid  *os.File            // the init's end, closed once it started
 	eventsDone chan struct{}       // closed once the init's events socket is at its end
 	initFD     int                 // pidfd of the init of the driver's namespace; -1: none
-	stopped    atomic.Bool         // the init reported the driver stopped (and not continued)
+	stopped    atomic.Bool         // the driver stopped and did not continue (the init's report, or the host's own wait)
 	exitStatus atomic.Int64        // the driver's wait status as the init reported it; -1: none
+	gone       atomic.Bool         // the driver (or its main thread) ended; never cleared (markGone)
+	exitWatch  *os.File            // a pidfd of the driver in Go's poller; nil: none
+	stat       *os.File            // the driver's /proc/PID/stat, open from its start; nil: none
 	cg         *workerCgroup       // nil: no cgroup (the process tree is all the host sees)
 	cgErr      error               // why the worker has no cgroup
 	cgOnce     sync.Once           // the cgroup is removed once
@@ -285,6 +288,7 @@ func (p *proc) readEvents() {
 			if ws, err := strconv.ParseUint(msg[len(eventExit)+1:], 10, 32); err == nil {
 				p.exitStatus.Store(int64(ws))
 			}
+			p.markGone()
 		}
 	}
 }
@@ -423,6 +427,13 @@ func (p *proc) run(started chan<- error) {
 	if fd, err := unix.PidfdOpen(p.pid, 0); err == nil {
 		p.pidfd = fd
 	}
+	p.watchExit()
+	if f, err := os.Open("/proc/" + strconv.Itoa(p.pid) + "/stat"); err == nil {
+		p.stat = f // bound to this process: once it is reaped, reading it fails, whoever gets the pid
+	}
+	if !p.pidns {
+		p.watchStops() // the host is the driver's parent: its stops are reported to the host
+	}
 	if err := p.applyLimits(); err != nil {
 		_ = p.cmd.Process.Kill()
 		p.wait()
@@ -472,6 +483,7 @@ func (p *proc) started() int {
 func (p *proc) wait() {
 	state, _ := p.cmd.Process.Wait()
 	p.state = state
+	p.markGone()
 	if p.events != nil {
 		// The init sent the driver's exit before it ended; nothing else holds the socket.
 		select {
@@ -488,17 +500,156 @@ func (p *proc) wait() {
 	p.removeCgroup() // nothing the driver started outlives it
 }
 
-// alive reports whether the process still runs, asking the kernel without blocking; it is
-// correct even before wait has noticed the exit.
-func (p *proc) alive() bool { return p.runs(false) }
+// alive reports whether the process still runs, as the events about it said: its exit (or
+// that of its main thread) seen on its pidfd, reported by the init of its namespace or by its
+// reaping. It is one atomic load: no lock, no system call, no allocation.
+func (p *proc) alive() bool { return !p.gone.Load() }
 
-// answering reports whether the process runs and is not stopped (by SIGSTOP or a tracer): a
-// stopped process answers nothing, so no decision reads it, not even from an answer the host
-// kept of it, while the health check finds it and restarts the plugin.
-func (p *proc) answering() bool { return p.runs(true) }
+// answering reports whether the process runs and is not stopped (by SIGSTOP or the like), as
+// the events about it said (alive; the init's stop and continue reports, or the host's own wait
+// on a driver it is the parent of): a stopped process answers nothing, so no decision reads it,
+// not even from an answer the host kept of it, while the health check finds it and restarts the
+// plugin. Two atomic loads, what every decision reads.
+func (p *proc) answering() bool { return !p.gone.Load() && !p.stopped.Load() }
 
-// runs reports whether the process still runs (and, with notStopped, is not stopped).
-func (p *proc) runs(notStopped bool) bool {
+// running is a decision's last look at the process, once its facts and its config check were
+// read: the events about it (answering), then one read of its line in the process table
+// through a descriptor held open from its start (one system call, no lock, no allocation). The
+// table says what no event says yet: a main thread that ended (the process was killed and its
+// other threads are still being torn down, or it ended alone) or a thread-group leader that
+// stopped before the group's stop is complete and reported.
+func (p *proc) running() bool {
+	if !p.answering() {
+		return false
+	}
+	var buf [64]byte // the state letter comes within the first 30 bytes: pid, (comm of at most 16), state
+	var n int
+	var err error
+	if p.stat != nil {
+		n, err = p.stat.ReadAt(buf[:], 0) // one pread: the line is longer than buf
+	} else {
+		n = readProcessStat(p.pid, buf[:])
+	}
+	// What it finds ended is recorded, so that every later look (Host.Plugin) leaves the
+	// worker out too: a main thread that ended (a zombie), a process reaped (the descriptor is
+	// bound to it: ESRCH, whoever has the pid now).
+	switch statState(buf[:n]) {
+	case 0:
+		if errors.Is(err, syscall.ESRCH) {
+			p.markGone()
+		}
+		return false
+	case 'Z', 'X':
+		p.markGone()
+		return false
+	case 'T', 't':
+		return false
+	}
+	return true
+}
+
+// markGone records that the process (or its main thread) ended: from here on no decision reads
+// it.
+func (p *proc) markGone() { p.gone.Store(true) }
+
+// watchExit watches the driver's exit in Go's poller, through a pidfd that turns readable once
+// the process has exited (every thread of it). Without a pidfd, the process's reaping and the
+// init's exit report say it.
+func (p *proc) watchExit() {
+	fd, err := unix.PidfdOpen(p.pid, unix.PIDFD_NONBLOCK)
+	if err != nil {
+		p.log.Debug("no pidfd to watch the driver's exit; its reaping says it", "error", err)
+		return
+	}
+	f := os.NewFile(uintptr(fd), "pidfd")
+	rc, err := f.SyscallConn()
+	if err != nil {
+		_ = f.Close()
+		return
+	}
+	p.exitWatch = f // closed by release; read by others only after Start returned
+	go func() {
+		ended := false
+		// Called once at once, then each time the poller reports the pidfd readable: a pidfd
+		// the poller cannot take makes Read return an error, and the exit is left to the
+		// other events.
+		_ = rc.Read(func(fd uintptr) bool {
+			ended = pidfdEnded(int(fd))
+			return ended
+		})
+		if ended {
+			p.markGone()
+		}
+		_ = f.Close()
+	}()
+}
+
+// pidfdEnded reports whether the pidfd is readable: its process (or thread) has ended.
+func pidfdEnded(fd int) bool {
+	fds := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}
+	n, err := unix.Poll(fds, 0)
+	for err == unix.EINTR { // a signal to this thread (the runtime's preemption) is no answer
+		n, err = unix.Poll(fds, 0)
+	}
+	return err != nil || n > 0
+}
+
+// si_code values of a SIGCHLD (siginfo.h), which golang.org/x/sys/unix does not name.
+const (
+	cldTrapped   = 4
+	cldStopped   = 5
+	cldContinued = 6
+)
+
+// watchStops follows, for a driver that is the host's own child (no init of its own), its stops
+// and continues as the kernel reports them to its parent, until it exits: the exit is left
+// unreaped (WNOWAIT) for the process's own wait, and marks it gone.
+func (p *proc) watchStops() {
+	if p.pidfd < 0 {
+		return
+	}
+	fd, err := unix.FcntlInt(uintptr(p.pidfd), unix.F_DUPFD_CLOEXEC, 0) // its own: release closes p.pidfd
+	if err != nil {
+		return
+	}
+	go func() {
+		defer func() { _ = unix.Close(fd) }()
+		for {
+			var info unix.Siginfo
+			err := unix.Waitid(unix.P_PIDFD, fd, &info, unix.WEXITED|unix.WSTOPPED|unix.WCONTINUED|unix.WNOWAIT, nil)
+			if err == unix.EINTR {
+				continue
+			}
+			if err != nil {
+				return // reaped: its wait said it
+			}
+			var consume int
+			switch info.Code {
+			case cldStopped, cldTrapped:
+				p.stopped.Store(true)
+				consume = unix.WSTOPPED
+			case cldContinued:
+				p.stopped.Store(false)
+				consume = unix.WCONTINUED
+			default: // exited, killed or dumped
+				p.markGone()
+				return
+			}
+			// Take the report, so that the next wait blocks until the next one.
+			for unix.Waitid(unix.P_PIDFD, fd, &info, consume|unix.WNOHANG, nil) == unix.EINTR {
+			}
+		}
+	}()
+}
+
+// probe asks the kernel whether the process still runs: the health check's look, made once per
+// health interval, never by a decision. Besides the events it reads the pidfd and the process
+// table, and records what it finds ended (a main thread that ended while other threads run, on
+// a kernel without PIDFD_THREAD).
+func (p *proc) probe() bool {
+	if !p.alive() {
+		return false
+	}
 	select {
 	case <-p.exited:
 		return false
@@ -509,34 +660,22 @@ func (p *proc) runs(notStopped bool) bool {
 	if p.fdClosed {
 		return false
 	}
-	if p.pidns {
-		if p.exitStatus.Load() >= 0 || notStopped && p.stopped.Load() {
-			return false
-		}
-		if p.pidfd >= 0 { // the driver is the init's child: its pidfd turns readable once it exits
-			fds := []unix.PollFd{{Fd: int32(p.pidfd), Events: unix.POLLIN}}
-			n, err := unix.Poll(fds, 0)
-			for err == unix.EINTR { // a signal to this thread (the runtime's preemption) is no answer
-				n, err = unix.Poll(fds, 0)
-			}
-			if err != nil || n > 0 {
-				return false
-			}
-		}
-	} else if p.pidfd >= 0 { // without a pidfd (Linux before 5.3), the process table alone decides
+	if p.pidfd >= 0 && p.pidns && pidfdEnded(p.pidfd) {
+		p.markGone()
+		return false
+	}
+	if p.pidfd >= 0 && !p.pidns {
 		var info unix.Siginfo
 		err := unix.Waitid(unix.P_PIDFD, p.pidfd, &info, unix.WEXITED|unix.WNOHANG|unix.WNOWAIT, nil)
 		if err != nil || info.Signo != 0 {
+			p.markGone()
 			return false
 		}
 	}
-	// A killed multi-threaded process shows as a zombie before the kernel reports its exit
-	// (its other threads are still being torn down): it runs no code any more, so it is dead.
-	switch processState(p.pid) {
-	case 0, 'Z', 'X':
+	// A main thread that ended shows as a zombie: it runs no code any more.
+	if dying(p.pid) {
+		p.markGone()
 		return false
-	case 'T', 't':
-		return !notStopped
 	}
 	return true
 }
@@ -550,14 +689,26 @@ func dying(pid int) bool {
 // processState is the state letter of pid in the process table (R, S, T, Z, …); 0 when it is
 // gone or its line cannot be read.
 func processState(pid int) byte {
-	var buf [512]byte
+	var buf [64]byte
+	return statState(buf[:readProcessStat(pid, buf[:])])
+}
+
+// readProcessStat reads the start of pid's /proc/PID/stat into buf and returns its length; 0
+// when it cannot be read.
+func readProcessStat(pid int, buf []byte) int {
 	fd, err := unix.Open("/proc/"+strconv.Itoa(pid)+"/stat", unix.O_RDONLY|unix.O_CLOEXEC, 0)
 	if err != nil {
 		return 0
 	}
-	n, _ := unix.Read(fd, buf[:])
+	n, _ := unix.Read(fd, buf)
 	_ = unix.Close(fd)
-	s := buf[:max(n, 0)]
+	return max(n, 0)
+}
+
+// statState is the state letter of a /proc/PID/stat line (or its start): the field after the
+// command's closing parenthesis, the last one of the line's start since the fields after it are
+// numbers; 0 when there is none.
+func statState(s []byte) byte {
 	i := bytes.LastIndexByte(s, ')')
 	if i < 0 || len(s) < i+3 {
 		return 0
@@ -567,6 +718,13 @@ func processState(pid int) byte {
 
 // release closes the pidfd once the process is gone and nobody needs it any more.
 func (p *proc) release() {
+	p.markGone()
+	if p.exitWatch != nil {
+		_ = p.exitWatch.Close() // ends its watch
+	}
+	if p.stat != nil {
+		_ = p.stat.Close() // a decision reading it meanwhile finishes first (os.File counts its users)
+	}
 	p.fdMu.Lock()
 	defer p.fdMu.Unlock()
 	if !p.fdClosed && p.pidfd >= 0 {

@@ -46,6 +46,8 @@ func closeInheritedOnExec()                                  {}
 func (*proc) started() int                                   { return 0 }
 func (*proc) alive() bool                                    { return false }
 func (*proc) answering() bool                                { return false }
+func (*proc) probe() bool                                    { return false }
+func (*proc) running() bool                                  { return false }
 func (*proc) release()                                       {}
 func (*proc) endDescendants()                                {}
 func (*proc) refused() error                                 { return nil }

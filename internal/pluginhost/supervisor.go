@@ -169,9 +169,10 @@ func (h *Host) watch(ctx context.Context, w *worker) <-chan string {
 // exited or ctx ended, which the supervisor sees by itself).
 func (h *Host) checkWorker(ctx context.Context, w *worker) string {
 	timeout := h.cfg.Health.Timeout
-	if !w.proc.alive() {
+	if !w.proc.probe() {
 		// A process that exited is reaped within moments; a thread-group leader that stays a
-		// zombie while other threads run is never reported as exited.
+		// zombie while other threads run is never reported as exited (the probe, or the pidfd
+		// of its main thread, took it out of the decisions already).
 		t := time.NewTimer(timeout)
 		defer t.Stop()
 		select {
@@ -506,7 +507,8 @@ func (h *Host) publishWorker(m *managed, l *launch, drv *driverplugin.GRPCClient
 		done:       pp.exited,
 		guard:      l.guard,
 	}
-	w.facts = snapshot.NewWorker(generation, w.methods, pp.answering) // a stopped worker grants nothing
+	// A decision's last look (snapshot.Worker.Alive): a stopped or dead worker grants nothing.
+	w.facts = snapshot.NewWorker(generation, w.methods, pp.running)
 	if err := h.publishReady(m, desc, w); err != nil {
 		return nil, err
 	}

@@ -1,7 +1,8 @@
 // Command plugin-figures measures the plugin host with a real (not race-instrumented) example
 // driver: start time, SIGKILL to the worker's methods being gone, SIGKILL to a restored worker,
-// Close time, and the resident memory of host and driver. It builds the driver with the go
-// command, repeats the measurement and prints medians. Every wait is bounded.
+// SIGSTOP to the worker being left out (Worker false), Close time, and the resident memory of
+// host and driver. It builds the driver with the go command, repeats the measurement and prints
+// medians. Every wait is bounded.
 //
 //	go run ./scripts/plugin-figures --runs 5
 package main
@@ -51,7 +52,7 @@ func measure(runs int) error {
 		return err
 	}
 
-	var start, gone, restored, closing []time.Duration
+	var start, gone, restored, stopped, closing []time.Duration
 	var hostRSS, driverRSS []int
 	for range runs {
 		cfg := pluginhost.DefaultConfig()
@@ -93,6 +94,24 @@ func measure(runs int) error {
 				return fmt.Errorf("no restored worker: %w", err)
 			}
 			restored = append(restored, time.Since(t1))
+			w = h.Plugins()[0].Worker
+			if w == nil {
+				return errors.New("no worker after the restore")
+			}
+			if err := syscall.Kill(w.PID, syscall.SIGSTOP); err != nil {
+				return err
+			}
+			d, err = waitFor(5*time.Second, func() bool { _, ok := h.Worker("example"); return !ok })
+			if err != nil {
+				return fmt.Errorf("worker still listed after SIGSTOP: %w", err)
+			}
+			stopped = append(stopped, d)
+			if err := syscall.Kill(w.PID, syscall.SIGCONT); err != nil {
+				return err
+			}
+			if _, err := waitFor(5*time.Second, func() bool { _, ok := h.Worker("example"); return ok }); err != nil {
+				return fmt.Errorf("worker not listed again after SIGCONT: %w", err)
+			}
 			t2 := time.Now()
 			if err := h.Close(); err != nil {
 				return err
@@ -108,6 +127,7 @@ func measure(runs int) error {
 	fmt.Printf("plugin start (Start to WaitStarted):  %v  all %v\n", median(start), start)
 	fmt.Printf("SIGKILL to Worker() false:            %v  all %v\n", median(gone), gone)
 	fmt.Printf("SIGKILL to restored worker:           %v  all %v\n", median(restored), restored)
+	fmt.Printf("SIGSTOP to Worker() false:            %v  all %v\n", median(stopped), stopped)
 	fmt.Printf("Close (graceful stop of one worker):  %v  all %v\n", median(closing), closing)
 	fmt.Printf("host RSS (this program, one plugin):  %d KiB  all %v\n", median(hostRSS), hostRSS)
 	fmt.Printf("driver RSS (example-driver):          %d KiB  all %v\n", median(driverRSS), driverRSS)

@@ -11,46 +11,11 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// refusedSyscalls are the system calls a driver is refused (EPERM) by the seccomp filter the
-// launcher installs before it executes the driver: the calls that reach into another process
-// (its memory, its descriptors, its execution), and those that change the kernel or the mount
-// table. docs/drivers.md lists them for driver authors.
-var refusedSyscalls = []struct {
+// sysCall is one system call the seccomp filter allows, by its name and its number on this
+// architecture.
+type sysCall struct {
 	name string
 	nr   uint32
-}{
-	{"ptrace", unix.SYS_PTRACE},
-	{"process_vm_readv", unix.SYS_PROCESS_VM_READV},
-	{"process_vm_writev", unix.SYS_PROCESS_VM_WRITEV},
-	{"process_madvise", unix.SYS_PROCESS_MADVISE},
-	{"pidfd_getfd", unix.SYS_PIDFD_GETFD},
-	{"kcmp", unix.SYS_KCMP},
-	{"perf_event_open", unix.SYS_PERF_EVENT_OPEN},
-	{"bpf", unix.SYS_BPF},
-	{"userfaultfd", unix.SYS_USERFAULTFD},
-	{"keyctl", unix.SYS_KEYCTL},
-	{"add_key", unix.SYS_ADD_KEY},
-	{"request_key", unix.SYS_REQUEST_KEY},
-	{"mount", unix.SYS_MOUNT},
-	{"umount2", unix.SYS_UMOUNT2},
-	{"pivot_root", unix.SYS_PIVOT_ROOT},
-	{"move_mount", unix.SYS_MOVE_MOUNT},
-	{"open_tree", unix.SYS_OPEN_TREE},
-	{"fsopen", unix.SYS_FSOPEN},
-	{"fsconfig", unix.SYS_FSCONFIG},
-	{"fsmount", unix.SYS_FSMOUNT},
-	{"fspick", unix.SYS_FSPICK},
-	{"mount_setattr", unix.SYS_MOUNT_SETATTR},
-	{"open_by_handle_at", unix.SYS_OPEN_BY_HANDLE_AT},
-	{"kexec_load", unix.SYS_KEXEC_LOAD},
-	{"kexec_file_load", unix.SYS_KEXEC_FILE_LOAD},
-	{"init_module", unix.SYS_INIT_MODULE},
-	{"finit_module", unix.SYS_FINIT_MODULE},
-	{"delete_module", unix.SYS_DELETE_MODULE},
-	{"reboot", unix.SYS_REBOOT},
-	{"swapon", unix.SYS_SWAPON},
-	{"swapoff", unix.SYS_SWAPOFF},
-	{"acct", unix.SYS_ACCT},
 }
 
 // refusedIoctls are the ioctl requests a driver is refused (EPERM) whatever the descriptor:
@@ -64,14 +29,31 @@ var refusedIoctls = []struct {
 	{"TIOCLINUX", unix.TIOCLINUX},
 }
 
+// allowedSocketFamilies are the address families a driver may open a socket of: unix (its
+// go-plugin socket), IPv4 and IPv6. AF_NETLINK is allowed for NETLINK_ROUTE only (net.Interfaces
+// and the resolver's address selection read the interfaces through it); raw packet sockets,
+// Bluetooth, vsock, alg and the rest are refused.
+var allowedSocketFamilies = []uint32{unix.AF_UNIX, unix.AF_INET, unix.AF_INET6}
+
+// cloneNamespaceFlags are the clone flags that make a namespace: refused, as are unshare and
+// setns (not allowed at all), so that a driver makes no user namespace (where it would hold
+// every capability) nor leaves the ones it runs in.
+const cloneNamespaceFlags = unix.CLONE_NEWNS | unix.CLONE_NEWCGROUP | unix.CLONE_NEWUTS | unix.CLONE_NEWIPC |
+	unix.CLONE_NEWUSER | unix.CLONE_NEWPID | unix.CLONE_NEWNET
+
+// personalityQuery is personality(0xffffffff): it reads the persona without changing it.
+const personalityQuery = 0xffffffff
+
 // Offsets in struct seccomp_data.
 const (
 	seccompDataNr   = 0
 	seccompDataArch = 4
-	// The low 32 bits of args[1] (little endian): the kernel reads an ioctl request as an
-	// unsigned int, so the high half does not count.
-	seccompDataArg1Low = 16 + 8
 )
+
+// seccompDataArgLow is the offset of the low 32 bits of argument i (little endian, as on
+// amd64 and arm64): the calls filtered by an argument read it as an int or unsigned int (the
+// kernel drops the high half of clone's flags too), so the high half does not count.
+func seccompDataArgLow(i int) uint32 { return 16 + 8*uint32(i) }
 
 // x32SyscallBit marks the x32 system call numbers on x86_64: they are refused as a whole, so
 // that none of the calls above is reachable under another number.
@@ -135,8 +117,14 @@ func (a *bpfAsm) program() ([]unix.SockFilter, error) {
 	return out, nil
 }
 
-// seccompProgram builds the BPF program: check the architecture, refuse the listed calls and
-// ioctl requests with EPERM, allow everything else.
+// allowChunk bounds how many allowed calls jump to one ALLOW return: a conditional jump
+// reaches at most 255 instructions ahead.
+const allowChunk = 200
+
+// seccompProgram builds the BPF program: check the architecture; allow the calls of
+// allowedSyscalls and archSyscalls; filter ioctl, socket, clone and personality by their
+// arguments; refuse clone3 with ENOSYS and every other call with EPERM. The allowed calls depend
+// on nothing but their number, which lets the kernel cache the filter's answer for them.
 func seccompProgram() ([]unix.SockFilter, error) {
 	arch := auditArch()
 	if arch == 0 {
@@ -146,6 +134,8 @@ func seccompProgram() ([]unix.SockFilter, error) {
 		ldAbs = unix.BPF_LD | unix.BPF_W | unix.BPF_ABS
 		jeq   = unix.BPF_JMP | unix.BPF_JEQ | unix.BPF_K
 		jge   = unix.BPF_JMP | unix.BPF_JGE | unix.BPF_K
+		jset  = unix.BPF_JMP | unix.BPF_JSET | unix.BPF_K
+		ja    = unix.BPF_JMP | unix.BPF_JA
 		ret   = unix.BPF_RET | unix.BPF_K
 	)
 	a := newBPFAsm()
@@ -155,17 +145,52 @@ func seccompProgram() ([]unix.SockFilter, error) {
 	if arch == unix.AUDIT_ARCH_X86_64 {
 		a.jump(jge, x32SyscallBit, "eperm", "")
 	}
-	a.jump(jeq, unix.SYS_IOCTL, "ioctl", "")
-	for _, s := range refusedSyscalls {
-		a.jump(jeq, s.nr, "eperm", "")
+	allowed := append(append([]sysCall{}, allowedSyscalls...), archSyscalls...)
+	for i := 0; i < len(allowed); i += allowChunk {
+		chunk := allowed[i:min(i+allowChunk, len(allowed))]
+		label := fmt.Sprintf("allow%d", i)
+		for _, s := range chunk {
+			a.jump(jeq, s.nr, label, "")
+		}
+		a.stmt(ja, 1) // past this chunk's ALLOW
+		a.label(label)
+		a.stmt(ret, unix.SECCOMP_RET_ALLOW)
 	}
-	a.stmt(ret, unix.SECCOMP_RET_ALLOW)
+	a.jump(jeq, sysIoctl, "ioctl", "")
+	a.jump(jeq, sysSocket, "socket", "")
+	a.jump(jeq, sysClone, "clone", "")
+	a.jump(jeq, sysClone3, "enosys", "")
+	a.jump(jeq, sysPersonality, "personality", "eperm")
+
 	a.label("ioctl")
-	a.stmt(ldAbs, seccompDataArg1Low)
+	a.stmt(ldAbs, seccompDataArgLow(1))
 	for _, r := range refusedIoctls {
 		a.jump(jeq, r.req, "eperm", "")
 	}
 	a.stmt(ret, unix.SECCOMP_RET_ALLOW)
+
+	a.label("socket")
+	a.stmt(ldAbs, seccompDataArgLow(0))
+	for _, f := range allowedSocketFamilies {
+		a.jump(jeq, f, "allow", "")
+	}
+	a.jump(jeq, unix.AF_NETLINK, "", "eperm")
+	a.stmt(ldAbs, seccompDataArgLow(2))
+	a.jump(jeq, unix.NETLINK_ROUTE, "allow", "eperm")
+
+	a.label("clone")
+	a.stmt(ldAbs, seccompDataArgLow(0))
+	a.jump(jset, cloneNamespaceFlags, "eperm", "allow")
+
+	a.label("personality")
+	a.stmt(ldAbs, seccompDataArgLow(0))
+	a.jump(jeq, 0, "allow", "")
+	a.jump(jeq, personalityQuery, "allow", "eperm")
+
+	a.label("allow")
+	a.stmt(ret, unix.SECCOMP_RET_ALLOW)
+	a.label("enosys")
+	a.stmt(ret, unix.SECCOMP_RET_ERRNO|uint32(unix.ENOSYS))
 	a.label("kill")
 	a.stmt(ret, unix.SECCOMP_RET_KILL_PROCESS)
 	a.label("eperm")

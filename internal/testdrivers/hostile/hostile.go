@@ -27,6 +27,12 @@
 //	                       the host's TCP port -connect
 //	limits -out FILE       report its resource limits (/proc/self/limits) and try to write a
 //	                       file of -size bytes into its TMPDIR
+//	calls -out FILE        make system calls a Go driver has no use for, which only a seccomp
+//	                       allowlist refuses (io_uring_setup, name_to_handle_at, syslog, raw
+//	                       packet sockets, namespaces through clone, unshare and setns, another
+//	                       personality, clone3), and list the network interfaces (through a
+//	                       NETLINK_ROUTE socket, which it must be allowed); FILE gets the outcome
+//	                       of each (JSON)
 //	fork-escape -out FILE  leave one orphan (double fork, setsid, no environment, /proc/self/exe
 //	                       re-executed) that sleeps for 10 minutes; FILE gets its pid
 //
@@ -168,6 +174,8 @@ func Main(args []string) int {
 		}
 	case "limits":
 		attack = func() error { return writeJSON(*out, limitAttempts(*size)) }
+	case "calls":
+		attack = func() error { return writeJSON(*out, callAttempts()) }
 	case "outlive":
 		attack = func() error { return outlive(*out) }
 	case "fork-escape":
@@ -354,6 +362,101 @@ func ttyAttacks(host int) map[string]Outcome {
 	}
 	res[AttemptOwnInject] = outcome("pushed", ownTerminalInject())
 	res[AttemptSIGCONT] = outcome("sent", unix.Kill(host, unix.SIGCONT))
+	return res
+}
+
+// Attempts of the calls mode, the keys of its FILE: AttemptsOutsideTheAllowlist are refused
+// with EPERM under authz's seccomp filter, AttemptClone3 with ENOSYS, and AttemptInterfaces
+// succeeds.
+const (
+	AttemptIOURing       = "io_uring_setup"
+	AttemptNameToHandle  = "name_to_handle_at of /"
+	AttemptSyslog        = "syslog (size of the kernel's log buffer)"
+	AttemptPacketSocket  = "socket(AF_PACKET)"
+	AttemptAddKey        = "add_key"
+	AttemptCloneNewUser  = "clone(CLONE_NEWUSER)"
+	AttemptUnshare       = "unshare(CLONE_NEWUSER)"
+	AttemptSetns         = "setns"
+	AttemptPersonality   = "personality(PER_LINUX32)"
+	AttemptClone3        = "clone3"
+	AttemptInterfaces    = "list the network interfaces (NETLINK_ROUTE)"
+	AttemptMemfdCreate   = "memfd_create"
+	AttemptNetlinkAudit  = "socket(AF_NETLINK, NETLINK_AUDIT)"
+	AttemptTIOCSTIOnNull = "ioctl(TIOCSTI) on /dev/null"
+)
+
+// AttemptsOutsideTheAllowlist are the calls mode's attempts that authz's seccomp filter refuses
+// with EPERM.
+var AttemptsOutsideTheAllowlist = []string{
+	AttemptIOURing, AttemptNameToHandle, AttemptSyslog, AttemptPacketSocket, AttemptAddKey,
+	AttemptCloneNewUser, AttemptUnshare, AttemptSetns, AttemptPersonality, AttemptMemfdCreate,
+	AttemptNetlinkAudit, AttemptTIOCSTIOnNull,
+}
+
+// callAttempts makes each call of the calls mode. None does harm where it succeeds: the
+// descriptors it gets are closed, the personality is set back, and the clone and unshare
+// flags are ones the kernel refuses (EINVAL) when no filter does.
+func callAttempts() map[string]Outcome {
+	res := map[string]Outcome{}
+	errnoOf := func(errno unix.Errno) error {
+		if errno != 0 {
+			return errno
+		}
+		return nil
+	}
+	closeFD := func(fd int, err error) error {
+		if err == nil {
+			_ = unix.Close(fd)
+		}
+		return err
+	}
+
+	var params [120]byte // struct io_uring_params, zeroed
+	fd, _, errno := unix.Syscall(unix.SYS_IO_URING_SETUP, 1, uintptr(unsafe.Pointer(&params[0])), 0)
+	res[AttemptIOURing] = outcome("a ring", closeFD(int(fd), errnoOf(errno)))
+
+	_, _, err := unix.NameToHandleAt(unix.AT_FDCWD, "/", 0)
+	res[AttemptNameToHandle] = outcome("a handle", err)
+
+	const syslogActionSizeBuffer = 10
+	_, _, errno = unix.Syscall(unix.SYS_SYSLOG, syslogActionSizeBuffer, 0, 0)
+	res[AttemptSyslog] = outcome("read", errnoOf(errno))
+
+	res[AttemptPacketSocket] = outcome("a socket", closeFD(unix.Socket(unix.AF_PACKET, unix.SOCK_RAW, 0)))
+	res[AttemptNetlinkAudit] = outcome("a socket", closeFD(unix.Socket(unix.AF_NETLINK, unix.SOCK_RAW, unix.NETLINK_AUDIT)))
+
+	_, err = unix.AddKey("user", "hostile", []byte("x"), unix.KEY_SPEC_PROCESS_KEYRING)
+	res[AttemptAddKey] = outcome("a key", err)
+
+	// CLONE_NEWUSER with CLONE_FS is invalid: the kernel answers EINVAL where no filter refuses it.
+	_, _, errno = unix.RawSyscall(unix.SYS_CLONE, unix.CLONE_NEWUSER|unix.CLONE_FS, 0, 0)
+	res[AttemptCloneNewUser] = outcome("a child", errnoOf(errno))
+	// The process has several threads: EINVAL where no filter refuses it.
+	res[AttemptUnshare] = outcome("a user namespace", unix.Unshare(unix.CLONE_NEWUSER))
+	res[AttemptSetns] = outcome("joined", unix.Setns(-1, 0))
+
+	const perLinux32 = 0x0008
+	old, _, errno := unix.Syscall(unix.SYS_PERSONALITY, perLinux32, 0, 0)
+	if errno == 0 {
+		_, _, _ = unix.Syscall(unix.SYS_PERSONALITY, old, 0, 0)
+	}
+	res[AttemptPersonality] = outcome("changed", errnoOf(errno))
+
+	// No arguments: the kernel answers EINVAL where no filter refuses it.
+	_, _, errno = unix.RawSyscall(unix.SYS_CLONE3, 0, 0, 0)
+	res[AttemptClone3] = outcome("a child", errnoOf(errno))
+
+	res[AttemptMemfdCreate] = outcome("a memfd", closeFD(unix.MemfdCreate("hostile", 0)))
+
+	if f, err := os.Open(os.DevNull); err == nil {
+		res[AttemptTIOCSTIOnNull] = outcome("pushed", inject(int(f.Fd())))
+		_ = f.Close()
+	} else {
+		res[AttemptTIOCSTIOnNull] = outcome("", err)
+	}
+
+	ifs, err := net.Interfaces()
+	res[AttemptInterfaces] = outcome(fmt.Sprintf("%d interfaces", len(ifs)), err)
 	return res
 }
 

@@ -190,6 +190,9 @@ func startRemote(ctx context.Context, s *Source, bundles bool) (*remote, error) 
 		ensureAdmitting()
 		r.store = store
 		SetStoreRule(store, r.rule, r.onAdmit)
+		// A bundle other than the gate's served again unchanged is not compiled again
+		// (bundlecost.go): OPA's compile of it would hold up the gate's bundle at every poll.
+		SkipUnchanged(store)
 	}
 	mgr, err := plugins.New(raw, id, store, append(managerTracing(s.opts.TracerProvider, bundleBoundOption{lim: lim, times: s.opts.downloadTimes}), // tracing.go, remotebound.go
 		plugins.Logger(lg), plugins.ConsoleLogger(lg), plugins.WithEnableVersionCheck(false))...)
@@ -603,6 +606,9 @@ func (r *remote) onStatus(st map[string]*bundleplugin.Status) {
 	seen := map[string]time.Time{}
 	for n, b := range st {
 		cp := cleanStatus(b)
+		if unchangedStatus(cp) { // the same content again, not activated again (bundlecost.go)
+			r.quiet.setFresh(n, false)
+		}
 		prev := s.status.Bundles[n]
 		if prev != nil {
 			seen[n] = prev.LastRequest
@@ -695,14 +701,18 @@ func (r *remote) onAdmit(name string, err error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if err == nil {
-		if s.checks[name].code == string(coded.PolicyBundleRoots) {
+		if c := s.checks[name].code; c == string(coded.PolicyBundleRoots) || c == string(coded.PolicyBundleTooLarge) {
 			delete(s.checks, name)
 		}
 		return
 	}
+	code := coded.CodeOf(err)
+	if code == "" {
+		code = coded.PolicyBundleRoots
+	}
 	msg := logtext.Clean(err.Error())
-	s.checks[name] = refusal{code: string(coded.PolicyBundleRoots), msg: msg}
-	s.status.LastError = string(coded.PolicyBundleRoots) + ": " + msg
+	s.checks[name] = refusal{code: string(code), msg: msg}
+	s.status.LastError = string(code) + ": " + msg
 }
 
 // removeTmp removes the private persistence directory, if one was made.
@@ -774,7 +784,8 @@ func (o *opaLogger) Warn(f string, a ...any) {
 func (o *opaLogger) Error(f string, a ...any) {
 	msg := fmt.Sprintf(f, a...)
 	// A download's failure is logged once by the source (logFailureLocked), at its level.
-	if o.quiet != nil && strings.HasPrefix(msg, "Bundle load failed: ") && (o.quiet.canceled(msg) || transient(msg)) {
+	if o.quiet != nil && (strings.HasPrefix(msg, "Bundle load failed: ") && (o.quiet.canceled(msg) || transient(msg)) ||
+		strings.HasPrefix(msg, "Bundle activation failed: ") && strings.Contains(msg, ErrBundleUnchanged.Error())) {
 		o.l.Debug(logtext.Clean(msg), o.args()...)
 		return
 	}

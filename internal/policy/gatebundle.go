@@ -106,7 +106,7 @@ var storeRules sync.Map // storage.Store -> *storeRule
 type storeRule struct {
 	rule    BundleRule
 	verdict func(name string, err error) // may be nil
-	skip    *unchangedSkip                // SkipUnchanged; nil: every admitted bundle is activated
+	skip    *unchangedSkip               // SkipUnchanged; nil: every admitted bundle is activated
 }
 
 // SetStoreRule makes every bundle activation into store pass rule first (AdmitActivation);

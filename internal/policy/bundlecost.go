@@ -1,11 +1,14 @@
 package policy
 
 import (
+	"cmp"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
+	"net/url"
+	"path"
 	"slices"
 	"strings"
 	"sync"
@@ -23,6 +26,12 @@ import (
 // the compile of another bundle's Rego holds up the gate's bundle (a revocation) for as long as
 // it lasts. 1 MiB of Rego compiles in about a second on a loaded machine.
 const DefaultOtherBundleRegoBytes = 1 << 20
+
+// DefaultOtherBundleDataBytes bounds the data files of a bundle other than the gate's under
+// `authz run` (plugins.authz.otherBundleDataBytes), whose downloads OPA bounds by its own
+// size_limit_bytes only (1 GiB per file unless set): the bound of a whole bundle under
+// `authz serve`.
+const DefaultOtherBundleDataBytes = DefaultBundleTotalBytes
 
 // otherRegoLimit is the bound of the Rego of a bundle other than the gate's.
 func (r BundleRule) otherRegoLimit() int64 {
@@ -50,6 +59,20 @@ func (r BundleRule) AdmitCost(name string, b *bundle.Bundle) error {
 		}
 		return coded.Errorf(coded.PolicyBundleTooLarge, "bundle %s carries %d bytes of Rego in %d modules, over the %d bytes a bundle other than the gate's (%s) may carry (%s): every activation compiles it under the lock the gate's bundle waits for; shrink it, or raise %s",
 			name, n, len(b.Modules), lim, r.Gate, key, key)
+	}
+	if r.OtherDataBytes <= 0 {
+		return nil
+	}
+	var d int64
+	for _, f := range b.Raw { // a bundle read lazily, as OPA reads downloads: its data files, undecoded
+		if p := path.Base(f.Path); p == "data.json" || bundle.IsYAMLDataFile(f.Path) {
+			d += int64(len(f.Value))
+		}
+	}
+	if d > r.OtherDataBytes {
+		key := cmp.Or(r.DataBytesKey, "otherBundleDataBytes")
+		return coded.Errorf(coded.PolicyBundleTooLarge, "bundle %s carries %d bytes of data files, over the %d bytes a bundle other than the gate's (%s) may carry (%s): it is not activated (nor decoded); shrink it, or raise %s, and bound its download with OPA's bundles.%s.size_limit_bytes",
+			name, d, r.OtherDataBytes, r.Gate, key, key, name)
 	}
 	return nil
 }
@@ -187,4 +210,134 @@ func unchangedStatus(st *bundleplugin.Status) bool {
 	}
 	st.Code, st.Message, st.Errors = "", "", nil
 	return true
+}
+
+// errRegoBound is the cause of a download of a bundle other than the gate's cut for its Rego:
+// the bound of its activation (AdmitCost), applied as the download arrives, before OPA reads
+// and parses the modules (parsing them costs as much memory as compiling them).
+var errRegoBound = errors.New("too much Rego for a bundle other than the gate's")
+
+// regoBound bounds the Rego of the downloads of the bundles other than the gate's, found by
+// their URL (a download redirected elsewhere is bounded at its activation only).
+type regoBound struct {
+	urls  map[string]bool // the URLs of the bundles other than the gate's, without query
+	bytes int64
+	key   string
+}
+
+// limitsFor are lim with the Rego bound of the download of u when it is another bundle's.
+func (b regoBound) limitsFor(u *url.URL, lim bundleLimits) bundleLimits {
+	if len(b.urls) == 0 || u == nil {
+		return lim
+	}
+	cp := *u
+	cp.RawQuery, cp.Fragment = "", ""
+	if b.urls[cp.String()] {
+		lim.regoBytes, lim.regoKey = b.bytes, b.key
+	}
+	return lim
+}
+
+// otherBundleURLs is the Rego bound of the downloads of the opa section (raw JSON) whose
+// bundle is not the rule's gate: their URLs as OPA's REST client makes them (the service's
+// url, "/", the resource; bundles/NAME when unset). A URL the gate's bundle also has is left out.
+func otherBundleURLs(raw []byte, rule BundleRule) regoBound {
+	var doc struct {
+		Services json.RawMessage `json:"services"`
+		Bundles  map[string]struct {
+			Service  string `json:"service"`
+			Resource string `json:"resource"`
+		} `json:"bundles"`
+	}
+	out := regoBound{urls: map[string]bool{}, bytes: rule.otherRegoLimit(), key: rule.RegoBytesKey}
+	if out.key == "" {
+		out.key = "otherBundleRegoBytes"
+	}
+	if err := json.Unmarshal(raw, &doc); err != nil || !rule.Multi {
+		return out
+	}
+	svcs := map[string]string{}
+	var byName map[string]struct {
+		URL string `json:"url"`
+	}
+	var list []struct {
+		Name string `json:"name"`
+		URL  string `json:"url"`
+	}
+	if json.Unmarshal(doc.Services, &byName) == nil {
+		for n, s := range byName {
+			svcs[n] = s.URL
+		}
+	} else if json.Unmarshal(doc.Services, &list) == nil {
+		for _, s := range list {
+			svcs[s.Name] = s.URL
+		}
+	}
+	urlOf := func(name, svc, res string) string {
+		if res == "" {
+			res = "bundles/" + name
+		}
+		if strings.HasPrefix(res, "file://") {
+			return ""
+		}
+		if svc == "" && len(svcs) == 1 {
+			for _, u := range svcs {
+				svc = u
+			}
+		} else {
+			svc = svcs[svc]
+		}
+		if svc == "" {
+			return ""
+		}
+		return strings.TrimRight(svc, "/") + "/" + strings.Trim(res, "/")
+	}
+	gateURL := ""
+	if g, ok := doc.Bundles[rule.Gate]; ok {
+		gateURL = urlOf(rule.Gate, g.Service, g.Resource)
+	}
+	for n, b := range doc.Bundles {
+		if n == rule.Gate {
+			continue
+		}
+		if u := urlOf(n, b.Service, b.Resource); u != "" && u != gateURL {
+			if pu, err := url.Parse(u); err == nil {
+				out.urls[pu.String()] = true
+			}
+		}
+	}
+	return out
+}
+
+// regoBound is the Rego bound of the downloads of r's bundles other than the gate's; none
+// without a rule (the policy does not come from bundles).
+func (r *remote) regoBound(raw []byte) regoBound {
+	if r.rule.Gate == "" {
+		return regoBound{}
+	}
+	return otherBundleURLs(raw, r.rule)
+}
+
+// regoBoundStatus shows a download cut for its Rego (errRegoBound) with its code,
+// POLICY_BUNDLE_TOO_LARGE, as its refusal at activation is.
+func regoBoundStatus(st *bundleplugin.Status) {
+	if st.Code != "" && strings.Contains(st.Message, errRegoBound.Error()) {
+		st.Code = string(coded.PolicyBundleTooLarge)
+	}
+}
+
+// IsTooLarge reports whether msg is the message of a POLICY_BUNDLE_TOO_LARGE refusal (AdmitCost),
+// for a status that keeps the message of a refusal only.
+func IsTooLarge(msg string) bool {
+	return strings.Contains(msg, " bytes a bundle other than the gate's (")
+}
+
+// clearLastErrorLocked clears the status's last error when it is about bundle n and n is now
+// well (OPA reports no failure and authz refuses nothing of it): a bundle that failed once and
+// was then activated cleanly leaves no stale error; s.mu is held.
+func (r *remote) clearLastErrorLocked(n string, st *bundleplugin.Status) {
+	if r.lastErrOf != n || st.Code != "" || r.s.checks[n].code != "" {
+		return
+	}
+	r.s.status.LastError, r.lastErrOf = "", ""
 }

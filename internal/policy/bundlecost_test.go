@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -104,7 +105,7 @@ func TestSecondBundleTooMuchRegoRefused(t *testing.T) {
 	})
 	st := src.Status()
 	assert.Contains(t, st.Bundles["data"].Message, "raise otherBundleRegoBytes")
-	assert.Contains(t, st.Bundles["data"].Message, "over the 4096 bytes")
+	assert.Contains(t, st.Bundles["data"].Message, "more than 4096 bytes", "cut as it is downloaded, before OPA parses it")
 	assert.Empty(t, st.Bundles["data"].ActiveRevision, "a refused bundle is not activated")
 
 	gateSrv.Publish(policytest.MakeBundle(t, policytest.BundleSpec{Revision: "release-1", Roots: []string{"authz"}, Sign: policytest.Signing{Key: a.Private, KeyID: "release"}}))
@@ -117,8 +118,8 @@ func TestSecondBundleTooMuchRegoRefused(t *testing.T) {
 		return st != nil && st.ActiveRevision == "small" && st.Code == ""
 	})
 	var m dto.Metric
-	require.NoError(t, src.ops.WithLabelValues("data", opActivate, outcomeRefused, "size").Write(&m))
-	assert.GreaterOrEqual(t, m.GetCounter().GetValue(), 1.0, "the refusal is counted under reason size")
+	require.NoError(t, src.ops.WithLabelValues("data", opDownload, outcomeFailed, "too_large").Write(&m))
+	assert.GreaterOrEqual(t, m.GetCounter().GetValue(), 1.0, "the cut download is counted under reason too_large")
 }
 
 // TestSecondBundleUnchangedNotActivatedAgain: a second bundle served again unchanged by a
@@ -174,4 +175,70 @@ func TestBundleRuleAdmitCost(t *testing.T) {
 	r.OtherRegoBytes, r.RegoBytesKey = 10, "plugins.authz.otherBundleRegoBytes"
 	assert.ErrorContains(t, r.AdmitCost("data", mod(11)), "raise plugins.authz.otherBundleRegoBytes")
 	require.Error(t, Config{OtherBundleRegoBytes: -1}.Validate())
+}
+
+// TestSecondBundleTooMuchRegoRefusedAtActivation: a second bundle whose download the Rego
+// bound does not recognise (its server redirects it elsewhere) is refused at its activation,
+// before OPA compiles it (POLICY_BUNDLE_TOO_LARGE).
+func TestSecondBundleTooMuchRegoRefusedAtActivation(t *testing.T) {
+	t.Parallel()
+	gateSrv, dataSrv := policytest.NewBundleServer(t), newNoETagServer(t)
+	redirect := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		http.Redirect(w, r, dataSrv.URL+r.URL.Path, http.StatusFound)
+	}))
+	t.Cleanup(redirect.Close)
+	cfg := withDataURL(twoBundles(t, gateSrv, policytest.NewBundleServer(t), ""), redirect.URL)
+	cfg.OtherBundleRegoBytes = 4096
+	dataSrv.Publish(policytest.MakeBundle(t, policytest.BundleSpec{Revision: "big", Roots: []string{"other"}, Modules: regoOf(200), Sign: dataSigned(t)}))
+	_, src := startSource(t, cfg)
+	policytest.WaitFor(t, "the second bundle to be refused at its activation", 20*time.Second, func() bool {
+		st := src.Status().Bundles["data"]
+		return st != nil && st.Code == string(coded.PolicyBundleTooLarge) && strings.Contains(st.Message, "over the 4096 bytes")
+	})
+	assert.Contains(t, src.Status().Bundles["data"].Message, "raise otherBundleRegoBytes")
+	assert.Empty(t, src.Status().Bundles["data"].ActiveRevision)
+}
+
+// TestOtherBundleURLs: the Rego bound applies to the downloads of the bundles other than the
+// gate's, found by the URL OPA's client makes, and never to a URL the gate's bundle has.
+func TestOtherBundleURLs(t *testing.T) {
+	raw := []byte(`{"services": {"s1": {"url": "http://127.0.0.1:1/base/"}, "s2": {"url": "http://127.0.0.1:2"}},
+		"bundles": {"authz": {"service": "s1", "resource": "/authz.tar.gz"}, "data": {"service": "s2", "resource": "data.tar.gz"},
+		"dflt": {"service": "s2"}, "same": {"service": "s1", "resource": "authz.tar.gz"}}}`)
+	b := otherBundleURLs(raw, BundleRule{Gate: "authz", Multi: true})
+	assert.Equal(t, map[string]bool{"http://127.0.0.1:2/data.tar.gz": true, "http://127.0.0.1:2/bundles/dflt": true}, b.urls)
+	lim := defaultBundleLimits()
+	u, _ := url.Parse("http://127.0.0.1:2/data.tar.gz?x=1")
+	assert.Equal(t, int64(DefaultOtherBundleRegoBytes), b.limitsFor(u, lim).regoBytes)
+	u, _ = url.Parse("http://127.0.0.1:1/base/authz.tar.gz")
+	assert.Zero(t, b.limitsFor(u, lim).regoBytes, "the gate's bundle is not bounded")
+	assert.Empty(t, otherBundleURLs(raw, BundleRule{Gate: "authz"}).urls, "one bundle: it is the gate's")
+}
+
+// TestLastErrorClearedOnceTheBundleIsWell: GET /v1/status's last_error about a bundle that
+// failed once (its server answered 404) is cleared when that bundle is served and activated
+// again cleanly, though the gate's policy did not change.
+func TestLastErrorClearedOnceTheBundleIsWell(t *testing.T) {
+	t.Parallel()
+	a, _ := policytest.Keys(t)
+	gateSrv, dataSrv := policytest.NewBundleServer(t), newNoETagServer(t)
+	cfg := withDataURL(twoBundles(t, gateSrv, policytest.NewBundleServer(t), ""), dataSrv.URL)
+	gateSrv.Publish(policytest.MakeBundle(t, policytest.BundleSpec{Revision: "release-1", Roots: []string{"authz"}, Sign: policytest.Signing{Key: a.Private, KeyID: "release"}}))
+	data := policytest.MakeBundle(t, policytest.BundleSpec{Revision: "data-1", Roots: []string{"other"}, Modules: regoOf(2), Sign: dataSigned(t)})
+	dataSrv.Publish(data)
+	eng, src := startSource(t, cfg)
+	policytest.WaitFor(t, "both bundles", 20*time.Second, func() bool {
+		st := src.Status().Bundles["data"]
+		return eng.Revision() == "release-1" && st != nil && st.ActiveRevision == "data-1"
+	})
+	dataSrv.Publish(nil)
+	policytest.WaitFor(t, "the second bundle's download to fail", 20*time.Second, func() bool {
+		return strings.Contains(src.Status().LastError, "Not Found")
+	})
+	dataSrv.Publish(data)
+	policytest.WaitFor(t, "the second bundle well again", 20*time.Second, func() bool {
+		st := src.Status().Bundles["data"]
+		return st != nil && st.Code == "" && st.LastSuccessfulDownload.After(st.LastRequest.Add(-time.Millisecond))
+	})
+	policytest.WaitFor(t, "last_error cleared", 10*time.Second, func() bool { return src.Status().LastError == "" })
 }

@@ -68,7 +68,7 @@ func downloadReason(msg string) string {
 	switch {
 	case strings.Contains(msg, errDownloadStalled.Error()):
 		return "stalled"
-	case strings.Contains(msg, errBundleBound.Error()):
+	case strings.Contains(msg, errBundleBound.Error()) || strings.Contains(msg, errRegoBound.Error()):
 		return "too_large"
 	case strings.Contains(msg, "signature") || strings.Contains(msg, "verif"):
 		return "signature"

@@ -35,6 +35,10 @@ type BundleRule struct {
 	// error (bundlecost.go).
 	OtherRegoBytes int64
 	RegoBytesKey   string
+	// OtherDataBytes bounds the data files of each bundle other than the gate's (0: none, as
+	// under `authz serve`, whose downloads are bounded as they arrive); DataBytesKey sets it.
+	OtherDataBytes int64
+	DataBytesKey   string
 }
 
 // GateBundle is the gate's bundle among the configured bundles names: named when it is set

@@ -60,6 +60,7 @@ type remote struct {
 	quiet      *opaQuiet            // what the log keeps quiet (remotelog.go)
 	lastRev    map[string]string    // per bundle: its manifest revision at its last activation; s.mu
 	changedAt  map[string]time.Time // per bundle: when an activation last brought something new; s.mu
+	lastErrOf  string               // the bundle s.status.LastError is about, "" for none; s.mu
 }
 
 // remoteProvider is the bundles of the opa section, downloaded and activated by OPA's plugin
@@ -194,7 +195,7 @@ func startRemote(ctx context.Context, s *Source, bundles bool) (*remote, error) 
 		// (bundlecost.go): OPA's compile of it would hold up the gate's bundle at every poll.
 		SkipUnchanged(store)
 	}
-	mgr, err := plugins.New(raw, id, store, append(managerTracing(s.opts.TracerProvider, bundleBoundOption{lim: lim, times: s.opts.downloadTimes}), // tracing.go, remotebound.go
+	mgr, err := plugins.New(raw, id, store, append(managerTracing(s.opts.TracerProvider, bundleBoundOption{lim: lim, times: s.opts.downloadTimes, rego: r.regoBound(raw)}), // tracing.go, remotebound.go
 		plugins.Logger(lg), plugins.ConsoleLogger(lg), plugins.WithEnableVersionCheck(false))...)
 	if err != nil {
 		r.abandon()
@@ -482,6 +483,10 @@ func (r *remote) refuseLocked(names []string, code coded.Code, err error) {
 		s.checks[n] = refusal{code: string(code), msg: msg}
 	}
 	s.status.LastError = string(code) + ": " + msg
+	r.lastErrOf = ""
+	if len(names) == 1 {
+		r.lastErrOf = names[0]
+	}
 	s.log.Error("bundle refused; the active policy stays", "bundles", names, "active_revision", s.eng.Revision(), "code", string(code), "error", msg)
 }
 
@@ -606,6 +611,7 @@ func (r *remote) onStatus(st map[string]*bundleplugin.Status) {
 	seen := map[string]time.Time{}
 	for n, b := range st {
 		cp := cleanStatus(b)
+		regoBoundStatus(cp)      // a download cut for its Rego (bundlecost.go)
 		if unchangedStatus(cp) { // the same content again, not activated again (bundlecost.go)
 			r.quiet.setFresh(n, false)
 		}
@@ -622,11 +628,12 @@ func (r *remote) onStatus(st map[string]*bundleplugin.Status) {
 				code = c.code
 			}
 			if changed {
-				s.status.LastError = code + ": " + cp.Message
+				s.status.LastError, r.lastErrOf = code+": "+cp.Message, n
 			}
 			r.logFailureLocked(n, code, cp.Message) // a transient failure again: rate-limited
 		}
 		s.status.Bundles[n] = cp
+		r.clearLastErrorLocked(n, cp) // bundlecost.go
 	}
 	// OPA reports a download once it has activated and persisted the bundle.
 	r.settleLocked(true)
@@ -640,7 +647,11 @@ func (r *remote) onStatus(st map[string]*bundleplugin.Status) {
 // retries it), an ERROR for anything else (a bundle refused); s.mu is held.
 func (r *remote) logFailureLocked(n, code, msg string) {
 	s := r.s
-	args := []any{"bundle", n, "active_revision", s.eng.Revision(), "code", code, "error", msg}
+	revKey := "active_revision"
+	if r.rule.Multi && n != r.rule.Gate {
+		revKey = "gate_revision" // the revision the gate decides with, not this bundle's
+	}
+	args := []any{"bundle", n, revKey, s.eng.Revision(), "code", code, "error", msg}
 	switch {
 	case r.quiet.canceled(msg):
 		s.log.Debug("bundle download cancelled by the stop", args...)
@@ -712,7 +723,7 @@ func (r *remote) onAdmit(name string, err error) {
 	}
 	msg := logtext.Clean(err.Error())
 	s.checks[name] = refusal{code: string(code), msg: msg}
-	s.status.LastError = string(code) + ": " + msg
+	s.status.LastError, r.lastErrOf = string(code)+": "+msg, name
 }
 
 // removeTmp removes the private persistence directory, if one was made.

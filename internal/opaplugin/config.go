@@ -34,7 +34,7 @@ const defaultAddr = "127.0.0.1:8182"
 //
 //	    opaWriteAPI: true             # open OPA's policy and data write APIs (off by default)
 //	    gateBundle: authz             # the gate's bundle, when OPA's bundles section has several
-//	    otherBundleRegoBytes: 1048576 # the Rego another bundle may carry (default 1 MiB)
+//	    otherBundleRegoBytes: 131072  # the Rego another bundle may carry (default 128 KiB)
 //	    otherBundleDataBytes: 8388608 # the data files another bundle may carry (default 8 MiB)
 //
 // The policy is not configured here: it is the bundles OPA activates (the bundles section,

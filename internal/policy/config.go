@@ -52,7 +52,7 @@ type Config struct {
 	// system (ReservedRoots); any other bundle whose roots reach them is refused.
 	GateBundle string `yaml:"gateBundle"`
 	// OtherBundleRegoBytes bounds the Rego of each bundle of the opa section other than the
-	// gate's (0: DefaultOtherBundleRegoBytes, 1 MiB); a bundle over it is refused before
+	// gate's (0: DefaultOtherBundleRegoBytes, 128 KiB); a bundle over it is refused before
 	// activation (POLICY_BUNDLE_TOO_LARGE).
 	OtherBundleRegoBytes int64 `yaml:"otherBundleRegoBytes"`
 	// OPA is an OPA configuration document (services, bundles, keys, decision_logs, status,

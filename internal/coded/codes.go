@@ -89,4 +89,8 @@ const (
 	// system (no .manifest roots reach everything), or, with other bundles configured, the
 	// gate's bundle declares roots outside them. The bundle is not activated.
 	PolicyBundleRoots Code = "POLICY_BUNDLE_ROOTS"
+	// PolicyBundleTooLarge: a bundle other than the gate's carries more Rego than the
+	// configuration allows a bundle beside the gate's (otherBundleRegoBytes). The bundle is
+	// not activated, so its compile never holds up the gate's bundle.
+	PolicyBundleTooLarge Code = "POLICY_BUNDLE_TOO_LARGE"
 )

@@ -34,6 +34,8 @@ const defaultAddr = "127.0.0.1:8182"
 //
 //	    opaWriteAPI: true             # open OPA's policy and data write APIs (off by default)
 //	    gateBundle: authz             # the gate's bundle, when OPA's bundles section has several
+//	    otherBundleRegoBytes: 131072  # the Rego another bundle may carry (default 128 KiB)
+//	    otherBundleDataBytes: 8388608 # the data files another bundle may carry (default 8 MiB)
 //
 // The policy is not configured here: it is the bundles OPA activates (the bundles section,
 // --bundle), copied on their way into OPA's store; the embedded policy when there is none.
@@ -45,6 +47,10 @@ type Config struct {
 	// GateBundle names, among the bundles of OPA's bundles section, the one the gate decides
 	// with (gateBundle: NAME); required when there are several, else the one configured.
 	GateBundle string
+	// OtherBundleRegoBytes and OtherBundleDataBytes bound the Rego and the data files of each
+	// bundle other than the gate's (otherBundleRegoBytes, otherBundleDataBytes; 0: the
+	// defaults, policy.DefaultOtherBundleRegoBytes and policy.DefaultOtherBundleDataBytes).
+	OtherBundleRegoBytes, OtherBundleDataBytes int64
 
 	// rule is the rule of OPA's bundles (the gate's bundle, resolved by Validate from GateBundle
 	// and OPA's bundles section); its Gate is "" without a bundles section.
@@ -118,6 +124,12 @@ const writeAPIField = "opaWriteAPI"
 // gateBundleField is the field of plugins.authz that names the gate's bundle.
 const gateBundleField = "gateBundle"
 
+// regoBytesField and dataBytesField bound what a bundle other than the gate's may carry.
+const (
+	regoBytesField = "otherBundleRegoBytes"
+	dataBytesField = "otherBundleDataBytes"
+)
+
 // fieldNames are the fields of plugins.authz, as the YAML and JSON spell them.
 // The policy keys of authz serve (bundle, opa, ...) are not among them: the policy is OPA's.
 var fieldNames = func() []string {
@@ -137,7 +149,7 @@ var fieldNames = func() []string {
 		}
 	}
 	collect(reflect.TypeFor[service.Config]())
-	names = append(names, writeAPIField, gateBundleField)
+	names = append(names, writeAPIField, gateBundleField, regoBytesField, dataBytesField)
 	slices.Sort(names)
 	return names
 }()
@@ -190,11 +202,25 @@ func parseSection(raw []byte, plugins bool) (*Config, error) {
 		}
 		gateBundle = s
 	}
+	bounds := map[string]int64{}
+	for _, f := range []string{regoBytesField, dataBytesField} {
+		v, ok := present[f]
+		if !ok {
+			continue
+		}
+		n, isInt := v.(int)
+		if !isInt || n <= 0 {
+			p.Add(f, "must be a positive number of bytes; got %v", v)
+		}
+		bounds[f] = int64(n)
+	}
 	_, setW := present[writeAPIField]
 	_, setG := present[gateBundleField]
-	if setW || setG {
+	if setW || setG || len(bounds) > 0 {
 		delete(present, writeAPIField)
 		delete(present, gateBundleField)
+		delete(present, regoBytesField)
+		delete(present, dataBytesField)
 		rest, err := yaml.Marshal(present)
 		p.Include(err)
 		raw = rest
@@ -216,7 +242,8 @@ func parseSection(raw []byte, plugins bool) (*Config, error) {
 	if err := sc.Validate(); err != nil {
 		return nil, err
 	}
-	cfg := &Config{Config: sc, OPAWriteAPI: writeAPI, GateBundle: gateBundle}
+	cfg := &Config{Config: sc, OPAWriteAPI: writeAPI, GateBundle: gateBundle,
+		OtherBundleRegoBytes: bounds[regoBytesField], OtherBundleDataBytes: bounds[dataBytesField]}
 	if log, ok := present["log"].(map[string]any); ok {
 		_, cfg.logFormatSet = log["json"]
 	}
@@ -233,7 +260,8 @@ func parseSection(raw []byte, plugins bool) (*Config, error) {
 
 // equal reports whether two configurations would run the same gate.
 func (c *Config) equal(o *Config) bool {
-	return reflect.DeepEqual(c.Config, o.Config) && c.OPAWriteAPI == o.OPAWriteAPI && c.GateBundle == o.GateBundle
+	return reflect.DeepEqual(c.Config, o.Config) && c.OPAWriteAPI == o.OPAWriteAPI && c.GateBundle == o.GateBundle &&
+		c.OtherBundleRegoBytes == o.OtherBundleRegoBytes && c.OtherBundleDataBytes == o.OtherBundleDataBytes
 }
 
 // CheckSection parses and checks a plugins.authz section (YAML or JSON) as Validate does,

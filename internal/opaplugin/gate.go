@@ -1,6 +1,7 @@
 package opaplugin
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -442,16 +443,20 @@ func (g *gate) Status() api.Status {
 			st.LastError = string(coded.PolicyBundleRollback) + ": " + g.refused[n]
 		}
 	}
-	// A bundle refused for its roots was never activated.
+	// A bundle refused for its roots or its size was never activated.
 	for _, n := range slices.Sorted(maps.Keys(g.roots)) {
 		b, ok := st.Bundles[n]
 		if !ok {
 			b = &bundleplugin.Status{Name: n}
 			st.Bundles[n] = b
 		}
-		b.Code, b.Message, b.Errors = string(coded.PolicyBundleRoots), g.roots[n], nil
+		code := coded.PolicyBundleRoots
+		if policy.IsTooLarge(g.roots[n]) {
+			code = coded.PolicyBundleTooLarge
+		}
+		b.Code, b.Message, b.Errors = string(code), g.roots[n], nil
 		if st.LastError == "" {
-			st.LastError = string(coded.PolicyBundleRoots) + ": " + g.roots[n]
+			st.LastError = string(code) + ": " + g.roots[n]
 		}
 	}
 	g.orderMu.Unlock()
@@ -478,8 +483,13 @@ func (g *gate) applyRule(rule policy.BundleRule) {
 		}
 		msg := err.Error()
 		if g.roots[name] != msg {
-			g.logger().Warn("bundle refused: its roots reach what only the gate's bundle may provide; the gate keeps deciding with its bundle",
-				"code", coded.PolicyBundleRoots, "bundle", name, "error", msg)
+			what := "its roots reach what only the gate's bundle may provide"
+			code := coded.CodeOf(err)
+			if code == coded.PolicyBundleTooLarge {
+				what = "it carries more than a bundle other than the gate's may"
+			}
+			g.logger().Warn("bundle refused: "+what+"; the gate keeps deciding with its bundle",
+				"code", cmp.Or(code, coded.PolicyBundleRoots), "bundle", name, "error", msg)
 		}
 		g.roots[name] = msg
 	})

@@ -8,6 +8,7 @@
 package opaplugin
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -77,7 +78,9 @@ func (f Factory) Validate(m *plugins.Manager, config []byte) (any, error) {
 	if err != nil {
 		return nil, err
 	}
-	cfg.rule = policy.BundleRule{Gate: gate, Multi: len(names) > 1}
+	cfg.rule = policy.BundleRule{Gate: gate, Multi: len(names) > 1,
+		OtherRegoBytes: cfg.OtherBundleRegoBytes, RegoBytesKey: section + "." + regoBytesField,
+		OtherDataBytes: cmp.Or(cfg.OtherBundleDataBytes, policy.DefaultOtherBundleDataBytes), DataBytesKey: section + "." + dataBytesField}
 	return cfg, nil
 }
 

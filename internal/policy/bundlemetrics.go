@@ -27,7 +27,7 @@ const (
 func newBundleOps() *prometheus.CounterVec {
 	return prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "authz_bundle_operations_total",
-		Help: "Remote bundle downloads and activations, by bundle (as configured), operation (download, activate), outcome (download: ok, unchanged, failed; activate: ok, unchanged, refused) and reason (none; download: stalled, too_large, signature, http_status, unreachable, other; activate: roots, rollback, check, load, other).",
+		Help: "Remote bundle downloads and activations, by bundle (as configured), operation (download, activate), outcome (download: ok, unchanged, failed; activate: ok, unchanged, refused) and reason (none; download: stalled, too_large, signature, http_status, unreachable, other; activate: roots, size, rollback, check, load, other).",
 	}, []string{"bundle", "operation", "outcome", "reason"})
 }
 
@@ -68,7 +68,7 @@ func downloadReason(msg string) string {
 	switch {
 	case strings.Contains(msg, errDownloadStalled.Error()):
 		return "stalled"
-	case strings.Contains(msg, errBundleBound.Error()):
+	case strings.Contains(msg, errBundleBound.Error()) || strings.Contains(msg, errRegoBound.Error()):
 		return "too_large"
 	case strings.Contains(msg, "signature") || strings.Contains(msg, "verif"):
 		return "signature"
@@ -86,6 +86,8 @@ func activateReason(code string) string {
 	switch coded.Code(code) {
 	case coded.PolicyBundleRoots:
 		return "roots"
+	case coded.PolicyBundleTooLarge:
+		return "size"
 	case coded.PolicyBundleRollback:
 		return "rollback"
 	case coded.PolicyBundleCheck:

@@ -53,6 +53,10 @@ const (
 type bundleLimits struct {
 	entryBytes, totalBytes int64
 	entries                int
+	// regoBytes bounds the .rego files of a download of a bundle other than the gate's (0:
+	// none); regoKey is the key that sets it (bundlecost.go).
+	regoBytes int64
+	regoKey   string
 }
 
 func defaultBundleLimits() bundleLimits {
@@ -143,6 +147,7 @@ type tarScanner struct {
 	tr      *tar.Reader
 	read    int64 // decompressed bytes read so far
 	entries int
+	rego    int64 // bytes of .rego files announced so far
 	err     error // sticky
 }
 
@@ -199,6 +204,11 @@ func (s *tarScanner) next(content io.Writer) (*tar.Header, error) {
 		}
 		if h.Typeflag != tar.TypeReg {
 			continue
+		}
+		if s.lim.regoBytes > 0 && strings.HasSuffix(h.Name, bundle.RegoExt) {
+			if s.rego += h.Size; s.rego > s.lim.regoBytes {
+				return nil, s.fail(fmt.Errorf("%w: its .rego files announce more than %d bytes (%s): shrink it, or raise %s", errRegoBound, s.lim.regoBytes, h.Name, s.lim.regoKey))
+			}
 		}
 		if h.Size > s.lim.entryBytes {
 			return nil, s.fail(boundError("%s: its header announces %d bytes, more than the %d bytes one file may hold", h.Name, h.Size, s.lim.entryBytes))

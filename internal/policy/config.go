@@ -51,6 +51,10 @@ type Config struct {
 	// (required when there are several; with one it is that one). Only it may reach authz and
 	// system (ReservedRoots); any other bundle whose roots reach them is refused.
 	GateBundle string `yaml:"gateBundle"`
+	// OtherBundleRegoBytes bounds the Rego of each bundle of the opa section other than the
+	// gate's (0: DefaultOtherBundleRegoBytes, 128 KiB); a bundle over it is refused before
+	// activation (POLICY_BUNDLE_TOO_LARGE).
+	OtherBundleRegoBytes int64 `yaml:"otherBundleRegoBytes"`
 	// OPA is an OPA configuration document (services, bundles, keys, decision_logs, status,
 	// persistence_directory, labels, …) handed as it is to OPA's plugin manager.
 	OPA map[string]any `yaml:"opa"`
@@ -151,6 +155,9 @@ func (c Config) Validate() error {
 			}
 		}
 	}
+	if c.OtherBundleRegoBytes < 0 {
+		v.Add("otherBundleRegoBytes", "must be a positive number of bytes (0 or unset: %d)", DefaultOtherBundleRegoBytes)
+	}
 	if c.GateBundle != "" && len(c.OPA) == 0 {
 		v.Add("gateBundle", "applies to the bundles of the opa section only: remove it, or configure opa.bundles")
 	}
@@ -226,7 +233,7 @@ func (c Config) bundleRule() (BundleRule, error) {
 	if err != nil {
 		return BundleRule{}, err
 	}
-	return BundleRule{Gate: gate, Multi: len(names) > 1}, nil
+	return BundleRule{Gate: gate, Multi: len(names) > 1, OtherRegoBytes: c.OtherBundleRegoBytes, RegoBytesKey: "otherBundleRegoBytes"}, nil
 }
 
 // signingBlocks are the signing blocks of the bundles section of oc, by bundle name (an empty

@@ -30,6 +30,15 @@ type BundleRule struct {
 	// within ReservedRoots, so that no other bundle's roots can overlap it (OPA refuses the
 	// second of two overlapping bundles, whichever it is).
 	Multi bool
+	// OtherRegoBytes bounds the Rego of each bundle other than the gate's (0:
+	// DefaultOtherBundleRegoBytes); RegoBytesKey is how the configuration spells it, for the
+	// error (bundlecost.go).
+	OtherRegoBytes int64
+	RegoBytesKey   string
+	// OtherDataBytes bounds the data files of each bundle other than the gate's (0: none, as
+	// under `authz serve`, whose downloads are bounded as they arrive); DataBytesKey sets it.
+	OtherDataBytes int64
+	DataBytesKey   string
 }
 
 // GateBundle is the gate's bundle among the configured bundles names: named when it is set
@@ -101,6 +110,7 @@ var storeRules sync.Map // storage.Store -> *storeRule
 type storeRule struct {
 	rule    BundleRule
 	verdict func(name string, err error) // may be nil
+	skip    *unchangedSkip               // SkipUnchanged; nil: every admitted bundle is activated
 }
 
 // SetStoreRule makes every bundle activation into store pass rule first (AdmitActivation);
@@ -123,12 +133,18 @@ func AdmitActivation(opts *bundle.ActivateOpts) error {
 	sr := v.(*storeRule)
 	for _, n := range slices.Sorted(maps.Keys(opts.Bundles)) {
 		err := sr.rule.Admit(n, opts.Bundles[n].Manifest.Roots)
+		if err == nil {
+			err = sr.rule.AdmitCost(n, opts.Bundles[n]) // bundlecost.go
+		}
 		if sr.verdict != nil {
 			sr.verdict(n, err)
 		}
 		if err != nil {
 			return err
 		}
+	}
+	if sr.skip != nil {
+		return sr.skip.check(opts, sr.rule.Gate)
 	}
 	return nil
 }

@@ -60,6 +60,7 @@ type remote struct {
 	quiet      *opaQuiet            // what the log keeps quiet (remotelog.go)
 	lastRev    map[string]string    // per bundle: its manifest revision at its last activation; s.mu
 	changedAt  map[string]time.Time // per bundle: when an activation last brought something new; s.mu
+	lastErrOf  string               // the bundle s.status.LastError is about, "" for none; s.mu
 }
 
 // remoteProvider is the bundles of the opa section, downloaded and activated by OPA's plugin
@@ -190,8 +191,11 @@ func startRemote(ctx context.Context, s *Source, bundles bool) (*remote, error) 
 		ensureAdmitting()
 		r.store = store
 		SetStoreRule(store, r.rule, r.onAdmit)
+		// A bundle other than the gate's served again unchanged is not compiled again
+		// (bundlecost.go): OPA's compile of it would hold up the gate's bundle at every poll.
+		SkipUnchanged(store)
 	}
-	mgr, err := plugins.New(raw, id, store, append(managerTracing(s.opts.TracerProvider, bundleBoundOption{lim: lim, times: s.opts.downloadTimes}), // tracing.go, remotebound.go
+	mgr, err := plugins.New(raw, id, store, append(managerTracing(s.opts.TracerProvider, bundleBoundOption{lim: lim, times: s.opts.downloadTimes, rego: r.regoBound(raw)}), // tracing.go, remotebound.go
 		plugins.Logger(lg), plugins.ConsoleLogger(lg), plugins.WithEnableVersionCheck(false))...)
 	if err != nil {
 		r.abandon()
@@ -479,6 +483,10 @@ func (r *remote) refuseLocked(names []string, code coded.Code, err error) {
 		s.checks[n] = refusal{code: string(code), msg: msg}
 	}
 	s.status.LastError = string(code) + ": " + msg
+	r.lastErrOf = ""
+	if len(names) == 1 {
+		r.lastErrOf = names[0]
+	}
 	s.log.Error("bundle refused; the active policy stays", "bundles", names, "active_revision", s.eng.Revision(), "code", string(code), "error", msg)
 }
 
@@ -603,6 +611,10 @@ func (r *remote) onStatus(st map[string]*bundleplugin.Status) {
 	seen := map[string]time.Time{}
 	for n, b := range st {
 		cp := cleanStatus(b)
+		regoBoundStatus(cp)      // a download cut for its Rego (bundlecost.go)
+		if unchangedStatus(cp) { // the same content again, not activated again (bundlecost.go)
+			r.quiet.setFresh(n, false)
+		}
 		prev := s.status.Bundles[n]
 		if prev != nil {
 			seen[n] = prev.LastRequest
@@ -616,11 +628,12 @@ func (r *remote) onStatus(st map[string]*bundleplugin.Status) {
 				code = c.code
 			}
 			if changed {
-				s.status.LastError = code + ": " + cp.Message
+				s.status.LastError, r.lastErrOf = code+": "+cp.Message, n
 			}
 			r.logFailureLocked(n, code, cp.Message) // a transient failure again: rate-limited
 		}
 		s.status.Bundles[n] = cp
+		r.clearLastErrorLocked(n, cp) // bundlecost.go
 	}
 	// OPA reports a download once it has activated and persisted the bundle.
 	r.settleLocked(true)
@@ -634,7 +647,11 @@ func (r *remote) onStatus(st map[string]*bundleplugin.Status) {
 // retries it), an ERROR for anything else (a bundle refused); s.mu is held.
 func (r *remote) logFailureLocked(n, code, msg string) {
 	s := r.s
-	args := []any{"bundle", n, "active_revision", s.eng.Revision(), "code", code, "error", msg}
+	revKey := "active_revision"
+	if r.rule.Multi && n != r.rule.Gate {
+		revKey = "gate_revision" // the revision the gate decides with, not this bundle's
+	}
+	args := []any{"bundle", n, revKey, s.eng.Revision(), "code", code, "error", msg}
 	switch {
 	case r.quiet.canceled(msg):
 		s.log.Debug("bundle download cancelled by the stop", args...)
@@ -695,14 +712,18 @@ func (r *remote) onAdmit(name string, err error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if err == nil {
-		if s.checks[name].code == string(coded.PolicyBundleRoots) {
+		if c := s.checks[name].code; c == string(coded.PolicyBundleRoots) || c == string(coded.PolicyBundleTooLarge) {
 			delete(s.checks, name)
 		}
 		return
 	}
+	code := coded.CodeOf(err)
+	if code == "" {
+		code = coded.PolicyBundleRoots
+	}
 	msg := logtext.Clean(err.Error())
-	s.checks[name] = refusal{code: string(coded.PolicyBundleRoots), msg: msg}
-	s.status.LastError = string(coded.PolicyBundleRoots) + ": " + msg
+	s.checks[name] = refusal{code: string(code), msg: msg}
+	s.status.LastError, r.lastErrOf = string(code)+": "+msg, name
 }
 
 // removeTmp removes the private persistence directory, if one was made.
@@ -774,7 +795,8 @@ func (o *opaLogger) Warn(f string, a ...any) {
 func (o *opaLogger) Error(f string, a ...any) {
 	msg := fmt.Sprintf(f, a...)
 	// A download's failure is logged once by the source (logFailureLocked), at its level.
-	if o.quiet != nil && strings.HasPrefix(msg, "Bundle load failed: ") && (o.quiet.canceled(msg) || transient(msg)) {
+	if o.quiet != nil && (strings.HasPrefix(msg, "Bundle load failed: ") && (o.quiet.canceled(msg) || transient(msg)) ||
+		strings.HasPrefix(msg, "Bundle activation failed: ") && strings.Contains(msg, ErrBundleUnchanged.Error())) {
 		o.l.Debug(logtext.Clean(msg), o.args()...)
 		return
 	}

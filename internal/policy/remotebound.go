@@ -36,6 +36,7 @@ func init() {
 type bundleBoundOption struct {
 	lim   bundleLimits
 	times downloadTimes // remotetime.go
+	rego  regoBound     // bundlecost.go
 }
 
 type boundedHTTPTracing struct{}
@@ -59,7 +60,7 @@ func (boundedHTTPTracing) NewTransport(tr http.RoundTripper, opts opatracing.Opt
 		tr = otelhttp.NewTransport(tr, otel...)
 	}
 	if bound != nil {
-		tr = &boundedTransport{next: tr, lim: bound.lim, times: bound.times}
+		tr = &boundedTransport{next: tr, lim: bound.lim, times: bound.times, rego: bound.rego}
 	}
 	return tr
 }
@@ -75,6 +76,7 @@ type boundedTransport struct {
 	next  http.RoundTripper
 	lim   bundleLimits
 	times downloadTimes
+	rego  regoBound
 }
 
 func (t *boundedTransport) RoundTrip(req *http.Request) (*http.Response, error) {
@@ -82,7 +84,7 @@ func (t *boundedTransport) RoundTrip(req *http.Request) (*http.Response, error) 
 	if err != nil || req.Method != http.MethodGet || resp.StatusCode != http.StatusOK || resp.Body == nil || resp.Body == http.NoBody {
 		return resp, err
 	}
-	resp.Body = newScannedBody(newTimedBody(resp.Body, t.times), t.lim)
+	resp.Body = newScannedBody(newTimedBody(resp.Body, t.times), t.rego.limitsFor(req.URL, t.lim))
 	return resp, nil
 }
 

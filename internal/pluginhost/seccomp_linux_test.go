@@ -123,6 +123,12 @@ func TestSeccompAllowlist(t *testing.T) {
 		"setgid": unix.SYS_SETGID, "setresuid": unix.SYS_SETRESUID, "setgroups": unix.SYS_SETGROUPS,
 		"settimeofday": unix.SYS_SETTIMEOFDAY, "clock_settime": unix.SYS_CLOCK_SETTIME, "sethostname": unix.SYS_SETHOSTNAME,
 		"quotactl": unix.SYS_QUOTACTL, "lookup_dcookie": unix.SYS_LOOKUP_DCOOKIE, "vhangup": unix.SYS_VHANGUP,
+		// A non-root service's driver has its uid: with these it opened the service's tokens,
+		// configuration and decision log to every local user (Landlock does not cover them).
+		"fchmod": unix.SYS_FCHMOD, "fchmodat": unix.SYS_FCHMODAT, "fchmodat2": unix.SYS_FCHMODAT2,
+		"fchown": unix.SYS_FCHOWN, "fchownat": unix.SYS_FCHOWNAT, "utimensat": unix.SYS_UTIMENSAT,
+		"setxattr": unix.SYS_SETXATTR, "lsetxattr": unix.SYS_LSETXATTR, "fsetxattr": unix.SYS_FSETXATTR,
+		"removexattr": unix.SYS_REMOVEXATTR, "fremovexattr": unix.SYS_FREMOVEXATTR,
 	} {
 		assert.False(t, allowed[nr], "%s is on the allowlist", name)
 		assert.Equal(t, eperm, seccompRun(t, prog, arch, nr), name)
@@ -144,6 +150,8 @@ func TestSeccompAllowlist(t *testing.T) {
 		{"socket(AF_UNIX)", unix.SYS_SOCKET, []uint64{unix.AF_UNIX, unix.SOCK_STREAM}, allow},
 		{"socket(AF_INET)", unix.SYS_SOCKET, []uint64{unix.AF_INET, unix.SOCK_STREAM}, allow},
 		{"socket(AF_INET6)", unix.SYS_SOCKET, []uint64{unix.AF_INET6, unix.SOCK_DGRAM}, allow},
+		{"socket(AF_INET, Multipath TCP)", unix.SYS_SOCKET, []uint64{unix.AF_INET, unix.SOCK_STREAM, unix.IPPROTO_MPTCP}, eperm},
+		{"socket(AF_INET6, Multipath TCP)", unix.SYS_SOCKET, []uint64{unix.AF_INET6, unix.SOCK_STREAM, unix.IPPROTO_MPTCP}, eperm},
 		{"socket(AF_NETLINK, NETLINK_ROUTE)", unix.SYS_SOCKET, []uint64{unix.AF_NETLINK, unix.SOCK_RAW, unix.NETLINK_ROUTE}, allow},
 		{"socket(AF_NETLINK, NETLINK_AUDIT)", unix.SYS_SOCKET, []uint64{unix.AF_NETLINK, unix.SOCK_RAW, unix.NETLINK_AUDIT}, eperm},
 		{"socket(AF_PACKET)", unix.SYS_SOCKET, []uint64{unix.AF_PACKET, unix.SOCK_RAW}, eperm},

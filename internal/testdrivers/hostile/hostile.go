@@ -383,6 +383,10 @@ const (
 	AttemptMemfdCreate   = "memfd_create"
 	AttemptNetlinkAudit  = "socket(AF_NETLINK, NETLINK_AUDIT)"
 	AttemptTIOCSTIOnNull = "ioctl(TIOCSTI) on /dev/null"
+	AttemptMPTCPSocket   = "socket(AF_INET, IPPROTO_MPTCP)"
+	AttemptChmod         = "chmod of a file of its own"
+	AttemptChown         = "chown of a file of its own"
+	AttemptUtimes        = "utimes of a file of its own"
 )
 
 // AttemptsOutsideTheAllowlist are the calls mode's attempts that authz's seccomp filter refuses
@@ -390,7 +394,8 @@ const (
 var AttemptsOutsideTheAllowlist = []string{
 	AttemptIOURing, AttemptNameToHandle, AttemptSyslog, AttemptPacketSocket, AttemptAddKey,
 	AttemptCloneNewUser, AttemptUnshare, AttemptSetns, AttemptPersonality, AttemptMemfdCreate,
-	AttemptNetlinkAudit, AttemptTIOCSTIOnNull,
+	AttemptNetlinkAudit, AttemptTIOCSTIOnNull, AttemptMPTCPSocket, AttemptChmod, AttemptChown,
+	AttemptUtimes,
 }
 
 // callAttempts makes each call of the calls mode. None does harm where it succeeds: the
@@ -453,6 +458,23 @@ func callAttempts() map[string]Outcome {
 		_ = f.Close()
 	} else {
 		res[AttemptTIOCSTIOnNull] = outcome("", err)
+	}
+
+	res[AttemptMPTCPSocket] = outcome("a socket", closeFD(unix.Socket(unix.AF_INET, unix.SOCK_STREAM, unix.IPPROTO_MPTCP)))
+
+	// A file of its own, in its TMPDIR: what it may not do to it, it may not do to the
+	// service's files of the same uid either.
+	if f, err := os.CreateTemp("", "hostile-meta-"); err == nil {
+		name := f.Name()
+		_ = f.Close()
+		res[AttemptChmod] = outcome("changed", os.Chmod(name, 0o666))
+		res[AttemptChown] = outcome("changed", os.Chown(name, os.Getuid(), os.Getgid()))
+		res[AttemptUtimes] = outcome("changed", os.Chtimes(name, time.Unix(0, 0), time.Unix(0, 0)))
+		_ = os.Remove(name)
+	} else {
+		for _, a := range []string{AttemptChmod, AttemptChown, AttemptUtimes} {
+			res[a] = outcome("", err)
+		}
 	}
 
 	ifs, err := net.Interfaces()

@@ -271,21 +271,23 @@ func relay(path string, args []string, network string) error {
 		return fmt.Errorf("impostor handshake %q", line)
 	}
 	if network == "tcp" {
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			return err
-		}
-		target := parts[3]
-		go func() {
-			for {
-				conn, err := ln.Accept()
-				if err != nil {
-					return
+		// The address is announced whether or not the relay could listen: a contained driver
+		// may bind no TCP port (Landlock), and the host must refuse a TCP address either way.
+		addr := "127.0.0.1:1"
+		if ln, err := net.Listen("tcp", "127.0.0.1:0"); err == nil {
+			target := parts[3]
+			go func() {
+				for {
+					conn, err := ln.Accept()
+					if err != nil {
+						return
+					}
+					go pipe(conn, target)
 				}
-				go pipe(conn, target)
-			}
-		}()
-		parts[2], parts[3] = "tcp", ln.Addr().String()
+			}()
+			addr = ln.Addr().String()
+		}
+		parts[2], parts[3] = "tcp", addr
 	}
 	fmt.Println(strings.Join(parts, "|"))
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)

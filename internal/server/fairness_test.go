@@ -538,7 +538,10 @@ func TestRevokeDoesNotWaitOnTheLog(t *testing.T) {
 // same request still open; a closed HTTP/2 watch gives its cost back.
 func TestHTTP2WatchesCountAtTheirCost(t *testing.T) {
 	t.Parallel()
-	srv := newServer(t, withConfig(func(c *server.Config) { c.Limits.MaxWatchBytes = 64 << 10 }))
+	srv := newServer(t, withConfig(func(c *server.Config) {
+		c.Limits.MaxWatchBytes = 64 << 10
+		c.Limits.MaxWatchBytesPerCaller = 64 << 10 // one caller here: the service's limit is tested
+	}))
 	ts := httptest.NewUnstartedServer(srv.Handler())
 	ts.EnableHTTP2 = true
 	ts.StartTLS()
@@ -586,4 +589,52 @@ func TestHTTP2WatchesCountAtTheirCost(t *testing.T) {
 		resp, _ := open(h2) //nolint:bodyclose // open closes it when the test ends
 		return resp.StatusCode == http.StatusOK
 	}, 10*time.Second, 20*time.Millisecond)
+}
+
+// TestHTTP2WatchesCountInTheCallersShare: an HTTP/2 watch's cost (29 KiB) counts in its
+// caller's share of watches.maxBytes too: one caller's HTTP/2 watches stop at its share (503
+// WATCH_LIMIT naming watches.maxBytesPerCaller) instead of filling watches.maxBytes, and
+// another caller's HTTP/2 watch still opens.
+func TestHTTP2WatchesCountInTheCallersShare(t *testing.T) {
+	t.Parallel()
+	srv := newServer(t, withTwoCallers(t), withConfig(func(c *server.Config) {
+		c.Limits.MaxWatchBytes = 128 << 10 // a caller's share: 32 KiB, one HTTP/2 watch
+	}))
+	ts := httptest.NewUnstartedServer(srv.Handler())
+	ts.EnableHTTP2 = true
+	ts.StartTLS()
+	t.Cleanup(ts.Close)
+	body := fixture(t, nil)
+	open := func(token string) *http.Response {
+		ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
+		req, err := http.NewRequestWithContext(ctx, http.MethodPost, ts.URL+"/v1/authorize/watch", strings.NewReader(body))
+		require.NoError(t, err)
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Authorization", "Bearer "+token)
+		resp, err := ts.Client().Do(req)
+		require.NoError(t, err)
+		t.Cleanup(func() { resp.Body.Close(); cancel() })
+		require.Equal(t, 2, resp.ProtoMajor)
+		return resp
+	}
+	opened := 0
+	var over *http.Response
+	for range 8 {
+		resp := open(attackerToken) //nolint:bodyclose // open closes it when the test ends
+		if resp.StatusCode != http.StatusOK {
+			over = resp
+			break
+		}
+		opened++
+	}
+	require.NotNil(t, over, "the caller's HTTP/2 watches stop at its share")
+	assert.Equal(t, 1, opened, "a quarter of 128 KiB holds one HTTP/2 watch")
+	assert.Equal(t, http.StatusServiceUnavailable, over.StatusCode)
+	assert.Equal(t, "WATCH_LIMIT", over.Header.Get("X-Authz-Error"))
+	b, err := io.ReadAll(over.Body)
+	require.NoError(t, err)
+	assert.Contains(t, string(b), "watches.maxBytesPerCaller")
+
+	resp := open(honestToken) //nolint:bodyclose // open closes it when the test ends
+	assert.Equal(t, http.StatusOK, resp.StatusCode, "another caller's HTTP/2 watch opens")
 }

@@ -638,3 +638,47 @@ func TestHTTP2WatchesCountInTheCallersShare(t *testing.T) {
 	resp := open(honestToken) //nolint:bodyclose // open closes it when the test ends
 	assert.Equal(t, http.StatusOK, resp.StatusCode, "another caller's HTTP/2 watch opens")
 }
+
+// TestBodyUnfinishedAtTheReadTimeoutIs408: a body that comes faster than limits.minBodyRate but
+// is not whole when http.readTimeout passes is answered 408 REQUEST_TIMEOUT naming the limit,
+// not 400 with the connection's addresses.
+func TestBodyUnfinishedAtTheReadTimeoutIs408(t *testing.T) {
+	t.Parallel()
+	srv, err := server.New(func() server.Config {
+		c := testConfig()
+		c.HTTP.ReadTimeout = time.Second
+		return c
+	}(), testEngine(t), staticFacts(t, "example-facts.json"), server.Options{})
+	require.NoError(t, err)
+	url, _ := serve(t, srv)
+	addr := strings.TrimPrefix(url, "http://")
+	c, err := net.Dial("tcp", addr)
+	require.NoError(t, err)
+	t.Cleanup(func() { c.Close() })
+	require.NoError(t, c.SetDeadline(time.Now().Add(20*time.Second)))
+	_, err = fmt.Fprintf(c, "POST /v1/authorize HTTP/1.1\r\nHost: %s\r\nContent-Type: application/json\r\nContent-Length: 1000000\r\n\r\n{", addr)
+	require.NoError(t, err)
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() { // 20 KB a second, five times limits.minBodyRate: 50 s for the whole body
+		defer wg.Done()
+		tick := time.NewTicker(50 * time.Millisecond)
+		defer tick.Stop()
+		chunk := []byte(strings.Repeat(" ", 1000))
+		for range tick.C {
+			if _, err := c.Write(chunk); err != nil {
+				return
+			}
+		}
+	}()
+	resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+	require.NoError(t, err)
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	c.Close()
+	wg.Wait()
+	assert.Equal(t, http.StatusRequestTimeout, resp.StatusCode, string(b))
+	assert.Contains(t, string(b), "REQUEST_TIMEOUT")
+	assert.Contains(t, string(b), "http.readTimeout")
+	assert.NotContains(t, string(b), "127.0.0.1")
+}

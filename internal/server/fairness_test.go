@@ -682,3 +682,76 @@ func TestBodyUnfinishedAtTheReadTimeoutIs408(t *testing.T) {
 	assert.Contains(t, string(b), "http.readTimeout")
 	assert.NotContains(t, string(b), "127.0.0.1")
 }
+
+// costlyDecider takes slow before each decision of the lease costlyLease: a decision as costly
+// as a 1 MiB body's (about a second measured).
+type costlyDecider struct {
+	server.Decider
+	slow time.Duration
+}
+
+const costlyLease = "costly-lease"
+
+func (d costlyDecider) Decide(ctx context.Context, req *snapshot.Request, f snapshot.Facts) (decision.Document, snapshot.Input, error) {
+	if req.Lease["id"] == costlyLease {
+		time.Sleep(d.slow)
+	}
+	return d.Decider.Decide(ctx, req, f)
+}
+
+// TestSlowDecisionsOfOneCallerCannotShutOutAnother: one caller keeps two costly decisions (800
+// ms each) in flight under limits.maxDeciding 2 and a queueWait of 400 ms; it never holds both
+// deciding places while another caller decides, so none of the other caller's requests waits
+// behind them for a 503.
+func TestSlowDecisionsOfOneCallerCannotShutOutAnother(t *testing.T) {
+	t.Parallel()
+	url := startHTTP(t, newServer(t, withTwoCallers(t), withDecider(costlyDecider{testEngine(t), 800 * time.Millisecond}),
+		withConfig(func(c *server.Config) {
+			c.Limits.MaxDeciding = 2
+			c.Limits.QueueWait = 400 * time.Millisecond
+		})))
+	costly := grantWith(t, func(req map[string]any) { req["lease"].(map[string]any)["id"] = costlyLease })
+	honest := grantWith(t, nil)
+	require.Equal(t, http.StatusOK, postAs(t, url+"/v1/authorize", honestToken, honest).status)
+
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	var costlyDecided atomic.Int64
+	for range 2 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				req, err := http.NewRequestWithContext(t.Context(), http.MethodPost, url+"/v1/authorize", strings.NewReader(costly))
+				if err != nil {
+					return
+				}
+				req.Header.Set("Content-Type", "application/json")
+				req.Header.Set("Authorization", "Bearer "+attackerToken)
+				resp, err := testClient.Do(req)
+				if err != nil {
+					return
+				}
+				_, _ = io.Copy(io.Discard, resp.Body)
+				resp.Body.Close()
+				if resp.StatusCode == http.StatusOK {
+					costlyDecided.Add(1)
+				}
+			}
+		}()
+	}
+	statuses := map[int]int{}
+	for end := time.Now().Add(3 * time.Second); time.Now().Before(end); {
+		statuses[postAs(t, url+"/v1/authorize", honestToken, honest).status]++
+	}
+	close(stop)
+	wg.Wait()
+	assert.GreaterOrEqual(t, costlyDecided.Load(), int64(3), "the costly decisions were made")
+	assert.Equal(t, 0, statuses[http.StatusServiceUnavailable], "the other caller's answers: %v", statuses)
+	assert.Positive(t, statuses[http.StatusOK])
+}

@@ -30,6 +30,12 @@ import (
 // when another caller waits, so that one caller's slow bodies never shut the others out. A
 // single caller keeps every place. A body that comes slower than minBodyRate after the grace
 // of bodyGrace is cut too (408): slowness costs the sender its place, not the service.
+//
+// A decision cannot be cut, so the deciding places keep one for the others: a caller does not
+// take the last free deciding place while it holds all the others and another caller took one
+// within otherCallerWindow. One caller's slow decisions (a 1 MiB body can take a second) then
+// never hold every deciding place while others are deciding too, and another caller's request
+// does not wait queueWait behind them for a 503. A caller alone keeps every place.
 type admission struct {
 	reading, deciding *places
 	wait              time.Duration
@@ -48,8 +54,13 @@ func newAdmission(c LimitsConfig) *admission {
 		grace:    c.BodyGrace,
 	}
 	a.reading.bodies = true
+	a.deciding.keepOne = true
 	return a
 }
+
+// otherCallerWindow is how long after another caller took a deciding place a caller holding
+// all the others does not take the last one.
+const otherCallerWindow = 10 * time.Second
 
 // places is a bounded number of places shared between callers.
 type places struct {
@@ -62,6 +73,14 @@ type places struct {
 	bodies      bool
 	first, last *bodyHold
 	cutsPending int
+	// keepOne: a caller holding every other place does not take the last one while another
+	// caller took one within otherCallerWindow (mayTakeLocked). latest is the caller that took
+	// a place last (when anyone did), otherAt when a caller other than latest last took one
+	// (zero when none did): the clock is read only when the caller changes.
+	keepOne bool
+	latest  string
+	anyone  bool
+	otherAt time.Time
 }
 
 type placeWaiter struct {
@@ -78,9 +97,9 @@ func newPlaces(capacity int) *places {
 // ctx ended. h, when not nil, is the body that holds the place (one lock for both).
 func (a *admission) acquire(ctx context.Context, p *places, caller string, h *bodyHold) bool {
 	p.mu.Lock()
-	if p.held < p.capacity && len(p.waiters) == 0 {
-		p.held++
-		p.byCaller[caller]++
+	// Waiters with a place free are callers kept from the last one: they do not hold others up.
+	if (len(p.waiters) == 0 || p.keepOne) && p.mayTakeLocked(caller) {
+		p.takeLocked(caller)
 		a.trackLocked(p, h)
 		p.mu.Unlock()
 		return true
@@ -153,20 +172,55 @@ func (p *places) releaseLocked(caller string) {
 	} else {
 		delete(p.byCaller, caller)
 	}
+	p.held--
 	if len(p.waiters) == 0 {
-		p.held--
 		return
 	}
-	best := 0
+	best := -1
 	for i, w := range p.waiters {
-		if p.byCaller[w.caller] < p.byCaller[p.waiters[best].caller] {
+		if (best < 0 || p.byCaller[w.caller] < p.byCaller[p.waiters[best].caller]) && p.mayTakeLocked(w.caller) {
 			best = i
 		}
 	}
+	if best < 0 {
+		return // the waiters are kept from the last place: it stays free for another caller
+	}
 	w := p.waiters[best]
 	p.waiters = append(p.waiters[:best], p.waiters[best+1:]...)
-	p.byCaller[w.caller]++
+	p.takeLocked(w.caller)
 	w.granted <- struct{}{}
+}
+
+// mayTakeLocked reports whether caller may take a place now: one is free and, for keepOne
+// places, it is not the last one while caller holds all the others and another caller took
+// one within otherCallerWindow.
+func (p *places) mayTakeLocked(caller string) bool {
+	if p.held >= p.capacity {
+		return false
+	}
+	if !p.keepOne || p.capacity < 2 || p.held < p.capacity-1 || p.byCaller[caller] < p.held {
+		return true
+	}
+	// caller holds every other place: keep the last for another caller seen lately.
+	if !p.anyone || p.otherAt.IsZero() {
+		return true // no other caller took one yet
+	}
+	if caller != p.latest {
+		return false // another caller took a place after caller's places were taken
+	}
+	return time.Since(p.otherAt) >= otherCallerWindow
+}
+
+// takeLocked gives caller a place.
+func (p *places) takeLocked(caller string) {
+	p.held++
+	p.byCaller[caller]++
+	if p.keepOne && (!p.anyone || caller != p.latest) {
+		if p.anyone {
+			p.otherAt = time.Now()
+		}
+		p.latest, p.anyone = caller, true
+	}
 }
 
 // cutForLocked makes room for caller, who waits: when caller holds less than its share and

@@ -539,7 +539,10 @@ func TestRevokeDoesNotWaitOnTheLog(t *testing.T) {
 // same request still open; a closed HTTP/2 watch gives its cost back.
 func TestHTTP2WatchesCountAtTheirCost(t *testing.T) {
 	t.Parallel()
-	srv := newServer(t, withConfig(func(c *server.Config) { c.Limits.MaxWatchBytes = 64 << 10 }))
+	srv := newServer(t, withConfig(func(c *server.Config) {
+		c.Limits.MaxWatchBytes = 64 << 10
+		c.Limits.MaxWatchBytesPerCaller = 64 << 10 // one caller here: the service's limit is tested
+	}))
 	ts := httptest.NewUnstartedServer(srv.Handler())
 	ts.EnableHTTP2 = true
 	ts.StartTLS()
@@ -587,4 +590,169 @@ func TestHTTP2WatchesCountAtTheirCost(t *testing.T) {
 		resp, _ := open(h2) //nolint:bodyclose // open closes it when the test ends
 		return resp.StatusCode == http.StatusOK
 	}, 10*time.Second, 20*time.Millisecond)
+}
+
+// TestHTTP2WatchesCountInTheCallersShare: an HTTP/2 watch's cost (29 KiB) counts in its
+// caller's share of watches.maxBytes too: one caller's HTTP/2 watches stop at its share (503
+// WATCH_LIMIT naming watches.maxBytesPerCaller) instead of filling watches.maxBytes, and
+// another caller's HTTP/2 watch still opens.
+func TestHTTP2WatchesCountInTheCallersShare(t *testing.T) {
+	t.Parallel()
+	srv := newServer(t, withTwoCallers(t), withConfig(func(c *server.Config) {
+		c.Limits.MaxWatchBytes = 128 << 10 // a caller's share: 32 KiB, one HTTP/2 watch
+	}))
+	ts := httptest.NewUnstartedServer(srv.Handler())
+	ts.EnableHTTP2 = true
+	ts.StartTLS()
+	t.Cleanup(ts.Close)
+	body := fixture(t, nil)
+	open := func(token string) *http.Response {
+		ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
+		req, err := http.NewRequestWithContext(ctx, http.MethodPost, ts.URL+"/v1/authorize/watch", strings.NewReader(body))
+		require.NoError(t, err)
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Authorization", "Bearer "+token)
+		resp, err := ts.Client().Do(req)
+		require.NoError(t, err)
+		t.Cleanup(func() { resp.Body.Close(); cancel() })
+		require.Equal(t, 2, resp.ProtoMajor)
+		return resp
+	}
+	opened := 0
+	var over *http.Response
+	for range 8 {
+		resp := open(attackerToken) //nolint:bodyclose // open closes it when the test ends
+		if resp.StatusCode != http.StatusOK {
+			over = resp
+			break
+		}
+		opened++
+	}
+	require.NotNil(t, over, "the caller's HTTP/2 watches stop at its share")
+	assert.Equal(t, 1, opened, "a quarter of 128 KiB holds one HTTP/2 watch")
+	assert.Equal(t, http.StatusServiceUnavailable, over.StatusCode)
+	assert.Equal(t, "WATCH_LIMIT", over.Header.Get("X-Authz-Error"))
+	b, err := io.ReadAll(over.Body)
+	require.NoError(t, err)
+	assert.Contains(t, string(b), "watches.maxBytesPerCaller")
+
+	resp := open(honestToken) //nolint:bodyclose // open closes it when the test ends
+	assert.Equal(t, http.StatusOK, resp.StatusCode, "another caller's HTTP/2 watch opens")
+}
+
+// TestBodyUnfinishedAtTheReadTimeoutIs408: a body that comes faster than limits.minBodyRate but
+// is not whole when http.readTimeout passes is answered 408 REQUEST_TIMEOUT naming the limit,
+// not 400 with the connection's addresses.
+func TestBodyUnfinishedAtTheReadTimeoutIs408(t *testing.T) {
+	t.Parallel()
+	srv, err := server.New(func() server.Config {
+		c := testConfig()
+		c.HTTP.ReadTimeout = time.Second
+		return c
+	}(), testEngine(t), staticFacts(t, "example-facts.json"), server.Options{})
+	require.NoError(t, err)
+	url, _ := serve(t, srv)
+	addr := strings.TrimPrefix(url, "http://")
+	c, err := net.Dial("tcp", addr)
+	require.NoError(t, err)
+	t.Cleanup(func() { c.Close() })
+	require.NoError(t, c.SetDeadline(time.Now().Add(20*time.Second)))
+	_, err = fmt.Fprintf(c, "POST /v1/authorize HTTP/1.1\r\nHost: %s\r\nContent-Type: application/json\r\nContent-Length: 1000000\r\n\r\n{", addr)
+	require.NoError(t, err)
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() { // 20 KB a second, five times limits.minBodyRate: 50 s for the whole body
+		defer wg.Done()
+		tick := time.NewTicker(50 * time.Millisecond)
+		defer tick.Stop()
+		chunk := []byte(strings.Repeat(" ", 1000))
+		for range tick.C {
+			if _, err := c.Write(chunk); err != nil {
+				return
+			}
+		}
+	}()
+	resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+	require.NoError(t, err)
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	c.Close()
+	wg.Wait()
+	assert.Equal(t, http.StatusRequestTimeout, resp.StatusCode, string(b))
+	assert.Contains(t, string(b), "REQUEST_TIMEOUT")
+	assert.Contains(t, string(b), "http.readTimeout")
+	assert.NotContains(t, string(b), "127.0.0.1")
+}
+
+// costlyDecider takes slow before each decision of the lease costlyLease: a decision as costly
+// as a 1 MiB body's (about a second measured).
+type costlyDecider struct {
+	server.Decider
+	slow time.Duration
+}
+
+const costlyLease = "costly-lease"
+
+func (d costlyDecider) Decide(ctx context.Context, req *snapshot.Request, f snapshot.Facts) (decision.Document, snapshot.Input, error) {
+	if req.Lease["id"] == costlyLease {
+		time.Sleep(d.slow)
+	}
+	return d.Decider.Decide(ctx, req, f)
+}
+
+// TestSlowDecisionsOfOneCallerCannotShutOutAnother: one caller keeps two costly decisions (800
+// ms each) in flight under limits.maxDeciding 2 and a queueWait of 400 ms; it never holds both
+// deciding places while another caller decides, so none of the other caller's requests waits
+// behind them for a 503.
+func TestSlowDecisionsOfOneCallerCannotShutOutAnother(t *testing.T) {
+	t.Parallel()
+	url := startHTTP(t, newServer(t, withTwoCallers(t), withDecider(costlyDecider{testEngine(t), 800 * time.Millisecond}),
+		withConfig(func(c *server.Config) {
+			c.Limits.MaxDeciding = 2
+			c.Limits.QueueWait = 400 * time.Millisecond
+		})))
+	costly := grantWith(t, func(req map[string]any) { req["lease"].(map[string]any)["id"] = costlyLease })
+	honest := grantWith(t, nil)
+	require.Equal(t, http.StatusOK, postAs(t, url+"/v1/authorize", honestToken, honest).status)
+
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	var costlyDecided atomic.Int64
+	for range 2 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				req, err := http.NewRequestWithContext(t.Context(), http.MethodPost, url+"/v1/authorize", strings.NewReader(costly))
+				if err != nil {
+					return
+				}
+				req.Header.Set("Content-Type", "application/json")
+				req.Header.Set("Authorization", "Bearer "+attackerToken)
+				resp, err := testClient.Do(req)
+				if err != nil {
+					return
+				}
+				_, _ = io.Copy(io.Discard, resp.Body)
+				resp.Body.Close()
+				if resp.StatusCode == http.StatusOK {
+					costlyDecided.Add(1)
+				}
+			}
+		}()
+	}
+	statuses := map[int]int{}
+	for end := time.Now().Add(3 * time.Second); time.Now().Before(end); {
+		statuses[postAs(t, url+"/v1/authorize", honestToken, honest).status]++
+	}
+	close(stop)
+	wg.Wait()
+	assert.GreaterOrEqual(t, costlyDecided.Load(), int64(3), "the costly decisions were made")
+	assert.Equal(t, 0, statuses[http.StatusServiceUnavailable], "the other caller's answers: %v", statuses)
+	assert.Positive(t, statuses[http.StatusOK])
 }

@@ -6,7 +6,9 @@ import (
 	"fmt"
 	"io"
 	"mime"
+	"net"
 	"net/http"
+	"os"
 	"strings"
 
 	"github.com/prometheus/client_golang/prometheus/promhttp"
@@ -217,9 +219,26 @@ func (s *Server) readBody(w http.ResponseWriter, r *http.Request) ([]byte, error
 		if errors.As(err, &mbe) {
 			return nil, tooLarge
 		}
-		return nil, coded.Errorf(coded.BadRequest, "could not read the request body: %v", err)
+		return nil, s.bodyReadError(err)
 	}
 	return body, nil
+}
+
+// bodyReadError is the answer to a body that could not be read: 408 when http.readTimeout
+// passed before its end (the connection's or, over HTTP/2, the stream's deadline), else 400.
+// Neither names the connection's addresses.
+func (s *Server) bodyReadError(err error) error {
+	var ne net.Error
+	if errors.Is(err, os.ErrDeadlineExceeded) || errors.As(err, &ne) && ne.Timeout() {
+		return coded.Errorf(coded.RequestTimeout,
+			"the request was not received whole within %v (http.readTimeout): send the body at once, send a smaller one, or raise http.readTimeout",
+			s.cfg.HTTP.ReadTimeout)
+	}
+	var oe *net.OpError
+	if errors.As(err, &oe) && oe.Err != nil {
+		err = oe.Err // without the connection's addresses
+	}
+	return coded.Errorf(coded.BadRequest, "could not read the request body: %v", err)
 }
 
 // isJSONMediaType reports whether mt is application/json or an application/*+json type.

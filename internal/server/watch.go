@@ -95,17 +95,24 @@ func (s *Server) handleWatch(w http.ResponseWriter, r *http.Request) {
 		if doc.Allow {
 			// An HTTP/2 watch is served by its handler (it cannot be parked): its goroutine
 			// and buffers count against watches.maxBytes, which the memory bound covers.
+			// The cost counts in the caller's share too, so that one caller's HTTP/2 watches
+			// cannot fill watches.maxBytes.
+			var extra int64
 			if r.ProtoMajor == 2 {
+				extra = http2WatchBytes
+			}
+			h, err := s.watchBudget.hold(caller, sent, extra)
+			if err != nil {
+				s.answerNoWatch(w, r, err)
+				return
+			}
+			if extra > 0 {
 				if !s.watches.Charge(http2WatchBytes) {
+					s.watchBudget.unhold(h)
 					s.answerNoWatch(w, r, errHTTP2WatchBytes)
 					return
 				}
 				charged = true
-			}
-			h, err := s.watchBudget.hold(caller, sent)
-			if err != nil {
-				s.answerNoWatch(w, r, err)
-				return
 			}
 			if ww, err = s.watches.Add(res, req, sent, doc, seq); err != nil {
 				s.watchBudget.unhold(h)
@@ -310,8 +317,8 @@ func (s *Server) answerNoWatch(w http.ResponseWriter, r *http.Request, err error
 		w.Header().Set("Retry-After", "1")
 		w.Header().Set(headerError, string(coded.WatchLimit))
 		writeDecisionError(w, coded.Errorf(coded.WatchLimit,
-			"this caller's watches hold its share of request bodies, %d bytes (watches.maxBytesPerCaller, formerly limits.maxWatchBytesPerCaller); close a watch, retry after the time in Retry-After, send a smaller request, or raise the limit",
-			s.watchBudget.maxBytes))
+			"this caller's watches hold its share of request bodies, %d bytes (watches.maxBytesPerCaller, formerly limits.maxWatchBytesPerCaller), where a watch over HTTP/2 also counts about %d KiB (its own goroutine and buffers); close a watch, retry after the time in Retry-After, send a smaller request, open the watch over HTTP/1.1, or raise the limit",
+			s.watchBudget.maxBytes, http2WatchBytes>>10))
 	case errors.Is(err, watch.ErrClosed):
 		if r.ProtoMajor == 1 {
 			w.Header().Set("Connection", "close")

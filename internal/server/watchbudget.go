@@ -10,9 +10,10 @@ import (
 
 // watchBudget shares the watches between callers (callerOf): a caller holds at most
 // watches.maxPerCaller open watches and watches.maxBytesPerCaller bytes of their
-// distinct request bodies (a body it watches many times counts once), so that one client
-// cannot fill watches.max or watches.maxBytes and lock every other caller out of new
-// watches. Each is a quarter of the service's limit unless configured.
+// distinct request bodies (a body it watches many times counts once) and of their HTTP/2
+// streams' cost (http2WatchBytes each), so that one client cannot fill watches.max or
+// watches.maxBytes and lock every other caller out of new watches. Each is a quarter of the
+// service's limit unless configured.
 type watchBudget struct {
 	maxCount int
 	maxBytes int64
@@ -33,6 +34,7 @@ type watchHeld struct {
 	caller string
 	key    [sha256.Size]byte
 	size   int64
+	extra  int64 // counted for this watch alone: an HTTP/2 watch's cost (http2WatchBytes)
 }
 
 // Errors of the budget: the caller holds its share of the watches or of their bytes.
@@ -80,19 +82,22 @@ func (b *watchBudget) unreserve(caller string) {
 	}
 }
 
-// hold counts body against the caller's bytes (once per distinct body) before the watch is
-// added; the reservation stays. release undoes it when the watch was not added after all.
-func (b *watchBudget) hold(caller string, body []byte) (watchHeld, error) {
-	h := watchHeld{caller: caller, key: sha256.Sum256(body), size: int64(len(body))}
+// hold counts body against the caller's bytes (once per distinct body) and extra (the
+// watch's own cost, counted for every watch) before the watch is added; the reservation
+// stays. unhold undoes it when the watch was not added after all.
+func (b *watchBudget) hold(caller string, body []byte, extra int64) (watchHeld, error) {
+	h := watchHeld{caller: caller, key: sha256.Sum256(body), size: int64(len(body)), extra: extra}
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	cw := b.byCaller[caller]
+	add := extra
 	if cw.bodies[h.key] == 0 {
-		if cw.bytes+h.size > b.maxBytes {
-			return h, errCallerBytes
-		}
-		cw.bytes += h.size
+		add += h.size
 	}
+	if cw.bytes+add > b.maxBytes {
+		return h, errCallerBytes
+	}
+	cw.bytes += add
 	cw.bodies[h.key]++
 	return h, nil
 }
@@ -109,6 +114,7 @@ func (b *watchBudget) unholdLocked(h watchHeld) {
 	if cw == nil {
 		return
 	}
+	cw.bytes -= h.extra
 	if n := cw.bodies[h.key] - 1; n > 0 {
 		cw.bodies[h.key] = n
 	} else {

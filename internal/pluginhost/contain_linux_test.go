@@ -159,19 +159,8 @@ func TestDriverOfANonRootHostCannotReachIntoIt(t *testing.T) {
 	gid, _ := strconv.Atoi(nobody.Gid)
 
 	// A copy of the test binary that nobody may execute (the build directory is private).
-	path, err := os.Executable()
-	require.NoError(t, err)
 	dir := sharedDir(t)
-	binDir := filepath.Join(dir, "bin")
-	require.NoError(t, os.Mkdir(binDir, 0o755))
-	exe := filepath.Join(binDir, "host.test")
-	src, err := os.Open(path)
-	require.NoError(t, err)
-	dst, err := os.OpenFile(exe, os.O_CREATE|os.O_WRONLY, 0o755)
-	require.NoError(t, err)
-	_, err = io.Copy(dst, src)
-	require.NoError(t, err)
-	require.NoError(t, errors.Join(src.Close(), dst.Close()))
+	exe := copyTestBinary(t, dir)
 
 	out := filepath.Join(dir, "steal.json")
 	ctx, cancel := context.WithTimeout(t.Context(), 90*time.Second)

@@ -3,7 +3,6 @@ package pluginhost
 import (
 	"context"
 	"errors"
-	"io"
 	"os"
 	"os/exec"
 	"os/user"
@@ -84,19 +83,8 @@ func TestWorkerDirectoryWithLockedFoldersIsRemoved(t *testing.T) {
 	uid, _ := strconv.Atoi(nobody.Uid)
 	gid, _ := strconv.Atoi(nobody.Gid)
 
-	self, err := os.Executable()
-	require.NoError(t, err)
 	dir := sharedDir(t)
-	binDir := filepath.Join(dir, "bin")
-	require.NoError(t, os.Mkdir(binDir, 0o755))
-	exe := filepath.Join(binDir, "remove.test")
-	src, err := os.Open(self)
-	require.NoError(t, err)
-	dst, err := os.OpenFile(exe, os.O_CREATE|os.O_WRONLY, 0o755)
-	require.NoError(t, err)
-	_, err = io.Copy(dst, src)
-	require.NoError(t, err)
-	require.NoError(t, errors.Join(src.Close(), dst.Close()))
+	exe := copyTestBinary(t, dir)
 	work := filepath.Join(dir, "work")
 	require.NoError(t, os.Mkdir(work, 0o755))
 	require.NoError(t, os.Chown(work, uid, gid))

@@ -184,6 +184,12 @@ func withDefaultLimits(l ResourceLimits, pidns bool, cred *syscall.Credential) R
 	}
 	if l.OpenFiles == 0 {
 		l.OpenFiles = DefaultOpenFiles
+		// Never above the host's own hard limit: a launcher not running as root may not raise
+		// it, and the driver would not start (a service under `ulimit -n 128`).
+		var host unix.Rlimit
+		if unix.Getrlimit(unix.RLIMIT_NOFILE, &host) == nil && host.Max < l.OpenFiles {
+			l.OpenFiles = host.Max
+		}
 	}
 	ownUID := cred != nil && int(cred.Uid) != os.Getuid() && cred.Uid != 0
 	if l.Processes == 0 && (ownUID || pidns && os.Getuid() != 0) {

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+	"golang.org/x/sys/unix"
 )
 
 // asRemoveOwned makes the test binary fill a worker directory the way a hostile driver leaves
@@ -26,7 +27,8 @@ func init() {
 }
 
 // runRemoveOwned, as the directory's owner (not root): a folder of mode 000 inside another of
-// mode 000, files in them, and a link to a folder outside. os.RemoveAll must fail on it (else
+// mode 000, files in them, a link to a folder outside, and a tree deeper than PATH_MAX ending in
+// folders it cannot list. os.RemoveAll must fail on it (else
 // the test proves nothing); removeAllOwned must remove it all and leave the outside alone.
 func runRemoveOwned(base string) int {
 	fail := func(msg string, err error) int {
@@ -54,6 +56,32 @@ func runRemoveOwned(base string) int {
 			return fail("chmod", err)
 		}
 	}
+	// A tree deeper than PATH_MAX with a folder it cannot list (0300) and one of mode 000 at its
+	// bottom, made by descriptors as a driver makes it.
+	fd, err := unix.Open(dir, unix.O_RDONLY|unix.O_DIRECTORY, 0)
+	if err != nil {
+		return fail("open", err)
+	}
+	for range 2100 {
+		if err := unix.Mkdirat(fd, "d", 0o700); err != nil {
+			return fail("mkdirat", err)
+		}
+		next, err := unix.Openat(fd, "d", unix.O_RDONLY|unix.O_DIRECTORY, 0)
+		if err != nil {
+			return fail("openat", err)
+		}
+		_ = unix.Close(fd)
+		fd = next
+	}
+	for _, step := range []error{
+		unix.Mkdirat(fd, "locked", 0o700), unix.Mkdirat(fd, "locked/sub", 0o700),
+		unix.Fchmodat(fd, "locked", 0o300, 0), unix.Mkdirat(fd, "zero", 0),
+	} {
+		if step != nil {
+			return fail("the deep folders", step)
+		}
+	}
+	_ = unix.Close(fd)
 	if err := os.RemoveAll(dir); err == nil {
 		return fail("os.RemoveAll removed the folders of mode 000: the test proves nothing", nil)
 	}

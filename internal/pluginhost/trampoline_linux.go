@@ -169,33 +169,17 @@ func removeTmp(dir string) {
 	}
 }
 
-// removeAllOwned removes dir and everything in it, also what its owner made unreadable: a
-// driver that left a folder of mode 000 in its directory kept os.RemoveAll out of it, and the
-// directory outlived its worker. Each folder is opened up (u+rwx) before it is read and the
-// removal is tried once more; the caller owns them (the init runs as the driver's owner in its
-// user namespace, or as root), after everything of the driver was killed.
+// removeAllOwned removes dir and everything in it, also what its owner made unreadable or
+// nested past PATH_MAX: a driver that left a folder of mode 000 (or 0300) in its directory, or a
+// tree thousands of folders deep, kept os.RemoveAll out of it, and the directory outlived its
+// worker. removeTree then removes it by descriptors, opening each folder up; the caller owns
+// them (the init runs as the driver's owner in its user namespace, or as root), after everything
+// of the driver was killed.
 func removeAllOwned(dir string) error {
 	if os.RemoveAll(dir) == nil {
 		return nil
 	}
-	_ = filepath.WalkDir(dir, func(path string, d os.DirEntry, _ error) error {
-		if d != nil && d.IsDir() {
-			openUp(path)
-		}
-		return nil
-	})
-	return os.RemoveAll(dir)
-}
-
-// openUp gives the folder at path (never what a symbolic link there points to) mode 0700:
-// chmod follows links, so it is applied to a descriptor of the folder itself.
-func openUp(path string) {
-	fd, err := unix.Open(path, unix.O_PATH|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
-	if err != nil {
-		return
-	}
-	defer unix.Close(fd)
-	_ = os.Chmod("/proc/self/fd/"+strconv.Itoa(fd), 0o700)
+	return removeTree(dir)
 }
 
 // runInit is the init of a driver's pid namespace; it returns the driver's exit status (128+N

@@ -2,9 +2,6 @@ package policy
 
 import (
 	"context"
-
-	"github.com/authz-dev/authz/internal/coded"
-	"github.com/authz-dev/authz/internal/decision"
 )
 
 // embeddedProvider is the policy built into the binary, activated under the revision
@@ -15,12 +12,12 @@ type embeddedProvider struct{ s *Source }
 func newEmbeddedProvider(s *Source) provider { return embeddedProvider{s: s} }
 
 func (p embeddedProvider) start(ctx context.Context) error {
-	pol, err := decision.EmbeddedPolicy()
+	pol, err := EmbeddedGate()
 	if err != nil {
-		return &coded.Error{Code: coded.PolicyBundleCheck, Err: err}
+		return err
 	}
 	p.s.mu.Lock()
-	err = p.s.activateLocked(ctx, pol, OriginEmbedded, "")
+	err = p.s.activateGateLocked(ctx, pol, "")
 	p.s.mu.Unlock()
 	if err != nil {
 		return err

@@ -2,6 +2,9 @@ package policy
 
 import (
 	"context"
+
+	"github.com/authz-dev/authz/internal/coded"
+	"github.com/authz-dev/authz/internal/decision"
 )
 
 // embeddedProvider is the policy built into the binary, activated under the revision
@@ -30,3 +33,13 @@ func (embeddedProvider) reload(context.Context) error { return nil }
 func (embeddedProvider) status(*Status) {}
 
 func (p embeddedProvider) close(ctx context.Context) { p.s.stopOPA(ctx) }
+
+// EmbeddedGate is the policy built into the binary as the gate's policy (GatePolicy), under
+// the revision `authz version` prints. It fails with coded.PolicyBundleCheck.
+func EmbeddedGate() (*GatePolicy, error) {
+	p, err := decision.EmbeddedPolicy()
+	if err != nil {
+		return nil, &coded.Error{Code: coded.PolicyBundleCheck, Err: err}
+	}
+	return &GatePolicy{p: p, origin: OriginEmbedded}, nil
+}

@@ -55,16 +55,6 @@ func CompileGate(content GateContent) (*GatePolicy, error) {
 	return &GatePolicy{p: p, origin: content.Origin}, nil
 }
 
-// EmbeddedGate is the policy built into the binary as the gate's policy, under the revision
-// `authz version` prints. It fails with coded.PolicyBundleCheck.
-func EmbeddedGate() (*GatePolicy, error) {
-	p, err := decision.EmbeddedPolicy()
-	if err != nil {
-		return nil, &coded.Error{Code: coded.PolicyBundleCheck, Err: err}
-	}
-	return &GatePolicy{p: p, origin: OriginEmbedded}, nil
-}
-
 // Revision is the revision the policy is activated under.
 func (g *GatePolicy) Revision() string { return g.p.Revision() }
 

@@ -327,15 +327,16 @@ func (g *gate) lastMsg() string { return g.active.Load().lastError }
 // embeddedPolicy compiles the policy built into the binary, as `authz serve` does without a
 // bundle.
 func embeddedPolicy(ctx context.Context, opts decision.Options) (*activePolicy, error) {
-	p, err := decision.EmbeddedPolicy()
+	p, err := policy.EmbeddedGate()
 	if err != nil {
-		return nil, &coded.Error{Code: coded.PolicyBundleCheck, Err: err}
-	}
-	eng := decision.New(opts)
-	if err := eng.Activate(ctx, p); err != nil {
 		return nil, err
 	}
-	return &activePolicy{engine: eng, bundles: map[string]opaserver.BundleInfo{}, origin: policy.OriginEmbedded, activatedAt: time.Now().UTC()}, nil
+	eng := decision.New(opts)
+	a, err := p.ActivateOn(ctx, eng)
+	if err != nil {
+		return nil, err
+	}
+	return &activePolicy{engine: eng, bundles: map[string]opaserver.BundleInfo{}, origin: a.Origin, activatedAt: a.At}, nil
 }
 
 // bundlePolicy compiles the modules and data of the bundles in use into one policy. Its
@@ -380,15 +381,18 @@ func bundlePolicy(ctx context.Context, opts decision.Options, use map[string]*bu
 	if len(remotes) > 0 {
 		origins = append(origins, policy.OriginRemote+":"+strings.Join(remotes, ","))
 	}
-	p, err := decision.CompileModules(mods, data, revision)
+	p, err := policy.CompileGate(policy.GateContent{Modules: mods, Data: data, Revision: revision, Origin: strings.Join(origins, ",")})
 	if err != nil {
 		return nil, err
 	}
 	eng := decision.New(opts)
-	if err := eng.Activate(ctx, p); err != nil {
+	a, err := p.ActivateOn(ctx, eng)
+	if err != nil {
 		return nil, err
 	}
-	return &activePolicy{engine: eng, bundles: infos, origin: strings.Join(origins, ","), activatedAt: at}, nil
+	// Activated when OPA committed the newest of its bundles, not now: the gate follows OPA's
+	// activations.
+	return &activePolicy{engine: eng, bundles: infos, origin: a.Origin, activatedAt: at}, nil
 }
 
 // setActive makes pol the gate's policy and tells the listeners.

@@ -15,12 +15,12 @@ type embeddedProvider struct{ s *Source }
 func newEmbeddedProvider(s *Source) provider { return embeddedProvider{s: s} }
 
 func (p embeddedProvider) start(ctx context.Context) error {
-	pol, err := decision.EmbeddedPolicy()
+	pol, err := EmbeddedGate()
 	if err != nil {
-		return &coded.Error{Code: coded.PolicyBundleCheck, Err: err}
+		return err
 	}
 	p.s.mu.Lock()
-	err = p.s.activateLocked(ctx, pol, OriginEmbedded, "")
+	err = p.s.activateGateLocked(ctx, pol, "")
 	p.s.mu.Unlock()
 	if err != nil {
 		return err
@@ -33,3 +33,13 @@ func (embeddedProvider) reload(context.Context) error { return nil }
 func (embeddedProvider) status(*Status) {}
 
 func (p embeddedProvider) close(ctx context.Context) { p.s.stopOPA(ctx) }
+
+// EmbeddedGate is the policy built into the binary as the gate's policy (GatePolicy), under
+// the revision `authz version` prints. It fails with coded.PolicyBundleCheck.
+func EmbeddedGate() (*GatePolicy, error) {
+	p, err := decision.EmbeddedPolicy()
+	if err != nil {
+		return nil, &coded.Error{Code: coded.PolicyBundleCheck, Err: err}
+	}
+	return &GatePolicy{p: p, origin: OriginEmbedded}, nil
+}

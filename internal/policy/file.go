@@ -16,18 +16,17 @@ import (
 	bundleplugin "github.com/open-policy-agent/opa/v1/plugins/bundle"
 
 	"github.com/authz-dev/authz/internal/coded"
-	"github.com/authz-dev/authz/internal/decision"
 	"github.com/authz-dev/authz/internal/logtext"
 )
 
 // compileBundle compiles and checks a bundle into a policy under its manifest revision (a
 // digest of its content when it has none).
-func compileBundle(b *bundle.Bundle) (*decision.Policy, error) {
+func compileBundle(b *bundle.Bundle, origin string) (*GatePolicy, error) {
 	mods := make(map[string]*ast.Module, len(b.Modules))
 	for _, m := range b.Modules {
 		mods[m.Path] = m.Parsed
 	}
-	return decision.CompileModules(mods, b.Data, bundleRevision(b))
+	return CompileGate(GateContent{Modules: mods, Data: b.Data, Revision: bundleRevision(b), Origin: origin})
 }
 
 // rawModules are the sources of a bundle's modules by path.
@@ -120,7 +119,7 @@ func (s *Source) loadFile(ctx context.Context) error {
 		s.status.LastError = ""
 		return nil
 	}
-	p, err := compileBundle(b)
+	p, err := compileBundle(b, origin)
 	if err != nil {
 		return fail(coded.PolicyBundleCheck, err)
 	}
@@ -131,7 +130,7 @@ func (s *Source) loadFile(ctx context.Context) error {
 			return fail(coded.PolicyBundleCheck, fmt.Errorf("install the bundle for OPA's decision log: %w", err))
 		}
 	}
-	if err := s.activateLocked(ctx, p, origin, digest); err != nil {
+	if err := s.activateGateLocked(ctx, p, digest); err != nil {
 		return fail(coded.PolicyBundleCheck, err)
 	}
 	st.SetError(nil)

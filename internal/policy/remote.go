@@ -112,8 +112,8 @@ func (p remoteProvider) close(ctx context.Context) { p.s.stopOPA(ctx) }
 // pendingPolicy is a policy OPA activated in its store that waits for the order check of its
 // signed bundles.
 type pendingPolicy struct {
-	p                  *decision.Policy // nil when its content is the active policy's
-	origin, digest     string
+	p                  *GatePolicy // nil when its content is the active policy's
+	digest             string
 	names              []string
 	revs, manifestRevs map[string]string // revisions as shown; manifest revisions as written
 }
@@ -333,13 +333,10 @@ func (r *remote) onActivate(ctx context.Context, txn storage.Transaction) {
 	// The same content again (a server without ETag, a new ETag for the same bundle) is not
 	// compiled nor activated again: the active policy and its decision cache stay. Its
 	// signature is still ordered: it is what OPA persisted.
-	var p *decision.Policy
+	var p *GatePolicy
 	if err == nil && !s.unchangedLocked(digest) {
-		if mods != nil {
-			p, err = decision.CompileModules(mods, data, rev)
-		} else {
-			p, err = decision.CompiledPolicy(c, data, rev)
-		}
+		// mods nil: the gate's bundle is the only one, and OPA's compiler compiled it.
+		p, err = CompileGate(GateContent{Modules: mods, Compiled: c, Data: data, Revision: rev, Origin: origin})
 	}
 	if err != nil {
 		r.pending = nil
@@ -349,7 +346,7 @@ func (r *remote) onActivate(ctx context.Context, txn storage.Transaction) {
 	for _, n := range names {
 		r.quiet.setFresh(n, p != nil) // nil: the same content again
 	}
-	r.pending = &pendingPolicy{p: p, origin: origin, digest: digest, names: names, revs: revs, manifestRevs: manifestRevs}
+	r.pending = &pendingPolicy{p: p, digest: digest, names: names, revs: revs, manifestRevs: manifestRevs}
 	if len(r.signed) == 0 {
 		r.settleLocked(true) // nothing to order: activate now
 	}
@@ -409,7 +406,7 @@ func (r *remote) settleLocked(final bool) {
 	case pend.p == nil || s.unchangedLocked(pend.digest):
 		s.log.Debug("bundle unchanged; not activated again", "revision", decision.JoinRevisions(pend.revs))
 	default:
-		if err := s.activateLocked(r.ctx, pend.p, pend.origin, pend.digest); err != nil {
+		if err := s.activateGateLocked(r.ctx, pend.p, pend.digest); err != nil {
 			r.refuseLocked(pend.names, coded.PolicyBundleCheck, err)
 			return
 		}

@@ -216,15 +216,21 @@ func (s *Source) Origin() string {
 	return s.status.Origin
 }
 
-// activateLocked makes p the engine's policy, digest its contentDigest ("" for none); s.mu is
-// held.
+// activateLocked makes p, from origin, the engine's policy (activateGateLocked); s.mu is held.
 func (s *Source) activateLocked(ctx context.Context, p *decision.Policy, origin, digest string) error {
-	if err := s.eng.Activate(ctx, p); err != nil {
+	return s.activateGateLocked(ctx, &GatePolicy{p: p, origin: origin}, digest)
+}
+
+// activateGateLocked makes g the engine's policy (GatePolicy.ActivateOn, as `authz run`'s gate
+// does), digest its contentDigest ("" for none); s.mu is held.
+func (s *Source) activateGateLocked(ctx context.Context, g *GatePolicy, digest string) error {
+	a, err := g.ActivateOn(ctx, s.eng)
+	if err != nil {
 		return err
 	}
 	s.digest = digest
-	s.status.Revision, s.status.Origin, s.status.ActivatedAt, s.status.LastError = p.Revision(), origin, time.Now().UTC(), ""
-	s.log.Info("policy activated", "revision", p.Revision(), "origin", origin, "cache", logtext.Clean(cacheNote(s.eng))) // the note may quote the bundle
+	s.status.Revision, s.status.Origin, s.status.ActivatedAt, s.status.LastError = a.Revision, a.Origin, a.At, ""
+	s.log.Info("policy activated", "revision", a.Revision, "origin", a.Origin, "cache", logtext.Clean(cacheNote(s.eng))) // the note may quote the bundle
 	return nil
 }
 

@@ -16,6 +16,8 @@ import (
 	"syscall"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/authz-dev/authz/internal/sandbox/seccomp"
 )
 
 // launchArg is the first argument that makes the host's own executable the driver launcher:
@@ -295,7 +297,7 @@ func runLauncher(args []string, child bool) int {
 	if err := applySandbox(args[3]); err != nil {
 		return fail(err)
 	}
-	if err := installSeccomp(); err != nil {
+	if err := seccomp.Install(); err != nil {
 		return fail(err)
 	}
 	// Resolved by execve before the descriptor closes: the driver does not inherit it.

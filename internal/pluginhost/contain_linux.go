@@ -14,6 +14,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 	"golang.org/x/sys/unix"
 
+	"github.com/authz-dev/authz/internal/sandbox/landlock"
 	"github.com/authz-dev/authz/internal/sandbox/seccomp"
 )
 
@@ -54,7 +55,7 @@ func (c *hostContainment) setUp() *hostContainment {
 		} else {
 			c.pidnsErr = fmt.Errorf("no launcher: %w", c.seccompErr)
 		}
-		c.landlock = landlockMissing()
+		c.landlock = landlock.Missing()
 		if c.launcher == "" {
 			c.landlock = "Landlock (no launcher to apply it)"
 		}

@@ -27,6 +27,7 @@ import (
 
 	"github.com/authz-dev/authz/internal/api"
 	"github.com/authz-dev/authz/internal/coded"
+	"github.com/authz-dev/authz/internal/sandbox/landlock"
 )
 
 // workerMarkerEnv is set in every driver's environment to a token of its worker; descendants
@@ -107,7 +108,7 @@ func newProc(log hclog.Logger, spec *exec.Cmd, exe *pinnedExecutable, cfg Plugin
 	p.exitStatus.Store(-1)
 	p.initFD = -1
 	write := append(append([]string{}, cfg.Sandbox.WritePaths...), fixtureWritePaths...)
-	sandbox := launchSandbox(sandboxSpec{Tmp: socketDir, Read: cfg.Sandbox.ReadPaths, Write: write, Connect: cfg.Sandbox.ConnectTCP})
+	sandbox := landlock.Arg(landlock.Spec{Tmp: socketDir, Read: cfg.Sandbox.ReadPaths, Write: write, Connect: cfg.Sandbox.ConnectTCP})
 	switch {
 	case c.launcher != "" && c.pidnsErr == nil:
 		host, kid, err := eventSocket()

@@ -3,7 +3,6 @@
 package pluginhost
 
 import (
-	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -17,6 +16,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/authz-dev/authz/internal/sandbox/landlock"
 	"github.com/authz-dev/authz/internal/sandbox/seccomp"
 )
 
@@ -27,7 +27,7 @@ import (
 //
 //	argv: [driver argv[0], launchArg, limits, sandbox, driver argv[1:]...]   fd 3: the sealed copy
 //
-// (limits as launchLimits writes them, sandbox as launchSandbox does) and the launcher, once limited and filtered, executes
+// (limits as launchLimits writes them, sandbox as landlock.Arg does) and the launcher, once limited and filtered, executes
 // fd 3 with the driver's own argv and environment.
 // A program is a launcher once it called InitLauncher (sandbox.Init) first thing in main; no
 // other argument or environment variable makes it one.
@@ -151,17 +151,7 @@ func runNamespaces(args []string) int {
 const initDeathSignal = syscall.SIGTERM
 
 // sandboxTmp is the private directory of the launcher's sandbox argument, "" when none.
-func sandboxTmp(arg string) string {
-	raw, ok := strings.CutPrefix(arg, "sandbox:")
-	if !ok {
-		return ""
-	}
-	var spec sandboxSpec
-	if json.Unmarshal([]byte(raw), &spec) != nil {
-		return ""
-	}
-	return spec.Tmp
-}
+func sandboxTmp(arg string) string { return landlock.Tmp(arg) }
 
 // removeTmp removes the worker's private directory, where its name says it is one (go-plugin's
 // "plugin-dir" prefix): never a directory the argument names by mistake.
@@ -294,7 +284,7 @@ func runLauncher(args []string, child bool) int {
 		}
 		_ = unix.Close(launchEventFD)
 	}
-	if err := applySandbox(args[3]); err != nil {
+	if err := landlock.Apply(args[3]); err != nil {
 		return fail(err)
 	}
 	if err := seccomp.Install(); err != nil {

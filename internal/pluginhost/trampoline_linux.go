@@ -17,6 +17,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/authz-dev/authz/internal/sandbox/landlock"
+	"github.com/authz-dev/authz/internal/sandbox/rlimit"
 	"github.com/authz-dev/authz/internal/sandbox/seccomp"
 )
 
@@ -275,7 +276,7 @@ func runLauncher(args []string, child bool) int {
 	if len(args) < 4 {
 		return fail(fmt.Errorf("want the limits and sandbox arguments"))
 	}
-	if err := setLimits(args[2]); err != nil {
+	if err := rlimit.Set(args[2]); err != nil {
 		return fail(err)
 	}
 	if child {
@@ -304,59 +305,13 @@ func sendCredentials(msg string) error {
 	return unix.Sendmsg(launchEventFD, []byte(msg), oob, nil, 0)
 }
 
-// rlimits are the resource limits of ResourceLimits, by their name in the launcher's argument.
-var rlimits = []struct {
-	name, field string
-	resource    int
-	value       func(ResourceLimits) uint64
-}{
-	{"as", "addressSpaceBytes", unix.RLIMIT_AS, func(l ResourceLimits) uint64 { return l.AddressSpaceBytes }},
-	{"nproc", "processes", unix.RLIMIT_NPROC, func(l ResourceLimits) uint64 { return l.Processes }},
-	{"nofile", "openFiles", unix.RLIMIT_NOFILE, func(l ResourceLimits) uint64 { return l.OpenFiles }},
-	{"data", "dataBytes", unix.RLIMIT_DATA, func(l ResourceLimits) uint64 { return l.DataBytes }},
-	{"fsize", "fileSizeBytes", unix.RLIMIT_FSIZE, func(l ResourceLimits) uint64 { return l.FileSizeBytes }},
-	{"cpu", "cpuSeconds", unix.RLIMIT_CPU, func(l ResourceLimits) uint64 { return l.CPUSeconds }},
-}
+// launchLimits writes the launcher's limits argument (see rlimit.Limits.Arg).
+func launchLimits(l ResourceLimits) string { return l.rlimits().Arg() }
 
-// launchLimits writes the launcher's limits argument: "limits:" and NAME=VALUE pairs,
-// comma-separated, for the limits set.
-func launchLimits(l ResourceLimits) string {
-	var pairs []string
-	for _, r := range rlimits {
-		if v := r.value(l); v != 0 {
-			pairs = append(pairs, r.name+"="+strconv.FormatUint(v, 10))
-		}
+// rlimits are the limits of l the kernel sets with setrlimit (the cgroup's are set apart).
+func (l ResourceLimits) rlimits() rlimit.Limits {
+	return rlimit.Limits{
+		AddressSpaceBytes: l.AddressSpaceBytes, Processes: l.Processes, OpenFiles: l.OpenFiles,
+		DataBytes: l.DataBytes, FileSizeBytes: l.FileSizeBytes, CPUSeconds: l.CPUSeconds,
 	}
-	return "limits:" + strings.Join(pairs, ",")
-}
-
-// setLimits sets on the launcher (and so on the driver it becomes) the limits of arg.
-func setLimits(arg string) error {
-	spec, ok := strings.CutPrefix(arg, "limits:")
-	if !ok {
-		return fmt.Errorf("bad limits argument %q", arg)
-	}
-	for pair := range strings.SplitSeq(spec, ",") {
-		if pair == "" {
-			continue
-		}
-		name, value, _ := strings.Cut(pair, "=")
-		v, err := strconv.ParseUint(value, 10, 64)
-		if err != nil {
-			return fmt.Errorf("bad limit %q", pair)
-		}
-		known := false
-		for _, r := range rlimits {
-			if r.name == name {
-				known = true
-				if err := unix.Setrlimit(r.resource, &unix.Rlimit{Cur: v, Max: v}); err != nil {
-					return fmt.Errorf("limits.%s: set %d: %w", r.field, v, err)
-				}
-			}
-		}
-		if !known {
-			return fmt.Errorf("unknown limit %q", name)
-		}
-	}
-	return nil
 }

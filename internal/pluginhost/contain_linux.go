@@ -13,6 +13,9 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 	"golang.org/x/sys/unix"
+
+	"github.com/authz-dev/authz/internal/sandbox/landlock"
+	"github.com/authz-dev/authz/internal/sandbox/seccomp"
 )
 
 // hostContainment is what this process, as a host of drivers, has set up to keep drivers out of
@@ -40,7 +43,7 @@ func (c *hostContainment) setUp() *hostContainment {
 		if err := unix.Prctl(unix.PR_SET_DUMPABLE, 0, 0, 0, 0); err != nil {
 			c.dumpableErr = fmt.Errorf("make the host non-dumpable: %w", err)
 		}
-		c.seccompErr = seccompAvailable()
+		c.seccompErr = seccomp.Available()
 		if c.seccompErr == nil && !launcherRegistered.Load() {
 			c.seccompErr = errors.New("no driver launcher: the program did not call sandbox.Init first in main")
 		}
@@ -52,7 +55,7 @@ func (c *hostContainment) setUp() *hostContainment {
 		} else {
 			c.pidnsErr = fmt.Errorf("no launcher: %w", c.seccompErr)
 		}
-		c.landlock = landlockMissing()
+		c.landlock = landlock.Missing()
 		if c.launcher == "" {
 			c.landlock = "Landlock (no launcher to apply it)"
 		}

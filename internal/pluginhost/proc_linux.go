@@ -27,6 +27,8 @@ import (
 
 	"github.com/authz-dev/authz/internal/api"
 	"github.com/authz-dev/authz/internal/coded"
+	"github.com/authz-dev/authz/internal/sandbox/landlock"
+	"github.com/authz-dev/authz/internal/sandbox/rlimit"
 )
 
 // workerMarkerEnv is set in every driver's environment to a token of its worker; descendants
@@ -107,7 +109,7 @@ func newProc(log hclog.Logger, spec *exec.Cmd, exe *pinnedExecutable, cfg Plugin
 	p.exitStatus.Store(-1)
 	p.initFD = -1
 	write := append(append([]string{}, cfg.Sandbox.WritePaths...), fixtureWritePaths...)
-	sandbox := launchSandbox(sandboxSpec{Tmp: socketDir, Read: cfg.Sandbox.ReadPaths, Write: write, Connect: cfg.Sandbox.ConnectTCP})
+	sandbox := landlock.Arg(landlock.Spec{Tmp: socketDir, Read: cfg.Sandbox.ReadPaths, Write: write, Connect: cfg.Sandbox.ConnectTCP})
 	switch {
 	case c.launcher != "" && c.pidnsErr == nil:
 		host, kid, err := eventSocket()
@@ -456,17 +458,7 @@ func (p *proc) applyLimits() error {
 	if p.seccomp {
 		return nil
 	}
-	for _, l := range rlimits {
-		v := l.value(p.limits)
-		if v == 0 {
-			continue
-		}
-		rl := unix.Rlimit{Cur: v, Max: v}
-		if err := unix.Prlimit(p.pid, l.resource, &rl, nil); err != nil {
-			return fmt.Errorf("limits.%s: set %d on the driver: %w", l.field, v, err)
-		}
-	}
-	return nil
+	return rlimit.Prlimit(p.pid, p.limits.rlimits())
 }
 
 // cloneCmd returns an unstarted copy of cmd.

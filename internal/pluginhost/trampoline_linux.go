@@ -3,7 +3,6 @@
 package pluginhost
 
 import (
-	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -16,6 +15,10 @@ import (
 	"syscall"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/authz-dev/authz/internal/sandbox/landlock"
+	"github.com/authz-dev/authz/internal/sandbox/rlimit"
+	"github.com/authz-dev/authz/internal/sandbox/seccomp"
 )
 
 // launchArg is the first argument that makes the host's own executable the driver launcher:
@@ -25,7 +28,7 @@ import (
 //
 //	argv: [driver argv[0], launchArg, limits, sandbox, driver argv[1:]...]   fd 3: the sealed copy
 //
-// (limits as launchLimits writes them, sandbox as launchSandbox does) and the launcher, once limited and filtered, executes
+// (limits as launchLimits writes them, sandbox as landlock.Arg does) and the launcher, once limited and filtered, executes
 // fd 3 with the driver's own argv and environment.
 // A program is a launcher once it called InitLauncher (sandbox.Init) first thing in main; no
 // other argument or environment variable makes it one.
@@ -149,17 +152,7 @@ func runNamespaces(args []string) int {
 const initDeathSignal = syscall.SIGTERM
 
 // sandboxTmp is the private directory of the launcher's sandbox argument, "" when none.
-func sandboxTmp(arg string) string {
-	raw, ok := strings.CutPrefix(arg, "sandbox:")
-	if !ok {
-		return ""
-	}
-	var spec sandboxSpec
-	if json.Unmarshal([]byte(raw), &spec) != nil {
-		return ""
-	}
-	return spec.Tmp
-}
+func sandboxTmp(arg string) string { return landlock.Tmp(arg) }
 
 // removeTmp removes the worker's private directory, where its name says it is one (go-plugin's
 // "plugin-dir" prefix): never a directory the argument names by mistake.
@@ -267,7 +260,7 @@ func runLauncher(args []string, child bool) int {
 	if len(args) < 4 {
 		return fail(fmt.Errorf("want the limits and sandbox arguments"))
 	}
-	if err := setLimits(args[2]); err != nil {
+	if err := rlimit.Set(args[2]); err != nil {
 		return fail(err)
 	}
 	if child {
@@ -276,10 +269,10 @@ func runLauncher(args []string, child bool) int {
 		}
 		_ = unix.Close(launchEventFD)
 	}
-	if err := applySandbox(args[3]); err != nil {
+	if err := landlock.Apply(args[3]); err != nil {
 		return fail(err)
 	}
-	if err := installSeccomp(); err != nil {
+	if err := seccomp.Install(); err != nil {
 		return fail(err)
 	}
 	// Resolved by execve before the descriptor closes: the driver does not inherit it.
@@ -296,59 +289,13 @@ func sendCredentials(msg string) error {
 	return unix.Sendmsg(launchEventFD, []byte(msg), oob, nil, 0)
 }
 
-// rlimits are the resource limits of ResourceLimits, by their name in the launcher's argument.
-var rlimits = []struct {
-	name, field string
-	resource    int
-	value       func(ResourceLimits) uint64
-}{
-	{"as", "addressSpaceBytes", unix.RLIMIT_AS, func(l ResourceLimits) uint64 { return l.AddressSpaceBytes }},
-	{"nproc", "processes", unix.RLIMIT_NPROC, func(l ResourceLimits) uint64 { return l.Processes }},
-	{"nofile", "openFiles", unix.RLIMIT_NOFILE, func(l ResourceLimits) uint64 { return l.OpenFiles }},
-	{"data", "dataBytes", unix.RLIMIT_DATA, func(l ResourceLimits) uint64 { return l.DataBytes }},
-	{"fsize", "fileSizeBytes", unix.RLIMIT_FSIZE, func(l ResourceLimits) uint64 { return l.FileSizeBytes }},
-	{"cpu", "cpuSeconds", unix.RLIMIT_CPU, func(l ResourceLimits) uint64 { return l.CPUSeconds }},
-}
+// launchLimits writes the launcher's limits argument (see rlimit.Limits.Arg).
+func launchLimits(l ResourceLimits) string { return l.rlimits().Arg() }
 
-// launchLimits writes the launcher's limits argument: "limits:" and NAME=VALUE pairs,
-// comma-separated, for the limits set.
-func launchLimits(l ResourceLimits) string {
-	var pairs []string
-	for _, r := range rlimits {
-		if v := r.value(l); v != 0 {
-			pairs = append(pairs, r.name+"="+strconv.FormatUint(v, 10))
-		}
+// rlimits are the limits of l the kernel sets with setrlimit (the cgroup's are set apart).
+func (l ResourceLimits) rlimits() rlimit.Limits {
+	return rlimit.Limits{
+		AddressSpaceBytes: l.AddressSpaceBytes, Processes: l.Processes, OpenFiles: l.OpenFiles,
+		DataBytes: l.DataBytes, FileSizeBytes: l.FileSizeBytes, CPUSeconds: l.CPUSeconds,
 	}
-	return "limits:" + strings.Join(pairs, ",")
-}
-
-// setLimits sets on the launcher (and so on the driver it becomes) the limits of arg.
-func setLimits(arg string) error {
-	spec, ok := strings.CutPrefix(arg, "limits:")
-	if !ok {
-		return fmt.Errorf("bad limits argument %q", arg)
-	}
-	for pair := range strings.SplitSeq(spec, ",") {
-		if pair == "" {
-			continue
-		}
-		name, value, _ := strings.Cut(pair, "=")
-		v, err := strconv.ParseUint(value, 10, 64)
-		if err != nil {
-			return fmt.Errorf("bad limit %q", pair)
-		}
-		known := false
-		for _, r := range rlimits {
-			if r.name == name {
-				known = true
-				if err := unix.Setrlimit(r.resource, &unix.Rlimit{Cur: v, Max: v}); err != nil {
-					return fmt.Errorf("limits.%s: set %d: %w", r.field, v, err)
-				}
-			}
-		}
-		if !known {
-			return fmt.Errorf("unknown limit %q", name)
-		}
-	}
-	return nil
 }

@@ -6,6 +6,13 @@
 // the host starts drivers uncontained and says so in its start-up WARN and in /v1/plugins.
 // Registration is explicit, like moby's reexec.Init: no library runs it from an init function.
 //
+// The containment's parts that need nothing of the plugin host are packages below this one:
+// seccomp (the system call allowlist and its BPF program), landlock (the file, network and
+// scope rules) and rlimit (the setrlimit limits). The launcher itself (the pid and user
+// namespaces, the init that reaps and reports the driver's pid and exit) and the host's side of
+// it (building the launcher's command, the containment report) are still in internal/pluginhost,
+// which this package calls.
+//
 // See docs/drivers.md, "What a driver can and cannot do".
 package sandbox
 

@@ -1,4 +1,4 @@
-package pluginhost
+package seccomp
 
 import "golang.org/x/sys/unix"
 

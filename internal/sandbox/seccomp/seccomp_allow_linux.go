@@ -1,6 +1,6 @@
 //go:build linux && (amd64 || arm64)
 
-package pluginhost
+package seccomp
 
 import "golang.org/x/sys/unix"
 

@@ -1,6 +1,6 @@
 //go:build linux
 
-package pluginhost
+package seccomp
 
 import (
 	"errors"
@@ -203,9 +203,9 @@ func seccompProgram() ([]unix.SockFilter, error) {
 	return a.program()
 }
 
-// installSeccomp sets no_new_privs and installs the filter on every thread of the calling
+// Install sets no_new_privs and installs the filter on every thread of the calling
 // process (SECCOMP_FILTER_FLAG_TSYNC: the Go runtime runs several).
-func installSeccomp() error {
+func Install() error {
 	prog, err := seccompProgram()
 	if err != nil {
 		return err
@@ -225,8 +225,8 @@ func installSeccomp() error {
 	return nil
 }
 
-// seccompAvailable reports why this kernel cannot filter a driver's system calls, nil when it can.
-func seccompAvailable() error {
+// Available reports why this kernel cannot filter a driver's system calls, nil when it can.
+func Available() error {
 	if _, err := seccompProgram(); err != nil {
 		return err
 	}

@@ -1,6 +1,6 @@
 //go:build linux && !amd64 && !arm64
 
-package pluginhost
+package seccomp
 
 // Where the host builds no seccomp filter (auditArch is 0: drivers start without one, and the
 // start-up WARN says so), no call is allowed and the filtered calls have no number.

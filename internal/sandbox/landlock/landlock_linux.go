@@ -1,6 +1,6 @@
 //go:build linux
 
-package pluginhost
+package landlock
 
 import (
 	"encoding/json"
@@ -14,9 +14,9 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// sandboxSpec is what the launcher's Landlock ruleset lets a driver reach beyond the system
+// Spec is what the launcher's Landlock ruleset lets a driver reach beyond the system
 // files: its private temporary directory and what its plugin's sandbox configuration adds.
-type sandboxSpec struct {
+type Spec struct {
 	Tmp     string   `json:"tmp,omitempty"`
 	Read    []string `json:"read,omitempty"`
 	Write   []string `json:"write,omitempty"`
@@ -50,14 +50,14 @@ var systemReadFiles = []string{
 // systemWriteFiles are the devices any driver may open for writing.
 var systemWriteFiles = []string{"/dev/null", "/dev/zero"}
 
-// launchSandbox writes the launcher's sandbox argument.
-func launchSandbox(s sandboxSpec) string {
+// Arg writes the launcher's sandbox argument.
+func Arg(s Spec) string {
 	b, _ := json.Marshal(s)
 	return "sandbox:" + string(b)
 }
 
-// landlockABI is the kernel's Landlock ABI version, 0 without Landlock.
-func landlockABI() int {
+// ABI is the kernel's Landlock ABI version, 0 without Landlock.
+func ABI() int {
 	v, err := ll.LandlockGetABIVersion()
 	if err != nil {
 		return 0
@@ -65,9 +65,9 @@ func landlockABI() int {
 	return v
 }
 
-// landlockMissing says what of the sandbox this kernel lacks, "" when it has all of it.
-func landlockMissing() string {
-	switch v := landlockABI(); {
+// Missing says what of the sandbox this kernel lacks, "" when it has all of it.
+func Missing() string {
+	switch v := ABI(); {
 	case v == 0:
 		return "Landlock (the kernel has none, or it is off): a driver reads and writes whatever its user may"
 	case v < landlockNetABI:
@@ -78,15 +78,15 @@ func landlockMissing() string {
 	return ""
 }
 
-// applySandbox restricts the calling thread (which then executes the driver: the domain is
+// Apply restricts the calling thread (which then executes the driver: the domain is
 // inherited across execve, and by every process the driver starts) to what arg allows.
 // The caller keeps its OS thread locked until the exec.
-func applySandbox(arg string) error {
+func Apply(arg string) error {
 	raw, ok := strings.CutPrefix(arg, "sandbox:")
 	if !ok {
 		return fmt.Errorf("bad sandbox argument %q", arg)
 	}
-	var spec sandboxSpec
+	var spec Spec
 	if err := json.Unmarshal([]byte(raw), &spec); err != nil {
 		return fmt.Errorf("bad sandbox argument: %w", err)
 	}
@@ -135,7 +135,21 @@ func applySandbox(arg string) error {
 	return nil
 }
 
+// isDir reports whether p is a directory (a rule for a directory covers what is beneath it).
 func isDir(p string) bool {
 	fi, err := os.Stat(p)
 	return err == nil && fi.IsDir()
+}
+
+// Tmp is the private directory of the launcher's sandbox argument, "" when none.
+func Tmp(arg string) string {
+	raw, ok := strings.CutPrefix(arg, "sandbox:")
+	if !ok {
+		return ""
+	}
+	var spec Spec
+	if json.Unmarshal([]byte(raw), &spec) != nil {
+		return ""
+	}
+	return spec.Tmp
 }

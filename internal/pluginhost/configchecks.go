@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"google.golang.org/grpc/codes"
@@ -38,14 +39,32 @@ type configKey struct {
 // configChecks holds the config checks in progress and their answers, and each plugin's share
 // of the checks: its turns, its breaker and its log budget.
 type configChecks struct {
-	mu       sync.Mutex
-	entries  map[configKey]*checkEntry
+	mu      sync.Mutex
+	entries map[configKey]*checkEntry
+	// kept is a copy of the answered entries of entries, published under mu after every change
+	// to them and read without mu: a decision whose answer is kept takes no lock.
+	kept     atomic.Pointer[map[configKey]*checkEntry]
 	plugins  map[string]*pluginChecks // by plugin id
 	logEvery time.Duration
 }
 
 func newConfigChecks() *configChecks {
-	return &configChecks{entries: map[configKey]*checkEntry{}, plugins: map[string]*pluginChecks{}, logEvery: checkLogEvery}
+	cc := &configChecks{entries: map[configKey]*checkEntry{}, plugins: map[string]*pluginChecks{}, logEvery: checkLogEvery}
+	cc.publishLocked()
+	return cc
+}
+
+// publishLocked publishes the answered entries as kept; cc.mu is held (or cc is not shared yet).
+// An entry's fields are written before its done is closed, so a reader that sees it answered
+// sees them.
+func (cc *configChecks) publishLocked() {
+	kept := make(map[configKey]*checkEntry, len(cc.entries))
+	for k, e := range cc.entries {
+		if e.answered() {
+			kept[k] = e
+		}
+	}
+	cc.kept.Store(&kept)
 }
 
 // checkEntry is one config check: in progress until done is closed, then its answer. Its
@@ -146,7 +165,20 @@ func (h *Host) PrepareConfigCheck(pluginID string, w *snapshot.Worker, driverKey
 	return c.await
 }
 
-var _ snapshot.ConfigCheckPreparer = (*Host)(nil)
+// AnswerConfigCheck implements snapshot.ConfigCheckAnswerer: PrepareConfigCheck's wait, or,
+// when there is none, the answer ConfigValid would give now; so a decision asks once.
+func (h *Host) AnswerConfigCheck(pluginID string, w *snapshot.Worker, driverKey string, config any) (func(context.Context) (bool, error), bool, error) {
+	c, valid, err := h.prepareCheck(pluginID, w, driverKey, config)
+	if c == nil {
+		return nil, valid, err
+	}
+	return c.await, false, nil
+}
+
+var (
+	_ snapshot.ConfigCheckPreparer = (*Host)(nil)
+	_ snapshot.ConfigCheckAnswerer = (*Host)(nil)
+)
 
 // pendingCheck is a config check that needs the driver, or a check in progress.
 type pendingCheck struct {
@@ -189,6 +221,9 @@ func (h *Host) prepareCheck(pluginID string, w *snapshot.Worker, driverKey strin
 	}
 	key := configKey{pluginID: pluginID, generation: cur.generation, driverKey: driverKey, configSum: sha256.Sum256(canonical)}
 	cc := h.checks
+	if e := (*cc.kept.Load())[key]; e != nil && e.usable(time.Now()) {
+		return nil, e.valid, e.err // a kept answer: no lock
+	}
 	cc.mu.Lock()
 	e := cc.entries[key]
 	if e != nil && e.answered() {
@@ -197,6 +232,7 @@ func (h *Host) prepareCheck(pluginID string, w *snapshot.Worker, driverKey strin
 			return nil, e.valid, e.err
 		}
 		delete(cc.entries, key)
+		cc.publishLocked()
 	}
 	cc.mu.Unlock()
 	return &pendingCheck{h: h, m: m, w: cur, key: key, config: canonical}, false, nil
@@ -246,6 +282,7 @@ func (c *pendingCheck) await(ctx context.Context) (bool, error) {
 					delete(cc.entries, k)
 				}
 			}
+			cc.publishLocked()
 		}
 		cc.entries[c.key] = e
 		cc.mu.Unlock()
@@ -271,6 +308,11 @@ func (c *pendingCheck) await(ctx context.Context) (bool, error) {
 		}
 		cc.mu.Unlock()
 		close(e.done)
+		cc.mu.Lock()
+		if cc.entries[c.key] == e {
+			cc.publishLocked() // kept: readers may take it without the lock
+		}
+		cc.mu.Unlock()
 		return valid, err
 	}
 }
@@ -452,6 +494,7 @@ func (h *Host) forgetConfigChecks(pluginID string, current uint64) {
 			delete(cc.entries, k)
 		}
 	}
+	cc.publishLocked()
 	if pc, ok := cc.plugins[pluginID]; ok {
 		pc.timeouts, pc.openUntil, pc.probing = 0, time.Time{}, false
 	}

@@ -3,6 +3,7 @@
 package pluginhost
 
 import (
+	"context"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -240,4 +241,37 @@ func TestConfigCheckFailuresLogged(t *testing.T) {
 	h.checks.logEvery = 0 // the next failure's line says how many were left out
 	_, _ = h.ConfigValid(t.Context(), "chk", w, "example", map[string]any{"i": "last"})
 	assert.Contains(t, logged.String(), "suppressed=4")
+}
+
+// TestConfigCheckKeptAnswerTakesNoLock: a kept answer is read without the config checks' lock,
+// so a decision whose check is kept never waits on another check's bookkeeping.
+func TestConfigCheckKeptAnswerTakesNoLock(t *testing.T) {
+	runParallel(t)
+	h, w, dir := startChecksHost(t, nil)
+	cfg := map[string]any{"region": "eu"}
+	valid, err := h.ConfigValid(t.Context(), "chk", w, "example", cfg)
+	require.NoError(t, err)
+	require.True(t, valid)
+
+	h.checks.mu.Lock()
+	locked := true
+	defer func() {
+		if locked {
+			h.checks.mu.Unlock()
+		}
+	}()
+	answered := make(chan bool, 1)
+	go func() {
+		valid, err := h.ConfigValid(context.Background(), "chk", w, "example", map[string]any{"region": "eu"})
+		answered <- err == nil && valid
+	}()
+	select {
+	case ok := <-answered:
+		assert.True(t, ok)
+	case <-time.After(10 * time.Second):
+		t.Error("a kept answer waited on the config checks' lock")
+	}
+	h.checks.mu.Unlock()
+	locked = false
+	assert.Equal(t, 1, checks.Calls(dir), "the answer was kept")
 }

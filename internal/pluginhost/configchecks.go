@@ -41,9 +41,10 @@ type configKey struct {
 type configChecks struct {
 	mu      sync.Mutex
 	entries map[configKey]*checkEntry
-	// kept is a copy of the answered entries of entries, published under mu after every change
-	// to them and read without mu: a decision whose answer is kept takes no lock.
-	kept     atomic.Pointer[map[configKey]*checkEntry]
+	// kept is the answered entries of entries by the hash of their config's value (configkeep.go),
+	// published under mu after every change to them and read without mu: a decision whose answer
+	// is kept takes no lock.
+	kept     atomic.Pointer[map[keptKey][]*checkEntry]
 	plugins  map[string]*pluginChecks // by plugin id
 	logEvery time.Duration
 }
@@ -58,10 +59,11 @@ func newConfigChecks() *configChecks {
 // An entry's fields are written before its done is closed, so a reader that sees it answered
 // sees them.
 func (cc *configChecks) publishLocked() {
-	kept := make(map[configKey]*checkEntry, len(cc.entries))
+	kept := make(map[keptKey][]*checkEntry, len(cc.entries))
 	for k, e := range cc.entries {
-		if e.answered() {
-			kept[k] = e
+		if e.answered() && e.config != nil {
+			kk := keptKey{pluginID: k.pluginID, generation: k.generation, driverKey: k.driverKey, sum: e.configSum}
+			kept[kk] = append(kept[kk], e)
 		}
 	}
 	cc.kept.Store(&kept)
@@ -76,6 +78,12 @@ type checkEntry struct {
 	expires time.Time // zero: kept while the generation runs; else kept until then
 	retry   bool      // the caller that asked gave up: the waiters ask again
 	waiters int       // callers waiting on done besides the one asking
+
+	// The config asked about, decoded from its canonical JSON as the request decoder would
+	// decode it, and its hashConfig: how a kept answer is found without a lock. nil when it
+	// cannot be hashed.
+	config    map[string]any
+	configSum uint64
 }
 
 // answered reports whether the check is over.
@@ -211,6 +219,9 @@ func (h *Host) prepareCheck(pluginID string, w *snapshot.Worker, driverKey strin
 		return nil, false, fmt.Errorf("%w: plugin %q was asked about generation %d, the running worker is generation %d",
 			errStaleWorker, pluginID, w.Generation, cur.generation)
 	}
+	if valid, err, ok := h.checks.keptAnswer(pluginID, cur.generation, driverKey, cfg, time.Now()); ok {
+		return nil, valid, err // a kept answer: no lock, no canonical JSON
+	}
 	canonical, err := json.Marshal(cfg) // map keys sorted: canonical
 	if err != nil {
 		return nil, false, fmt.Errorf("plugin %q: config is not JSON: %w", pluginID, err)
@@ -221,9 +232,6 @@ func (h *Host) prepareCheck(pluginID string, w *snapshot.Worker, driverKey strin
 	}
 	key := configKey{pluginID: pluginID, generation: cur.generation, driverKey: driverKey, configSum: sha256.Sum256(canonical)}
 	cc := h.checks
-	if e := (*cc.kept.Load())[key]; e != nil && e.usable(time.Now()) {
-		return nil, e.valid, e.err // a kept answer: no lock
-	}
 	cc.mu.Lock()
 	e := cc.entries[key]
 	if e != nil && e.answered() {
@@ -276,6 +284,7 @@ func (c *pendingCheck) await(ctx context.Context) (bool, error) {
 			return e.valid, e.err
 		}
 		e = &checkEntry{done: make(chan struct{})}
+		e.config, e.configSum = keptConfig(c.config)
 		if len(cc.entries) >= maxConfigCacheEntries {
 			for k, old := range cc.entries {
 				if old.answered() {
@@ -315,6 +324,22 @@ func (c *pendingCheck) await(ctx context.Context) (bool, error) {
 		cc.mu.Unlock()
 		return valid, err
 	}
+}
+
+// keptConfig decodes canonical as the request decoder would (numbers as json.Number) and hashes
+// it; nil when it cannot.
+func keptConfig(canonical []byte) (map[string]any, uint64) {
+	var config map[string]any
+	dec := json.NewDecoder(bytes.NewReader(canonical))
+	dec.UseNumber()
+	if dec.Decode(&config) != nil || config == nil {
+		return nil, 0
+	}
+	sum, ok := hashConfig(config, 0)
+	if !ok {
+		return nil, 0
+	}
+	return config, sum
 }
 
 // wrap names the check in err.

@@ -304,7 +304,8 @@ func (p *Pipeline) admit(ctx context.Context, caller string, parseBody func([]by
 		p.places.Release(caller)
 		return nil, facts, err
 	}
-	if wait := snapshot.PendingConfigCheck(req, facts); wait != nil {
+	wait, facts := snapshot.ConfigCheckAhead(req, facts) // an answer at hand is carried in facts: asked once
+	if wait != nil {
 		p.places.Release(caller) // the decoded request is not used again: decoded again below
 		facts = wait(ctx)
 		if !p.places.Acquire(ctx, caller) {

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"google.golang.org/grpc/codes"
@@ -38,14 +39,34 @@ type configKey struct {
 // configChecks holds the config checks in progress and their answers, and each plugin's share
 // of the checks: its turns, its breaker and its log budget.
 type configChecks struct {
-	mu       sync.Mutex
-	entries  map[configKey]*checkEntry
+	mu      sync.Mutex
+	entries map[configKey]*checkEntry
+	// kept is the answered entries of entries by the hash of their config's value (configkeep.go),
+	// published under mu after every change to them and read without mu: a decision whose answer
+	// is kept takes no lock.
+	kept     atomic.Pointer[map[keptKey][]*checkEntry]
 	plugins  map[string]*pluginChecks // by plugin id
 	logEvery time.Duration
 }
 
 func newConfigChecks() *configChecks {
-	return &configChecks{entries: map[configKey]*checkEntry{}, plugins: map[string]*pluginChecks{}, logEvery: checkLogEvery}
+	cc := &configChecks{entries: map[configKey]*checkEntry{}, plugins: map[string]*pluginChecks{}, logEvery: checkLogEvery}
+	cc.publishLocked()
+	return cc
+}
+
+// publishLocked publishes the answered entries as kept; cc.mu is held (or cc is not shared yet).
+// An entry's fields are written before its done is closed, so a reader that sees it answered
+// sees them.
+func (cc *configChecks) publishLocked() {
+	kept := make(map[keptKey][]*checkEntry, len(cc.entries))
+	for k, e := range cc.entries {
+		if e.answered() && e.config != nil {
+			kk := keptKey{pluginID: k.pluginID, generation: k.generation, driverKey: k.driverKey, sum: e.configSum}
+			kept[kk] = append(kept[kk], e)
+		}
+	}
+	cc.kept.Store(&kept)
 }
 
 // checkEntry is one config check: in progress until done is closed, then its answer. Its
@@ -57,6 +78,12 @@ type checkEntry struct {
 	expires time.Time // zero: kept while the generation runs; else kept until then
 	retry   bool      // the caller that asked gave up: the waiters ask again
 	waiters int       // callers waiting on done besides the one asking
+
+	// The config asked about, decoded from its canonical JSON as the request decoder would
+	// decode it, and its hashConfig: how a kept answer is found without a lock. nil when it
+	// cannot be hashed.
+	config    map[string]any
+	configSum uint64
 }
 
 // answered reports whether the check is over.
@@ -146,7 +173,20 @@ func (h *Host) PrepareConfigCheck(pluginID string, w *snapshot.Worker, driverKey
 	return c.await
 }
 
-var _ snapshot.ConfigCheckPreparer = (*Host)(nil)
+// AnswerConfigCheck implements snapshot.ConfigCheckAnswerer: PrepareConfigCheck's wait, or,
+// when there is none, the answer ConfigValid would give now; so a decision asks once.
+func (h *Host) AnswerConfigCheck(pluginID string, w *snapshot.Worker, driverKey string, config any) (func(context.Context) (bool, error), bool, error) {
+	c, valid, err := h.prepareCheck(pluginID, w, driverKey, config)
+	if c == nil {
+		return nil, valid, err
+	}
+	return c.await, false, nil
+}
+
+var (
+	_ snapshot.ConfigCheckPreparer = (*Host)(nil)
+	_ snapshot.ConfigCheckAnswerer = (*Host)(nil)
+)
 
 // pendingCheck is a config check that needs the driver, or a check in progress.
 type pendingCheck struct {
@@ -179,6 +219,9 @@ func (h *Host) prepareCheck(pluginID string, w *snapshot.Worker, driverKey strin
 		return nil, false, fmt.Errorf("%w: plugin %q was asked about generation %d, the running worker is generation %d",
 			errStaleWorker, pluginID, w.Generation, cur.generation)
 	}
+	if valid, err, ok := h.checks.keptAnswer(pluginID, cur.generation, driverKey, cfg, time.Now()); ok {
+		return nil, valid, err // a kept answer: no lock, no canonical JSON
+	}
 	canonical, err := json.Marshal(cfg) // map keys sorted: canonical
 	if err != nil {
 		return nil, false, fmt.Errorf("plugin %q: config is not JSON: %w", pluginID, err)
@@ -197,6 +240,7 @@ func (h *Host) prepareCheck(pluginID string, w *snapshot.Worker, driverKey strin
 			return nil, e.valid, e.err
 		}
 		delete(cc.entries, key)
+		cc.publishLocked()
 	}
 	cc.mu.Unlock()
 	return &pendingCheck{h: h, m: m, w: cur, key: key, config: canonical}, false, nil
@@ -240,12 +284,14 @@ func (c *pendingCheck) await(ctx context.Context) (bool, error) {
 			return e.valid, e.err
 		}
 		e = &checkEntry{done: make(chan struct{})}
+		e.config, e.configSum = keptConfig(c.config)
 		if len(cc.entries) >= maxConfigCacheEntries {
 			for k, old := range cc.entries {
 				if old.answered() {
 					delete(cc.entries, k)
 				}
 			}
+			cc.publishLocked()
 		}
 		cc.entries[c.key] = e
 		cc.mu.Unlock()
@@ -271,8 +317,29 @@ func (c *pendingCheck) await(ctx context.Context) (bool, error) {
 		}
 		cc.mu.Unlock()
 		close(e.done)
+		cc.mu.Lock()
+		if cc.entries[c.key] == e {
+			cc.publishLocked() // kept: readers may take it without the lock
+		}
+		cc.mu.Unlock()
 		return valid, err
 	}
+}
+
+// keptConfig decodes canonical as the request decoder would (numbers as json.Number) and hashes
+// it; nil when it cannot.
+func keptConfig(canonical []byte) (map[string]any, uint64) {
+	var config map[string]any
+	dec := json.NewDecoder(bytes.NewReader(canonical))
+	dec.UseNumber()
+	if dec.Decode(&config) != nil || config == nil {
+		return nil, 0
+	}
+	sum, ok := hashConfig(config, 0)
+	if !ok {
+		return nil, 0
+	}
+	return config, sum
 }
 
 // wrap names the check in err.
@@ -452,6 +519,7 @@ func (h *Host) forgetConfigChecks(pluginID string, current uint64) {
 			delete(cc.entries, k)
 		}
 	}
+	cc.publishLocked()
 	if pc, ok := cc.plugins[pluginID]; ok {
 		pc.timeouts, pc.openUntil, pc.probing = 0, time.Time{}, false
 	}

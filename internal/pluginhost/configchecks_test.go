@@ -3,6 +3,8 @@
 package pluginhost
 
 import (
+	"context"
+	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -240,4 +242,93 @@ func TestConfigCheckFailuresLogged(t *testing.T) {
 	h.checks.logEvery = 0 // the next failure's line says how many were left out
 	_, _ = h.ConfigValid(t.Context(), "chk", w, "example", map[string]any{"i": "last"})
 	assert.Contains(t, logged.String(), "suppressed=4")
+}
+
+// TestConfigCheckKeptAnswerTakesNoLock: a kept answer is read without the config checks' lock,
+// so a decision whose check is kept never waits on another check's bookkeeping.
+func TestConfigCheckKeptAnswerTakesNoLock(t *testing.T) {
+	runParallel(t)
+	h, w, dir := startChecksHost(t, nil)
+	cfg := map[string]any{"region": "eu"}
+	valid, err := h.ConfigValid(t.Context(), "chk", w, "example", cfg)
+	require.NoError(t, err)
+	require.True(t, valid)
+
+	h.checks.mu.Lock()
+	locked := true
+	defer func() {
+		if locked {
+			h.checks.mu.Unlock()
+		}
+	}()
+	answered := make(chan bool, 1)
+	go func() {
+		valid, err := h.ConfigValid(context.Background(), "chk", w, "example", map[string]any{"region": "eu"})
+		answered <- err == nil && valid
+	}()
+	select {
+	case ok := <-answered:
+		assert.True(t, ok)
+	case <-time.After(10 * time.Second):
+		t.Error("a kept answer waited on the config checks' lock")
+	}
+	h.checks.mu.Unlock()
+	locked = false
+	assert.Equal(t, 1, checks.Calls(dir), "the answer was kept")
+}
+
+// TestConfigCheckKeptAnswerAllocatesNothing: a decision whose config check is kept reads the
+// answer without making the config's canonical JSON: no allocation.
+//
+// Sequential: it counts what the whole process allocates.
+func TestConfigCheckKeptAnswerAllocatesNothing(t *testing.T) {
+	h, w, dir := startChecksHost(t, nil)
+	asked := map[string]any{"region": "eu", "size": json.Number("2"), "tags": []any{"a", true, nil}}
+	valid, err := h.ConfigValid(t.Context(), "chk", w, "example", asked)
+	require.NoError(t, err)
+	require.True(t, valid)
+	same := map[string]any{"tags": []any{"a", true, nil}, "size": json.Number("2"), "region": "eu"} // decoded from another body
+	ctx := t.Context()
+	allocs := testing.AllocsPerRun(1000, func() {
+		if valid, err := h.ConfigValid(ctx, "chk", w, "example", same); err != nil || !valid {
+			t.Fatalf("kept answer: %v %v", valid, err)
+		}
+	})
+	assert.Zero(t, allocs, "allocations per kept answer")
+	assert.Equal(t, 1, checks.Calls(dir), "the answer was kept")
+}
+
+// TestKeptConfigMatch: a kept answer is found only for a config of the same value and types: the
+// members of an object in any order, nothing else (another number literal, another type, one
+// more member, another array order).
+func TestKeptConfigMatch(t *testing.T) {
+	t.Parallel()
+	kept, _ := keptConfig([]byte(`{"a":1,"b":["x",true,null,{"c":1.50}],"d":{"e":"f"}}`))
+	require.NotNil(t, kept)
+	for _, tt := range []struct {
+		config string
+		equal  bool
+	}{
+		{`{"d":{"e":"f"},"b":["x",true,null,{"c":1.50}],"a":1}`, true},
+		{`{"a":1.0,"b":["x",true,null,{"c":1.50}],"d":{"e":"f"}}`, false},
+		{`{"a":1,"b":["x",true,null,{"c":1.5}],"d":{"e":"f"}}`, false},
+		{`{"a":"1","b":["x",true,null,{"c":1.50}],"d":{"e":"f"}}`, false},
+		{`{"a":1,"b":[true,"x",null,{"c":1.50}],"d":{"e":"f"}}`, false},
+		{`{"a":1,"b":["x",true,null,{"c":1.50}],"d":{"e":"f"},"g":null}`, false},
+		{`{"a":1,"b":["x",true,false,{"c":1.50}],"d":{"e":"f"}}`, false},
+		{`{"a":1,"b":["x",true,null,{"c":1.50}],"d":{"e":"F"}}`, false},
+	} {
+		var config map[string]any
+		dec := json.NewDecoder(strings.NewReader(tt.config))
+		dec.UseNumber()
+		require.NoError(t, dec.Decode(&config))
+		assert.Equal(t, tt.equal, equalConfig(kept, config, 0), tt.config)
+		if tt.equal {
+			a, _ := hashConfig(kept, 0)
+			b, _ := hashConfig(config, 0)
+			assert.Equal(t, a, b, tt.config)
+		}
+	}
+	_, ok := hashConfig(map[string]any{"n": 1}, 0) // an int is no type the decoder makes
+	assert.False(t, ok)
 }

@@ -170,6 +170,44 @@ type ConfigCheckPreparer interface {
 	PrepareConfigCheck(pluginID string, w *Worker, driverKey string, config any) func(ctx context.Context) (bool, error)
 }
 
+// ConfigCheckAnswerer is implemented by facts that can say, in one call, either the answer of
+// the config check ConfigValid would make (when it is at hand: kept, or needing no driver) or the
+// wait for it, so that a decision asks its check once.
+type ConfigCheckAnswerer interface {
+	// AnswerConfigCheck returns the wait PrepareConfigCheck would return with these arguments;
+	// when that is nil, valid and err are the answer ConfigValid would give now.
+	AnswerConfigCheck(pluginID string, w *Worker, driverKey string, config any) (wait func(ctx context.Context) (bool, error), valid bool, err error)
+}
+
+// ConfigCheckAhead is PendingConfigCheck that also carries an answer at hand: when facts answer
+// the check at once (ConfigCheckAnswerer), it returns no wait and facts that hold that answer,
+// so that Build does not ask for it again; otherwise the wait PendingConfigCheck returns (nil
+// when there is none) and facts unchanged. A decision asks its config check once either way.
+func ConfigCheckAhead(req *Request, facts Facts) (wait func(ctx context.Context) Facts, at Facts) {
+	a, ok := facts.(ConfigCheckAnswerer)
+	if !ok {
+		return PendingConfigCheck(req, facts), facts
+	}
+	r := resolve(req)
+	if r.pluginID == "" {
+		return nil, facts
+	}
+	pluginID, driverKey := text(r.pluginID), text(r.providerKey)
+	pf, ok := facts.Plugin(pluginID)
+	if !ok || !consultsConfigCheck(r, pf.Record, pf.Worker) {
+		return nil, facts
+	}
+	generation := pf.Worker.Generation
+	w, valid, err := a.AnswerConfigCheck(pluginID, pf.Worker, driverKey, req.Environment["config"])
+	if w == nil {
+		return nil, &checkedFacts{Facts: facts, pluginID: pluginID, generation: generation, driverKey: driverKey, valid: valid, err: err}
+	}
+	return func(ctx context.Context) Facts {
+		valid, err := w(ctx)
+		return &checkedFacts{Facts: facts, pluginID: pluginID, generation: generation, driverKey: driverKey, valid: valid, err: err}
+	}, facts
+}
+
 // PendingConfigCheck returns the wait for the config check Build would make for req when facts
 // would have to ask a driver for it (see ConfigCheckPreparer), or nil when Build consults no
 // config check or its answer is at hand. The wait holds nothing of req. It returns facts that
@@ -196,7 +234,7 @@ func PendingConfigCheck(req *Request, facts Facts) func(ctx context.Context) Fac
 	generation := pf.Worker.Generation
 	return func(ctx context.Context) Facts {
 		valid, err := wait(ctx)
-		return checkedFacts{Facts: facts, pluginID: pluginID, generation: generation, driverKey: driverKey, valid: valid, err: err}
+		return &checkedFacts{Facts: facts, pluginID: pluginID, generation: generation, driverKey: driverKey, valid: valid, err: err}
 	}
 }
 
@@ -213,7 +251,7 @@ type checkedFacts struct {
 
 // ConfigValid implements Facts: the answer at hand for the check it holds; any other check
 // (another worker generation, say) is asked of the facts.
-func (f checkedFacts) ConfigValid(ctx context.Context, pluginID string, w *Worker, driverKey string, config any) (bool, error) {
+func (f *checkedFacts) ConfigValid(ctx context.Context, pluginID string, w *Worker, driverKey string, config any) (bool, error) {
 	if pluginID == f.pluginID && w != nil && w.Generation == f.generation && driverKey == f.driverKey {
 		return f.valid, f.err
 	}

@@ -6,9 +6,20 @@
 // decisions: authz gets the request (POST /v1/authorize) and assembles the input itself; OPA gets
 // the input authz assembles (POST /v1/data/authz/decision), the document `authz decide
 // --print-input` prints, checked on a sample. Every answer is checked against the independent
-// oracle (allow and code). Two streams: "distinct" (no two requests share what the policy reads)
-// and "replay" (a few hundred leases asked again and again); and the floor, GET /health on each
-// server. Each cell runs --rounds times, alternating the servers, at each concurrency.
+// oracle (allow and code). Three streams: "distinct" (no two requests share what the policy
+// reads), "replay" (a few hundred leases asked again and again) and "grant" (one grant of the
+// replay stream, repeated); and the floor, GET /health on each server. Each cell runs --rounds
+// times, alternating the servers, at each concurrency.
+//
+// --servers floor adds the HTTP floor: a tiny net/http server in a process of its own (this
+// program, started again) that reads and JSON-decodes the body and answers a canned decision (the
+// grant's allow and code); it gets the grant stream and GET /health only, and each grant row
+// says its rate as a fraction of the floor's. --base-authz adds an authz binary built elsewhere
+// (an older commit, say) as one more server, measured side by side in the same run:
+//
+//	git worktree add /tmp/base <commit> && (cd /tmp/base && go build -o /tmp/base-authz ./cmd/authz)
+//	go run ./scripts/compare-opa --servers authz,opa,floor --base-authz /tmp/base-authz --streams grant \
+//	    --duration 3s --rounds 2 --paced=false --restart=false
 //
 // Then (--paced) each server gets distinct requests at fractions of its peak rate of the
 // closed-loop table (--paced-at, default one half), open loop: requests leave on a fixed
@@ -88,11 +99,24 @@ type options struct {
 	serverCPUs  string
 	servers     []string
 	variants    []string
+	streams     []string
+	baseAuthz   string
 }
 
+// floorMarker, as this program's first argument, makes it the HTTP floor server (serveFloor).
+const floorMarker = "-compare-opa-floor-server"
+
+// floorName is the HTTP floor's name in the tables.
+const floorName = "floor (net/http)"
+
 func main() {
+	if len(os.Args) > 1 && os.Args[1] == floorMarker {
+		os.Exit(serveFloor(os.Args[2:]))
+	}
 	var o options
-	var conc string
+	var conc, streams string
+	flag.StringVar(&streams, "streams", "distinct,replay,grant,floor", "comma-separated streams of the closed-loop table: distinct, replay, grant (one grant repeated), floor (GET /health)")
+	flag.StringVar(&o.baseAuthz, "base-authz", "", "also measure this authz binary (decision cache on), named \"authz base\": an older build side by side in the same run")
 	flag.DurationVar(&o.duration, "duration", 3*time.Second, "time of one cell (one server, one stream, one concurrency, one round)")
 	flag.StringVar(&conc, "concurrency", "1,8,32", "comma-separated connection counts")
 	flag.IntVar(&o.rounds, "rounds", 2, "rounds per cell, alternating the servers")
@@ -110,7 +134,7 @@ func main() {
 	flag.IntVar(&o.senderProcs, "sender-procs", 0, "GOMAXPROCS of this program (the sender) once it has built the servers (0: the Go default)")
 	flag.StringVar(&senderCPUs, "sender-cpus", "", "pin this program (the sender) to these CPUs, e.g. 0 (comma-separated; empty: not pinned)")
 	flag.StringVar(&o.serverCPUs, "server-cpus", "", "pin every server to these CPUs with taskset -c, e.g. 1 (empty: not pinned)")
-	flag.StringVar(&servers, "servers", "authz,nocache,opa", "comma-separated servers to measure: authz, nocache (authz with the decision cache off), opa")
+	flag.StringVar(&servers, "servers", "authz,nocache,opa", "comma-separated servers to measure: authz, nocache (authz with the decision cache off), opa, floor (the HTTP floor: net/http reading and JSON-decoding the body, answering a canned decision; grant stream and GET /health only)")
 	flag.Func("variant", "an extra authz server (decision cache on) with this environment, e.g. GOGC=100 or GOGC=off,GOMEMLIMIT=48MiB (comma-separated KEY=VALUE; repeatable)", func(v string) error {
 		for _, kv := range strings.Split(v, ",") {
 			if k, _, ok := strings.Cut(kv, "="); !ok || k == "" {
@@ -149,10 +173,19 @@ func main() {
 	}
 	for _, s := range strings.Split(servers, ",") {
 		switch s = strings.TrimSpace(s); s {
-		case "authz", "nocache", "opa":
+		case "authz", "nocache", "opa", "floor":
 			o.servers = append(o.servers, s)
 		default:
-			fmt.Fprintf(os.Stderr, "compare-opa: bad --servers %q: want authz, nocache, opa\n", servers)
+			fmt.Fprintf(os.Stderr, "compare-opa: bad --servers %q: want authz, nocache, opa, floor\n", servers)
+			os.Exit(2)
+		}
+	}
+	for _, s := range strings.Split(streams, ",") {
+		switch s = strings.TrimSpace(s); s {
+		case "distinct", "replay", "grant", "floor":
+			o.streams = append(o.streams, s)
+		default:
+			fmt.Fprintf(os.Stderr, "compare-opa: bad --streams %q: want distinct, replay, grant, floor\n", streams)
 			os.Exit(2)
 		}
 	}
@@ -183,10 +216,11 @@ type call struct {
 }
 
 type server struct {
-	name string
-	url  string
-	cmd  *exec.Cmd
-	opa  bool
+	name  string
+	url   string
+	cmd   *exec.Cmd
+	opa   bool
+	floor bool // the HTTP floor: the grant stream and GET /health only
 }
 
 func run(ctx context.Context, o options, out io.Writer) error {
@@ -225,6 +259,15 @@ func run(ctx context.Context, o options, out io.Writer) error {
 		return err
 	}
 	streams["replay"] = replay
+	for _, c := range replay {
+		if c.allow {
+			streams["grant"] = []call{c}
+			break
+		}
+	}
+	if streams["grant"] == nil {
+		return errors.New("no grant in the replay stream")
+	}
 	cells := len(o.concurrency) * o.rounds
 	if o.peak > 0 {
 		cells = 0 // no closed-loop table
@@ -248,7 +291,18 @@ func run(ctx context.Context, o options, out io.Writer) error {
 			servers = append(servers, &server{name: "authz (cache off)", cmd: o.serverCmd(authzBin, append(slices.Clone(authzArgs), "--decision-cache", "off")...)})
 		case "opa":
 			servers = append(servers, &server{name: "opa", opa: true, cmd: o.serverCmd(opaBin, "run", "--server", "--log-level", "error", "--skip-version-check", filepath.Join(root, "policies"))})
+		case "floor":
+			self, err := os.Executable()
+			if err != nil {
+				return err
+			}
+			g := streams["grant"][0]
+			answer, _ := json.Marshal(map[string]any{"allow": g.allow, "code": g.code})
+			servers = append(servers, &server{name: floorName, floor: true, cmd: o.serverCmd(self, floorMarker, "--answer", string(answer))})
 		}
+	}
+	if o.baseAuthz != "" {
+		servers = append(servers, &server{name: "authz base", cmd: o.serverCmd(o.baseAuthz, authzArgs...)})
 	}
 	for _, v := range o.variants {
 		cmd := o.serverCmd(authzBin, authzArgs...)
@@ -300,8 +354,9 @@ func run(ctx context.Context, o options, out io.Writer) error {
 // closedLoop runs the closed-loop table: each stream at each concurrency, --rounds times
 // alternating the servers, and records each server's best rate on the distinct stream in peaks.
 func closedLoop(ctx context.Context, o options, servers []*server, streams map[string][]call, peaks map[string]float64, out io.Writer) error {
-	fmt.Fprintf(out, "| stream | conns | server | req/s | p50 ms | p90 ms | p99 ms | errors | vs opa | srv CPU ms/req | snd CPU ms/req |\n|---|---|---|---|---|---|---|---|---|---|---|\n")
-	for _, stream := range []string{"distinct", "replay", "floor"} {
+	fmt.Fprintf(out, "| stream | conns | server | req/s | p50 ms | p90 ms | p99 ms | errors | vs opa | vs floor | srv CPU ms/req | snd CPU ms/req |\n|---|---|---|---|---|---|---|---|---|---|---|---|\n")
+	for _, stream := range o.streams {
+		servers := slices.DeleteFunc(slices.Clone(servers), func(s *server) bool { return s.floor && stream != "grant" && stream != "floor" })
 		for ci, c := range o.concurrency {
 			results := map[string]*result{}
 			for round := range o.rounds {
@@ -334,12 +389,15 @@ func closedLoop(ctx context.Context, o options, servers []*server, streams map[s
 			}
 			for _, s := range servers {
 				r := results[s.name]
-				vs := "—"
+				vs, vsFloor := "—", "—"
 				if opa := results["opa"]; opa != nil && opa.rate() > 0 {
 					vs = fmt.Sprintf("%.2fx", r.rate()/opa.rate())
 				}
-				fmt.Fprintf(out, "| %s | %d | %s | %.0f | %.2f | %.2f | %.2f | %d | %s | %.3f | %.3f |\n", stream, c, s.name, r.rate(),
-					r.pct(50), r.pct(90), r.pct(99), r.errors, vs, 1000*r.srvCPU/float64(max(1, r.n)), 1000*r.sndCPU/float64(max(1, r.n)))
+				if fl := results[floorName]; fl != nil && fl.rate() > 0 {
+					vsFloor = fmt.Sprintf("%.2f", r.rate()/fl.rate())
+				}
+				fmt.Fprintf(out, "| %s | %d | %s | %.0f | %.2f | %.2f | %.2f | %d | %s | %s | %.3f | %.3f |\n", stream, c, s.name, r.rate(),
+					r.pct(50), r.pct(90), r.pct(99), r.errors, vs, vsFloor, 1000*r.srvCPU/float64(max(1, r.n)), 1000*r.sndCPU/float64(max(1, r.n)))
 			}
 		}
 	}
@@ -352,6 +410,7 @@ func closedLoop(ctx context.Context, o options, servers []*server, streams map[s
 // itself was, the connections it had to dial during the run, and the garbage collections of the
 // server and of the sender.
 func pacedTable(ctx context.Context, o options, servers []*server, peaks map[string]float64, facts *snapshot.FileFacts, factsVal any, out io.Writer) error {
+	servers = slices.DeleteFunc(slices.Clone(servers), func(s *server) bool { return s.floor }) // it answers a canned grant only
 	fmt.Fprintf(out, "\n## distinct stream at a fraction of peak, open loop (%s per run, %d rounds alternating; floor: GET /health on the same server at the same rate)\n\n", o.duration, o.rounds)
 	fmt.Fprintf(out, "Latency is counted from the time each request was due. late p99: how late the sender itself started a request (a sender or its CPU was busy). "+
 		"dials: connections opened during the runs (%d senders, client %s, prewarm %v). From the server's /metrics: its CPU (100 %% = one core), "+
@@ -1381,4 +1440,46 @@ func command(ctx context.Context, dir, name string, args ...string) *exec.Cmd {
 	cmd.Dir = dir
 	cmd.Stderr = os.Stderr
 	return cmd
+}
+
+// serveFloor is the HTTP floor (--servers floor): net/http on --addr that answers GET /health,
+// and any POST by reading and JSON-decoding its body and answering the canned decision --answer.
+// It stops on SIGTERM or SIGINT.
+func serveFloor(args []string) int {
+	fs := flag.NewFlagSet("floor", flag.ContinueOnError)
+	addr := fs.String("addr", "127.0.0.1:0", "where it listens")
+	answer := fs.String("answer", `{"allow":true}`, "the canned decision it answers")
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	canned := []byte(*answer)
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /health", func(w http.ResponseWriter, _ *http.Request) {
+		_, _ = io.WriteString(w, "ok")
+	})
+	mux.HandleFunc("POST /", func(w http.ResponseWriter, r *http.Request) {
+		body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, 1<<20))
+		var doc any
+		if err == nil {
+			err = json.Unmarshal(body, &doc)
+		}
+		if err != nil {
+			http.Error(w, `{"allow":false}`, http.StatusBadRequest)
+			return
+		}
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = w.Write(canned)
+	})
+	srv := &http.Server{Addr: *addr, Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	go func() {
+		<-ctx.Done()
+		_ = srv.Close()
+	}()
+	if err := srv.ListenAndServe(); err != nil && !errors.Is(err, http.ErrServerClosed) {
+		fmt.Fprintln(os.Stderr, "compare-opa floor:", err)
+		return 1
+	}
+	return 0
 }

@@ -272,7 +272,7 @@ func runLauncher(args []string, child bool) int {
 	if err := landlock.Apply(args[3]); err != nil {
 		return fail(err)
 	}
-	if err := seccomp.Install(); err != nil {
+	if err := seccomp.Install(landlock.ConnectsTCP(args[3])); err != nil {
 		return fail(err)
 	}
 	// Resolved by execve before the descriptor closes: the driver does not inherit it.

@@ -142,14 +142,21 @@ func isDir(p string) bool {
 }
 
 // Tmp is the private directory of the launcher's sandbox argument, "" when none.
-func Tmp(arg string) string {
+func Tmp(arg string) string { return specOf(arg).Tmp }
+
+// ConnectsTCP reports whether the sandbox argument lists TCP ports the driver may connect to:
+// only then may it open IP sockets at all (seccomp.Install).
+func ConnectsTCP(arg string) bool { return len(specOf(arg).Connect) > 0 }
+
+// specOf reads a sandbox argument; a malformed one is the empty Spec.
+func specOf(arg string) Spec {
 	raw, ok := strings.CutPrefix(arg, "sandbox:")
 	if !ok {
-		return ""
+		return Spec{}
 	}
 	var spec Spec
 	if json.Unmarshal([]byte(raw), &spec) != nil {
-		return ""
+		return Spec{}
 	}
-	return spec.Tmp
+	return spec
 }

@@ -29,11 +29,14 @@ var refusedIoctls = []struct {
 	{"TIOCLINUX", unix.TIOCLINUX},
 }
 
-// allowedSocketFamilies are the address families a driver may open a socket of: unix (its
-// go-plugin socket), IPv4 and IPv6. AF_NETLINK is allowed for NETLINK_ROUTE only (net.Interfaces
-// and the resolver's address selection read the interfaces through it); raw packet sockets,
-// Bluetooth, vsock, alg and the rest are refused.
-var allowedSocketFamilies = []uint32{unix.AF_UNIX, unix.AF_INET, unix.AF_INET6}
+// ipSocketFamilies are the address families of the IP network: a driver may open sockets of them
+// only where its plugin lists TCP ports it may connect to (sandbox.connectTCP). A driver with
+// none has no IP network at all: Landlock ABI 7 checks a TCP socket's bind but not the port the
+// kernel binds for a listen on an unbound socket, so without this such a driver listened on every
+// interface. Unix sockets (its go-plugin socket) are always allowed; AF_NETLINK for
+// NETLINK_ROUTE only (net.Interfaces and the resolver's address selection read the interfaces
+// through it); raw packet sockets, Bluetooth, vsock, alg and the rest are refused.
+var ipSocketFamilies = []uint32{unix.AF_INET, unix.AF_INET6}
 
 // cloneNamespaceFlags are the clone flags that make a namespace: refused, as are unshare and
 // setns (not allowed at all), so that a driver makes no user namespace (where it would hold
@@ -124,8 +127,9 @@ const allowChunk = 200
 // seccompProgram builds the BPF program: check the architecture; allow the calls of
 // allowedSyscalls and archSyscalls; filter ioctl, socket, clone and personality by their
 // arguments; refuse clone3 with ENOSYS and every other call with EPERM. The allowed calls depend
-// on nothing but their number, which lets the kernel cache the filter's answer for them.
-func seccompProgram() ([]unix.SockFilter, error) {
+// on nothing but their number, which lets the kernel cache the filter's answer for them. ip
+// allows IPv4 and IPv6 sockets (ipSocketFamilies).
+func seccompProgram(ip bool) ([]unix.SockFilter, error) {
 	arch := auditArch()
 	if arch == 0 {
 		return nil, fmt.Errorf("no seccomp filter for %s", runtime.GOARCH)
@@ -171,8 +175,13 @@ func seccompProgram() ([]unix.SockFilter, error) {
 
 	a.label("socket")
 	a.stmt(ldAbs, seccompDataArgLow(0))
-	for _, f := range allowedSocketFamilies {
-		a.jump(jeq, f, "socketProtocol", "")
+	a.jump(jeq, unix.AF_UNIX, "allow", "")
+	for _, f := range ipSocketFamilies {
+		if ip {
+			a.jump(jeq, f, "socketProtocol", "")
+		} else {
+			a.jump(jeq, f, "eperm", "")
+		}
 	}
 	a.jump(jeq, unix.AF_NETLINK, "", "eperm")
 	a.stmt(ldAbs, seccompDataArgLow(2))
@@ -204,9 +213,10 @@ func seccompProgram() ([]unix.SockFilter, error) {
 }
 
 // Install sets no_new_privs and installs the filter on every thread of the calling
-// process (SECCOMP_FILTER_FLAG_TSYNC: the Go runtime runs several).
-func Install() error {
-	prog, err := seccompProgram()
+// process (SECCOMP_FILTER_FLAG_TSYNC: the Go runtime runs several). ip allows IPv4 and IPv6
+// sockets: for a driver whose plugin lists ports in sandbox.connectTCP.
+func Install(ip bool) error {
+	prog, err := seccompProgram(ip)
 	if err != nil {
 		return err
 	}
@@ -227,7 +237,7 @@ func Install() error {
 
 // Available reports why this kernel cannot filter a driver's system calls, nil when it can.
 func Available() error {
-	if _, err := seccompProgram(); err != nil {
+	if _, err := seccompProgram(true); err != nil {
 		return err
 	}
 	action := uint32(unix.SECCOMP_RET_ERRNO)

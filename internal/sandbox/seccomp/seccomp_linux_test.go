@@ -59,7 +59,7 @@ func seccompRun(t *testing.T, prog []unix.SockFilter, arch, nr uint32, args ...u
 // kills a process calling with another architecture's convention.
 func TestSeccompAllowlist(t *testing.T) {
 	t.Parallel()
-	prog, err := seccompProgram()
+	prog, err := seccompProgram(true)
 	require.NoError(t, err)
 	arch := auditArch()
 	allow := uint32(unix.SECCOMP_RET_ALLOW)
@@ -135,6 +135,23 @@ func TestSeccompAllowlist(t *testing.T) {
 	}
 	for _, c := range cases {
 		assert.Equal(t, c.want, seccompRun(t, prog, arch, c.nr, c.args...), c.name)
+	}
+
+	// A driver whose plugin lists no sandbox.connectTCP has no IP network: its unix and netlink
+	// route sockets stay.
+	noIP, err := seccompProgram(false)
+	require.NoError(t, err)
+	for _, c := range []struct {
+		name string
+		args []uint64
+		want uint32
+	}{
+		{"socket(AF_UNIX)", []uint64{unix.AF_UNIX, unix.SOCK_STREAM}, allow},
+		{"socket(AF_NETLINK, NETLINK_ROUTE)", []uint64{unix.AF_NETLINK, unix.SOCK_RAW, unix.NETLINK_ROUTE}, allow},
+		{"socket(AF_INET)", []uint64{unix.AF_INET, unix.SOCK_STREAM}, eperm},
+		{"socket(AF_INET6, UDP)", []uint64{unix.AF_INET6, unix.SOCK_DGRAM}, eperm},
+	} {
+		assert.Equal(t, c.want, seccompRun(t, noIP, arch, unix.SYS_SOCKET, c.args...), "without IP: "+c.name)
 	}
 
 	other := uint32(unix.AUDIT_ARCH_I386)

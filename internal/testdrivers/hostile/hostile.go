@@ -387,6 +387,7 @@ const (
 	AttemptChmod         = "chmod of a file of its own"
 	AttemptChown         = "chown of a file of its own"
 	AttemptUtimes        = "utimes of a file of its own"
+	AttemptListenUnbound = "listen on a TCP socket never bound (no sandbox.connectTCP)"
 )
 
 // AttemptsOutsideTheAllowlist are the calls mode's attempts that authz's seccomp filter refuses
@@ -395,7 +396,7 @@ var AttemptsOutsideTheAllowlist = []string{
 	AttemptIOURing, AttemptNameToHandle, AttemptSyslog, AttemptPacketSocket, AttemptAddKey,
 	AttemptCloneNewUser, AttemptUnshare, AttemptSetns, AttemptPersonality, AttemptMemfdCreate,
 	AttemptNetlinkAudit, AttemptTIOCSTIOnNull, AttemptMPTCPSocket, AttemptChmod, AttemptChown,
-	AttemptUtimes,
+	AttemptUtimes, AttemptListenUnbound,
 }
 
 // callAttempts makes each call of the calls mode. None does harm where it succeeds: the
@@ -461,6 +462,14 @@ func callAttempts() map[string]Outcome {
 	}
 
 	res[AttemptMPTCPSocket] = outcome("a socket", closeFD(unix.Socket(unix.AF_INET, unix.SOCK_STREAM, unix.IPPROTO_MPTCP)))
+	// The kernel binds an ephemeral port on every interface for a listen on an unbound socket,
+	// which Landlock's bind rule does not see.
+	if fd, err := unix.Socket(unix.AF_INET, unix.SOCK_STREAM, 0); err != nil {
+		res[AttemptListenUnbound] = outcome("", err)
+	} else {
+		res[AttemptListenUnbound] = outcome("listening", unix.Listen(fd, 1))
+		_ = unix.Close(fd)
+	}
 
 	// A file of its own, in its TMPDIR: what it may not do to it, it may not do to the
 	// service's files of the same uid either.

@@ -130,6 +130,11 @@ const (
 	// thousands), and with DefaultProcesses processes could hold a good part of the machine's
 	// file table (fs.file-max), which every unprivileged process shares.
 	DefaultOpenFiles = 1024
+	// DefaultDataBytes is RLIMIT_DATA: 4 GiB of heap and other private writable memory. A Go
+	// driver's heap counts, the address space the runtime reserves does not (an idle test
+	// driver has about 40 MiB, one built with the race detector about 300 MiB, and about four
+	// times its heap as it grows); a driver that needs more sets limits.dataBytes.
+	DefaultDataBytes = 4 << 30
 )
 
 // ResourceLimits are per-driver resource limits (setrlimit), applied to the driver process right after
@@ -147,7 +152,8 @@ type ResourceLimits struct {
 	// (the supervisor then restarts it).
 	CPUSeconds uint64 `yaml:"cpuSeconds"`
 	// DataBytes is RLIMIT_DATA: the driver's heap and other private writable memory, in bytes
-	// (unlike RLIMIT_AS, the address space a Go program reserves does not count).
+	// (unlike RLIMIT_AS, the address space a Go program reserves does not count). Zero: the
+	// default, DefaultDataBytes.
 	DataBytes uint64 `yaml:"dataBytes"`
 	// FileSizeBytes is RLIMIT_FSIZE: the largest file the driver may write, in bytes. Zero: the
 	// default, DefaultFileSizeBytes.

@@ -177,12 +177,15 @@ func newProc(log hclog.Logger, spec *exec.Cmd, exe *pinnedExecutable, cfg Plugin
 	return p, nil
 }
 
-// withDefaultLimits fills in the default limits: RLIMIT_FSIZE and RLIMIT_NOFILE always, RLIMIT_NPROC where it
+// withDefaultLimits fills in the default limits: RLIMIT_FSIZE, RLIMIT_DATA and RLIMIT_NOFILE always, RLIMIT_NPROC where it
 // counts only the driver (a user namespace of its own under a non-root host, a uid of its own
 // under a root one; root's own limit the kernel ignores).
 func withDefaultLimits(l ResourceLimits, pidns bool, cred *syscall.Credential) ResourceLimits {
 	if l.FileSizeBytes == 0 {
 		l.FileSizeBytes = DefaultFileSizeBytes
+	}
+	if l.DataBytes == 0 {
+		l.DataBytes = DefaultDataBytes
 	}
 	if l.OpenFiles == 0 {
 		l.OpenFiles = DefaultOpenFiles

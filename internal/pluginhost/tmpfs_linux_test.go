@@ -20,6 +20,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/authz-dev/authz/internal/sandbox/tmpfs"
 	"github.com/authz-dev/authz/internal/testdrivers/hostile"
 )
 
@@ -99,6 +100,10 @@ func TestDriverTmpdirIsASizedTmpfs(t *testing.T) {
 	require.NoError(t, err, "the kept file is in the driver's own mount namespace")
 	assert.Len(t, b, 4096)
 	assert.NotEmpty(t, mountsOn(worker), "the driver's namespace has the tmpfs")
+	environ, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(st.Worker.PID), "environ"))
+	require.NoError(t, err)
+	assert.Contains(t, string(environ), "TMPDIR="+worker+"\x00")
+	assert.NotContains(t, string(environ), tmpfs.Env, "the launcher's spec is not the driver's")
 
 	require.NoError(t, h.Close())
 	waitFor(t, 10*time.Second, "no tmpfs on the worker's directory once the worker ended", func() bool {

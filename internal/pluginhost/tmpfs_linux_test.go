@@ -98,6 +98,14 @@ func TestDriverTmpdirIsASizedTmpfs(t *testing.T) {
 	assert.Equal(t, "ready", st.Status, "the host serves the driver that filled its TMPDIR")
 	b, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(st.Worker.PID), "root", kept))
 	require.NoError(t, err, "the kept file is in the driver's own mount namespace")
+	held := false
+	fds, _ := filepath.Glob("/proc/self/fd/*")
+	for _, fd := range fds {
+		if target, _ := os.Readlink(fd); target == worker {
+			held = true
+		}
+	}
+	assert.True(t, held, "the host holds the tmpfs's root, through which it reaches the socket")
 	assert.Len(t, b, 4096)
 	assert.NotEmpty(t, mountsOn(worker), "the driver's namespace has the tmpfs")
 	environ, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(st.Worker.PID), "environ"))
@@ -111,6 +119,11 @@ func TestDriverTmpdirIsASizedTmpfs(t *testing.T) {
 	})
 	_, err = os.Stat(worker)
 	assert.True(t, os.IsNotExist(err), "the worker's directory is removed: %v", err)
+	fds, _ = filepath.Glob("/proc/self/fd/*")
+	for _, fd := range fds {
+		target, _ := os.Readlink(fd)
+		assert.NotEqual(t, worker, target, "the host let go of the tmpfs (%s): it would keep its memory", fd)
+	}
 }
 
 // TestDriverTmpdirOfANonRootHostIsASizedTmpfs: a host running as an ordinary user (nobody)

@@ -49,6 +49,9 @@ type Containment struct {
 	// Landlock: the driver runs under the host's Landlock sandbox, with everything the
 	// sandbox asks of the kernel (file, TCP and scope rules); Missing says what it lacks.
 	Landlock bool `json:"landlock"`
+	// SizedTmp: the driver's private temporary directory (TMPDIR) is a tmpfs of its own, in a
+	// mount namespace of its own, bounded by the plugin's limits.tempDirBytes.
+	SizedTmp bool `json:"sizedTmp"`
 	// Cgroup: the worker runs in a cgroup of its own, ended as a whole.
 	Cgroup bool `json:"cgroup"`
 	// HostNonDumpable: the host process is not dumpable.

@@ -130,6 +130,18 @@ const (
 	// thousands), and with DefaultProcesses processes could hold a good part of the machine's
 	// file table (fs.file-max), which every unprivileged process shares.
 	DefaultOpenFiles = 1024
+	// DefaultDataBytes is RLIMIT_DATA: 4 GiB of heap and other private writable memory. A Go
+	// driver's heap counts, the address space the runtime reserves does not (an idle test
+	// driver has about 40 MiB, one built with the race detector about 300 MiB, and about four
+	// times its heap as it grows); a driver that needs more sets limits.dataBytes.
+	DefaultDataBytes = 4 << 30
+	// DefaultTempDirBytes is the size of the driver's private temporary directory (TMPDIR) where
+	// it is a tmpfs of its own: 64 MiB, what all its files there hold together (kept in memory,
+	// and counted in the worker's cgroup memory). A driver that unpacks or caches more sets
+	// limits.tempDirBytes.
+	DefaultTempDirBytes = 64 << 20
+	// minTempDirBytes is the smallest limits.tempDirBytes accepted.
+	minTempDirBytes = 1 << 20
 )
 
 // ResourceLimits are per-driver resource limits (setrlimit), applied to the driver process right after
@@ -147,8 +159,15 @@ type ResourceLimits struct {
 	// (the supervisor then restarts it).
 	CPUSeconds uint64 `yaml:"cpuSeconds"`
 	// DataBytes is RLIMIT_DATA: the driver's heap and other private writable memory, in bytes
-	// (unlike RLIMIT_AS, the address space a Go program reserves does not count).
+	// (unlike RLIMIT_AS, the address space a Go program reserves does not count). Zero: the
+	// default, DefaultDataBytes.
 	DataBytes uint64 `yaml:"dataBytes"`
+	// TempDirBytes is the size of the driver's private temporary directory (TMPDIR, where its
+	// socket is too), a tmpfs in a mount namespace of the driver's own: all its files there
+	// together, in bytes (a write past it fails with ENOSPC), and one file or directory per
+	// 16 KiB of it (at least 1024). Zero: the default, DefaultTempDirBytes. Where the kernel
+	// refuses the mount namespace, TMPDIR is a plain directory (the host says so).
+	TempDirBytes uint64 `yaml:"tempDirBytes"`
 	// FileSizeBytes is RLIMIT_FSIZE: the largest file the driver may write, in bytes. Zero: the
 	// default, DefaultFileSizeBytes.
 	FileSizeBytes uint64 `yaml:"fileSizeBytes"`
@@ -344,6 +363,9 @@ func (c Config) validatePlugins(v *configcheck.Problems) {
 			v.Add(field+".user", "%v", err)
 		}
 		validateCgroupLimits(v, field+".limits", p.ResourceLimits)
+		if b := p.ResourceLimits.TempDirBytes; b != 0 && b < minTempDirBytes {
+			v.Add(field+".limits.tempDirBytes", "%d is less than %d (1 MiB); zero means the default, %d (64 MiB)", b, minTempDirBytes, DefaultTempDirBytes)
+		}
 		for j, path := range p.Sandbox.ReadPaths {
 			if !filepath.IsAbs(path) {
 				v.Add(fmt.Sprintf("%s.sandbox.readPaths[%d]", field, j), "%q must be an absolute path", path)

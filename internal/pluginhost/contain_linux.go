@@ -30,6 +30,7 @@ type hostContainment struct {
 	launcherCopy *os.File // a sealed copy of the host's executable, when others may not run the file
 	seccompErr   error    // why drivers start without the seccomp filter
 	pidnsErr     error    // why drivers start without a pid namespace of their own
+	tmpfsErr     error    // why a driver's TMPDIR is a plain directory, not a sized tmpfs of its own
 	landlock     string   // what of the Landlock sandbox the kernel lacks; "": nothing
 	cgroups      *cgroupRoot
 	cgroupErr    error // why workers get no cgroup
@@ -54,6 +55,10 @@ func (c *hostContainment) setUp() *hostContainment {
 			c.pidnsErr = probeNamespaces(c.launcher)
 		} else {
 			c.pidnsErr = fmt.Errorf("no launcher: %w", c.seccompErr)
+		}
+		c.tmpfsErr = c.pidnsErr
+		if c.pidnsErr == nil {
+			c.tmpfsErr = probeTmpfs(c.launcher)
 		}
 		c.landlock = landlock.Missing()
 		if c.launcher == "" {
@@ -141,6 +146,9 @@ func (c *hostContainment) missing() []string {
 	}
 	if c.pidnsErr != nil {
 		out = append(out, "pid namespace ("+c.pidnsErr.Error()+")")
+	}
+	if c.tmpfsErr != nil {
+		out = append(out, "sized tmpfs as TMPDIR ("+c.tmpfsErr.Error()+"): a driver's files there are bounded one by one (RLIMIT_FSIZE), not together")
 	}
 	if c.landlock != "" {
 		out = append(out, c.landlock)

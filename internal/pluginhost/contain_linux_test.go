@@ -316,6 +316,9 @@ func runContainHost(args []string) int {
 	}
 	cfg.Plugins = []PluginConfig{{ID: mode, Path: self, SHA256: sum, Args: driverArgs,
 		Sandbox: SandboxConfig{WritePaths: []string{filepath.Dir(args[0])}}}}
+	if mode == "tmpdir" {
+		cfg.Plugins[0].ResourceLimits.TempDirBytes = 1 << 20
+	}
 	if mode == "files" { // another plugin's driver, for the first to attack
 		cfg.Plugins = append(cfg.Plugins, PluginConfig{ID: "victim", Path: self, SHA256: sum, Args: []string{asDriver, "-plugin-key", victimKey}})
 	}

@@ -92,6 +92,15 @@ func TestConfigValidate(t *testing.T) {
 			wantErr: []string{`plugins[2].key: "acme.k" is already the key of plugins[0]`},
 		},
 		{
+			name:    "tmpfs smaller than 1 MiB",
+			cfg:     Config{Plugins: []PluginConfig{{ID: "a", Path: "/bin/a", SHA256: good, ResourceLimits: ResourceLimits{TempDirBytes: 4096}}}},
+			wantErr: []string{"plugins[0].limits.tempDirBytes: 4096 is less than 1048576 (1 MiB)"},
+		},
+		{
+			name: "tmpfs of 1 MiB",
+			cfg:  Config{Plugins: []PluginConfig{{ID: "a", Path: "/bin/a", SHA256: good, ResourceLimits: ResourceLimits{TempDirBytes: 1 << 20}}}},
+		},
+		{
 			name:    "negative limit",
 			cfg:     Config{Limits: Limits{MaxMethods: -1, LogBurst: -2}},
 			wantErr: []string{"limits.maxMethods: must not be negative", "limits.logBurst: must not be negative"},

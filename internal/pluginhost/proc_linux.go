@@ -62,6 +62,8 @@ type proc struct {
 	eventsKid  *os.File            // the init's end, closed once it started
 	eventsDone chan struct{}       // closed once the init's events socket is at its end
 	initFD     int                 // pidfd of the init of the driver's namespace; -1: none
+	tmpRoot    *os.File            // the root of the driver's tmpfs, its TMPDIR and socket's directory; nil: a plain directory
+	sizedTmp   bool                // TMPDIR is a tmpfs of the driver's own (tmpfs.Spec in the init's environment)
 	stopped    atomic.Bool         // the driver stopped and did not continue (the init's report, or the host's own wait)
 	exitStatus atomic.Int64        // the driver's wait status as the init reported it; -1: none
 	gone       atomic.Bool         // the driver (or its main thread) ended; never cleared (markGone)
@@ -130,6 +132,10 @@ func newProc(log hclog.Logger, spec *exec.Cmd, exe *pinnedExecutable, cfg Plugin
 	cmd.Args[0] = cfg.Path
 	// TMPDIR: the worker's private directory, the only one its sandbox lets it write.
 	cmd.Env = append(append([]string{}, spec.Env...), workerMarkerEnv+"="+p.marker, "TMPDIR="+socketDir)
+	if p.pidns && c.tmpfsErr == nil {
+		cmd.Env = append(cmd.Env, tmpfsSpec(socketDir, p.limits, cred).Env())
+		p.sizedTmp = true
+	}
 	cmd.Stdin = nil // /dev/null: the host's stdin is not the driver's
 	if cmd.SysProcAttr == nil {
 		cmd.SysProcAttr = &syscall.SysProcAttr{
@@ -147,7 +153,9 @@ func newProc(log hclog.Logger, spec *exec.Cmd, exe *pinnedExecutable, cfg Plugin
 		return nil, err
 	}
 	if cred != nil {
-		cmd.SysProcAttr.Credential = cred
+		if !p.sizedTmp || os.Getuid() != 0 { // else the init and the driver stage become the user once the tmpfs is mounted
+			cmd.SysProcAttr.Credential = cred
+		}
 		p.cred = cred
 		// The driver creates its socket in the directory go-plugin made for this start.
 		if err := os.Chown(socketDir, int(cred.Uid), int(cred.Gid)); err != nil {
@@ -177,12 +185,19 @@ func newProc(log hclog.Logger, spec *exec.Cmd, exe *pinnedExecutable, cfg Plugin
 	return p, nil
 }
 
-// withDefaultLimits fills in the default limits: RLIMIT_FSIZE and RLIMIT_NOFILE always, RLIMIT_NPROC where it
+// withDefaultLimits fills in the default limits: RLIMIT_FSIZE, RLIMIT_DATA, RLIMIT_NOFILE and the
+// tmpfs's size always, RLIMIT_NPROC where it
 // counts only the driver (a user namespace of its own under a non-root host, a uid of its own
 // under a root one; root's own limit the kernel ignores).
 func withDefaultLimits(l ResourceLimits, pidns bool, cred *syscall.Credential) ResourceLimits {
 	if l.FileSizeBytes == 0 {
 		l.FileSizeBytes = DefaultFileSizeBytes
+	}
+	if l.DataBytes == 0 {
+		l.DataBytes = DefaultDataBytes
+	}
+	if l.TempDirBytes == 0 {
+		l.TempDirBytes = DefaultTempDirBytes
 	}
 	if l.OpenFiles == 0 {
 		l.OpenFiles = DefaultOpenFiles
@@ -253,9 +268,9 @@ func (p *proc) credentialsPID(want string) (int, error) {
 	_ = unix.SetsockoptTimeval(fd, unix.SOL_SOCKET, unix.SO_RCVTIMEO, &tv)
 	defer func() { _ = unix.SetsockoptTimeval(fd, unix.SOL_SOCKET, unix.SO_RCVTIMEO, &unix.Timeval{}) }()
 	buf := make([]byte, 16)
-	oob := make([]byte, unix.CmsgSpace(unix.SizeofUcred))
+	oob := make([]byte, unix.CmsgSpace(unix.SizeofUcred)+unix.CmsgSpace(4))
 	for {
-		n, oobn, _, _, err := unix.Recvmsg(fd, buf, oob, 0)
+		n, oobn, _, _, err := unix.Recvmsg(fd, buf, oob, unix.MSG_CMSG_CLOEXEC)
 		if err == unix.EINTR {
 			continue
 		}
@@ -266,8 +281,18 @@ func (p *proc) credentialsPID(want string) (int, error) {
 			return 0, errors.New("the launcher ended before it started the driver")
 		}
 		msgs, err := unix.ParseSocketControlMessage(oob[:oobn])
-		if err != nil || len(msgs) != 1 || string(buf[:n]) != want {
+		if root := receivedTmpRoot(msgs); root != nil && want == "pid" && p.sizedTmp {
+			p.tmpRoot = root
+		} else if root != nil {
+			_ = root.Close()
+		}
+		if err != nil || len(msgs) < 1 || string(buf[:n]) != want {
 			return 0, fmt.Errorf("the launcher's message is not the %s credentials", want)
+		}
+		for i := range msgs { // the credentials first, before a descriptor
+			if msgs[i].Header.Type == unix.SCM_CREDENTIALS {
+				msgs[0], msgs[i] = msgs[i], msgs[0]
+			}
 		}
 		cred, err := unix.ParseUnixCredentials(&msgs[0])
 		if err != nil || cred.Pid <= 0 {
@@ -319,7 +344,7 @@ func cgroupName(id string) string {
 // containment reports how the worker is contained.
 func (p *proc) containment() *api.Containment {
 	c := containment.setUp()
-	out := &api.Containment{UID: os.Getuid(), GID: os.Getgid(), Seccomp: p.seccomp, PidNamespace: p.pidns, Landlock: p.seccomp && c.landlock == "", Cgroup: p.cg != nil, HostNonDumpable: c.dumpableErr == nil}
+	out := &api.Containment{UID: os.Getuid(), GID: os.Getgid(), Seccomp: p.seccomp, PidNamespace: p.pidns, Landlock: p.seccomp && c.landlock == "", Cgroup: p.cg != nil, HostNonDumpable: c.dumpableErr == nil, SizedTmp: p.sizedTmp}
 	if p.cred != nil {
 		out.UID, out.GID = int(p.cred.Uid), int(p.cred.Gid)
 	}
@@ -331,6 +356,9 @@ func (p *proc) containment() *api.Containment {
 	}
 	if !p.pidns && c.pidnsErr != nil {
 		out.Missing = append(out.Missing, "pid namespace: "+c.pidnsErr.Error())
+	}
+	if !p.sizedTmp && c.tmpfsErr != nil {
+		out.Missing = append(out.Missing, "sized tmpfs: "+c.tmpfsErr.Error())
 	}
 	if c.landlock != "" {
 		out.Missing = append(out.Missing, c.landlock)
@@ -731,6 +759,9 @@ func (p *proc) release() {
 	if !p.fdClosed && p.initFD >= 0 {
 		_ = unix.Close(p.initFD)
 	}
+	if !p.fdClosed && p.tmpRoot != nil {
+		_ = p.tmpRoot.Close()
+	}
 	p.fdClosed = true
 }
 
@@ -919,6 +950,7 @@ func (p *proc) PluginToHost(network, addr string) (string, string, error) {
 	if network != "unix" {
 		return "", "", coded.Errorf(coded.IdentityRefused, "driver announced a %q address %q in its handshake; the host accepts only a unix socket (is the driver built with driverplugin.Serve on a unix system?)", network, addr)
 	}
+	addr = p.hostPath(addr)
 	p.addr.Store(&addr)
 	return network, addr, nil
 }

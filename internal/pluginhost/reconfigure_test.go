@@ -17,7 +17,7 @@ func TestSamePluginSeesEveryField(t *testing.T) {
 	base := PluginConfig{
 		ID: "p", Path: "/opt/driver", SHA256: "ab", Key: "acme.p", Args: []string{"serve"},
 		Enabled: &enabled, User: "u", Group: "g",
-		ResourceLimits: ResourceLimits{AddressSpaceBytes: 1, Processes: 1, OpenFiles: 1, CPUSeconds: 1, DataBytes: 1, FileSizeBytes: 1, MemoryMax: 1, PidsMax: 1},
+		ResourceLimits: ResourceLimits{AddressSpaceBytes: 1, Processes: 1, OpenFiles: 1, CPUSeconds: 1, DataBytes: 1, FileSizeBytes: 1, TempDirBytes: 1, MemoryMax: 1, PidsMax: 1},
 	}
 	// differ sets the field to another value of its type.
 	var differ func(t *testing.T, path string, v reflect.Value) []string
@@ -40,7 +40,7 @@ func TestSamePluginSeesEveryField(t *testing.T) {
 		}
 	}
 	fields := differ(t, "", reflect.ValueOf(base))
-	require.Len(t, fields, 21, "every field of PluginConfig, its limits and its sandbox")
+	require.Len(t, fields, 22, "every field of PluginConfig, its limits and its sandbox")
 	for _, field := range fields {
 		t.Run(field, func(t *testing.T) {
 			changed := clonePlugin(base)

@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"os/signal"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -19,6 +20,7 @@ import (
 	"github.com/authz-dev/authz/internal/sandbox/landlock"
 	"github.com/authz-dev/authz/internal/sandbox/rlimit"
 	"github.com/authz-dev/authz/internal/sandbox/seccomp"
+	"github.com/authz-dev/authz/internal/sandbox/tmpfs"
 )
 
 // launchArg is the first argument that makes the host's own executable the driver launcher:
@@ -101,6 +103,8 @@ func InitLauncher() {
 			os.Exit(runNamespaces(os.Args))
 		case launchProbeArg:
 			os.Exit(0)
+		case launchProbeTmpfsArg:
+			os.Exit(runProbeTmpfs(os.Args))
 		}
 	}
 	launcherRegistered.Store(true)
@@ -126,6 +130,11 @@ func runNamespaces(args []string) int {
 	}
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true, Pdeathsig: initDeathSignal}
 	namespaceAttr(cmd.SysProcAttr)
+	if _, tmp := os.LookupEnv(tmpfs.Env); tmp || args[2] == launchProbeTmpfsArg {
+		// The init keeps CAP_SYS_ADMIN of the new user namespace across its execve: the driver
+		// stage it starts in a mount namespace of its own mounts the driver's tmpfs with it.
+		cmd.SysProcAttr.AmbientCaps = []uintptr{unix.CAP_SYS_ADMIN}
+	}
 	if err := cmd.Start(); err != nil {
 		return fail(fmt.Errorf("start the driver's namespaces: %w", err))
 	}
@@ -214,8 +223,23 @@ func runInit(args []string) int {
 	exe, events := os.NewFile(launchFD, "driver"), os.NewFile(launchEventFD, "events")
 	cmd.ExtraFiles = []*os.File{exe, events}
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true, Pdeathsig: syscall.SIGKILL}
+	spec, sized, err := tmpfs.FromEnv()
+	if err != nil {
+		return fail(err)
+	}
+	if sized {
+		// The driver stage mounts the driver's tmpfs in a mount namespace of its own (this
+		// process stays in the host's, where it removes the worker's directory at the end).
+		cmd.SysProcAttr.Cloneflags |= tmpfs.Cloneflags // cmd.Env keeps the spec for it
+	}
 	if err := cmd.Start(); err != nil {
 		return fail(fmt.Errorf("start the driver: %w", err))
+	}
+	if sized {
+		if err := dropInitPrivileges(spec); err != nil {
+			_ = cmd.Process.Kill()
+			return fail(err)
+		}
 	}
 	_ = exe.Close()
 	driver := cmd.Process.Pid
@@ -263,11 +287,32 @@ func runLauncher(args []string, child bool) int {
 	if err := rlimit.Set(args[2]); err != nil {
 		return fail(err)
 	}
+	spec, tmp, err := tmpfs.FromEnv()
+	if err != nil {
+		return fail(err)
+	}
+	tmpRoot := -1
+	if tmp && child {
+		if tmpRoot, err = tmpfs.Mount(spec); err != nil {
+			return fail(err)
+		}
+	}
 	if child {
-		if err := sendCredentials("pid"); err != nil {
+		// With the tmpfs's root: the host reaches the driver's socket through it.
+		if err := sendCredentials("pid", tmpRoot); err != nil {
 			return fail(fmt.Errorf("tell the host the driver's pid: %w", err))
 		}
 		_ = unix.Close(launchEventFD)
+	}
+	if tmpRoot >= 0 {
+		_ = unix.Close(tmpRoot)
+		runtime.LockOSThread() // never unlocked: this thread executes the driver
+		if err := tmpfs.DropPrivileges(spec); err != nil {
+			return fail(err)
+		}
+		// A change of user clears the parent-death signal; the init's end ends the namespace
+		// anyway, this ends the driver stage at once.
+		_ = unix.Prctl(unix.PR_SET_PDEATHSIG, uintptr(syscall.SIGKILL), 0, 0, 0)
 	}
 	if err := landlock.Apply(args[3]); err != nil {
 		return fail(err)
@@ -278,15 +323,68 @@ func runLauncher(args []string, child bool) int {
 	// Resolved by execve before the descriptor closes: the driver does not inherit it.
 	unix.CloseOnExec(launchFD)
 	argv := append([]string{args[0]}, args[4:]...)
-	err := unix.Exec(fmt.Sprintf("/proc/self/fd/%d", launchFD), argv, os.Environ())
+	err = unix.Exec(fmt.Sprintf("/proc/self/fd/%d", launchFD), argv, os.Environ())
 	return fail(fmt.Errorf("execute the driver: %w", err))
 }
 
 // sendCredentials sends msg with this process's credentials over the events socket: the kernel
-// writes the sender's pid as the receiving host sees it.
-func sendCredentials(msg string) error {
+// writes the sender's pid as the receiving host sees it. A descriptor fd >= 0 goes with it.
+func sendCredentials(msg string, fd ...int) error {
 	oob := unix.UnixCredentials(&unix.Ucred{Pid: int32(os.Getpid()), Uid: uint32(os.Getuid()), Gid: uint32(os.Getgid())})
+	if len(fd) == 1 && fd[0] >= 0 {
+		oob = append(oob, unix.UnixRights(fd[0])...)
+	}
 	return unix.Sendmsg(launchEventFD, []byte(msg), oob, nil, 0)
+}
+
+// launchProbeTmpfsArg makes the launcher, in the namespaces of a driver's init, start a child
+// in a mount namespace of its own that mounts a tmpfs on argv[2] as a driver stage does, and
+// exit with its status: the host starts it once to learn whether the kernel allows it.
+const launchProbeTmpfsArg = "--authz-driver-probe-tmpfs"
+
+// runProbeTmpfs is the tmpfs probe; the child (argv[3] set) mounts, its parent starts it.
+func runProbeTmpfs(args []string) int {
+	if len(args) < 3 {
+		fmt.Fprintln(os.Stderr, "want the directory to mount on")
+		return launcherExitCode
+	}
+	if len(args) > 3 {
+		if err := tmpfs.Probe(args[2]); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			return launcherExitCode
+		}
+		return 0
+	}
+	cmd := exec.Command("/proc/self/exe", launchProbeTmpfsArg, args[2], "child")
+	cmd.Stdout, cmd.Stderr = os.Stdout, os.Stderr
+	cmd.SysProcAttr = &syscall.SysProcAttr{Cloneflags: tmpfs.Cloneflags, Pdeathsig: syscall.SIGKILL}
+	if err := cmd.Run(); err != nil {
+		fmt.Fprintf(os.Stderr, "a mount namespace for the driver: %v\n", err)
+		return launcherExitCode
+	}
+	return 0
+}
+
+// dropInitPrivileges makes the init of a root host's driver of another user that user, once
+// it started the driver stage as root (to mount the tmpfs): it holds no privilege the driver
+// lacks, as when it is started as that user. The parent-death signal, which the change of user
+// clears, is set again (and raised when the host died meanwhile).
+func dropInitPrivileges(spec tmpfs.Spec) error {
+	if os.Getuid() != 0 || spec.UID == 0 {
+		return nil
+	}
+	parent := os.Getppid()
+	if err := tmpfs.DropPrivileges(spec); err != nil {
+		return err
+	}
+	_ = unix.Prctl(unix.PR_SET_DUMPABLE, 0, 0, 0, 0)
+	if err := unix.Prctl(unix.PR_SET_PDEATHSIG, uintptr(initDeathSignal), 0, 0, 0); err != nil {
+		return fmt.Errorf("set the init's parent-death signal: %w", err)
+	}
+	if os.Getppid() != parent {
+		_ = unix.Kill(os.Getpid(), initDeathSignal)
+	}
+	return nil
 }
 
 // launchLimits writes the launcher's limits argument (see rlimit.Limits.Arg).

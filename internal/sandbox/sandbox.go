@@ -8,7 +8,8 @@
 //
 // The containment's parts that need nothing of the plugin host are packages below this one:
 // seccomp (the system call allowlist and its BPF program), landlock (the file, network and
-// scope rules) and rlimit (the setrlimit limits). The launcher itself (the pid and user
+// scope rules), rlimit (the setrlimit limits) and tmpfs (the sized tmpfs, in a mount namespace
+// of the driver's own, that is its private temporary directory). The launcher itself (the pid and user
 // namespaces, the init that reaps and reports the driver's pid and exit) and the host's side of
 // it (building the launcher's command, the containment report) are still in internal/pluginhost,
 // which this package calls.

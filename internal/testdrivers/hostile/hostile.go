@@ -27,6 +27,9 @@
 //	                       the host's TCP port -connect
 //	limits -out FILE       report its resource limits (/proc/self/limits) and try to write a
 //	                       file of -size bytes into its TMPDIR
+//	tmpdir -out FILE       fill its TMPDIR: try to write a file of -size bytes there, keep a
+//	                       small one (FILE reports its path), and report the mount TMPDIR is on
+//	                       (/proc/self/mountinfo)
 //	calls -out FILE        make system calls a Go driver has no use for, which only a seccomp
 //	                       allowlist refuses (io_uring_setup, name_to_handle_at, syslog, raw
 //	                       packet sockets, namespaces through clone, unshare and setns, another
@@ -174,6 +177,8 @@ func Main(args []string) int {
 		}
 	case "limits":
 		attack = func() error { return writeJSON(*out, limitAttempts(*size)) }
+	case "tmpdir":
+		attack = func() error { return writeJSON(*out, tmpdirAttempts(*size)) }
 	case "calls":
 		attack = func() error { return writeJSON(*out, callAttempts()) }
 	case "outlive":
@@ -496,6 +501,47 @@ const (
 	AttemptLimits    = "read /proc/self/limits"
 	AttemptWriteFile = "write a file into TMPDIR"
 )
+
+// Attempts of the tmpdir mode.
+const (
+	AttemptFillTmp  = "write a file of -size bytes into TMPDIR"
+	AttemptKeepTmp  = "keep a file in TMPDIR"
+	AttemptTmpMount = "read the mount of TMPDIR"
+)
+
+// tmpdirAttempts writes size bytes into a file of its TMPDIR (removed after), keeps a file of
+// 4 KiB there (its Detail is the path), and reports the line of /proc/self/mountinfo whose
+// mount point is TMPDIR.
+func tmpdirAttempts(size int) map[string]Outcome {
+	res := map[string]Outcome{}
+	f, err := os.CreateTemp("", "fill")
+	if err == nil {
+		var n int
+		n, err = f.Write(make([]byte, size))
+		if err == nil {
+			err = f.Sync()
+		}
+		_ = f.Close()
+		_ = os.Remove(f.Name())
+		res[AttemptFillTmp] = outcome(fmt.Sprintf("wrote %d of %d bytes", n, size), err)
+	} else {
+		res[AttemptFillTmp] = outcome("", err)
+	}
+	kept := filepath.Join(os.TempDir(), "kept")
+	res[AttemptKeepTmp] = outcome(kept, os.WriteFile(kept, make([]byte, 4096), 0o600))
+	b, err := os.ReadFile("/proc/self/mountinfo")
+	line := ""
+	for l := range strings.SplitSeq(string(b), "\n") {
+		if f := strings.Fields(l); len(f) > 4 && f[4] == os.TempDir() {
+			line = l
+		}
+	}
+	if err == nil && line == "" {
+		err = fmt.Errorf("no mount on %s", os.TempDir())
+	}
+	res[AttemptTmpMount] = outcome(line, err)
+	return res
+}
 
 // limitAttempts reports the driver's limits and writes size bytes into a file of its TMPDIR.
 func limitAttempts(size int) map[string]Outcome {

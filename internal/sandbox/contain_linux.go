@@ -1,6 +1,6 @@
 //go:build linux
 
-package pluginhost
+package sandbox
 
 import (
 	"errors"
@@ -11,58 +11,61 @@ import (
 	"sync"
 	"syscall"
 
-	"github.com/hashicorp/go-hclog"
 	"golang.org/x/sys/unix"
 
 	"github.com/authz-dev/authz/internal/sandbox/landlock"
 	"github.com/authz-dev/authz/internal/sandbox/seccomp"
 )
 
-// hostContainment is what this process, as a host of drivers, has set up to keep drivers out of
+// Containment is what this process, as a host of drivers, has set up to keep drivers out of
 // its reach, once, at the first Host.Start: the host is not dumpable (no process without
 // CAP_SYS_PTRACE may open its /proc/PID/mem, /proc/PID/fd or attach to it), drivers start
-// through the launcher (resource limits and a seccomp filter), and each worker gets a cgroup.
-type hostContainment struct {
-	once sync.Once
-
-	dumpableErr  error    // why the host could not be made non-dumpable
-	launcher     string   // the executable drivers start through; "": none
+// through the launcher (resource limits and a seccomp filter); the plugin host adds cgroups.
+type Containment struct {
+	DumpableErr  error    // why the host could not be made non-dumpable
+	Launcher     string   // the executable drivers start through; "": none
 	launcherCopy *os.File // a sealed copy of the host's executable, when others may not run the file
-	seccompErr   error    // why drivers start without the seccomp filter
-	pidnsErr     error    // why drivers start without a pid namespace of their own
-	landlock     string   // what of the Landlock sandbox the kernel lacks; "": nothing
-	cgroups      *cgroupRoot
-	cgroupErr    error // why workers get no cgroup
+	SeccompErr   error    // why drivers start without the seccomp filter
+	PidnsErr     error    // why drivers start without a pid namespace of their own
+	Landlock     string   // what of the Landlock sandbox the kernel lacks; "": nothing
 }
 
-var containment hostContainment
+var (
+	hostOnce sync.Once
+	host     Containment
+)
 
-// setUp sets the host up once per process.
-func (c *hostContainment) setUp() *hostContainment {
-	c.once.Do(func() {
-		if err := unix.Prctl(unix.PR_SET_DUMPABLE, 0, 0, 0, 0); err != nil {
-			c.dumpableErr = fmt.Errorf("make the host non-dumpable: %w", err)
-		}
-		c.seccompErr = seccomp.Available()
-		if c.seccompErr == nil && !launcherRegistered.Load() {
-			c.seccompErr = errors.New("no driver launcher: the program did not call sandbox.Init first in main")
-		}
-		if c.seccompErr == nil {
-			c.launcher, c.launcherCopy, c.seccompErr = findLauncher()
-		}
-		if c.launcher != "" {
-			c.pidnsErr = probeNamespaces(c.launcher)
-		} else {
-			c.pidnsErr = fmt.Errorf("no launcher: %w", c.seccompErr)
-		}
-		c.landlock = landlock.Missing()
-		if c.launcher == "" {
-			c.landlock = "Landlock (no launcher to apply it)"
-		}
-		c.cgroups, c.cgroupErr = findCgroupRoot()
-	})
-	return c
+// Host sets the host up once per process and returns what it set up.
+func Host() *Containment {
+	hostOnce.Do(host.setUp)
+	return &host
 }
+
+// setUp sets the host up.
+func (c *Containment) setUp() {
+	if err := unix.Prctl(unix.PR_SET_DUMPABLE, 0, 0, 0, 0); err != nil {
+		c.DumpableErr = fmt.Errorf("make the host non-dumpable: %w", err)
+	}
+	c.SeccompErr = seccomp.Available()
+	if c.SeccompErr == nil && !launcherRegistered.Load() {
+		c.SeccompErr = errors.New("no driver launcher: the program did not call sandbox.Init first in main")
+	}
+	if c.SeccompErr == nil {
+		c.Launcher, c.launcherCopy, c.SeccompErr = findLauncher()
+	}
+	if c.Launcher != "" {
+		c.PidnsErr = probeNamespaces(c.Launcher)
+	} else {
+		c.PidnsErr = fmt.Errorf("no launcher: %w", c.SeccompErr)
+	}
+	c.Landlock = landlock.Missing()
+	if c.Launcher == "" {
+		c.Landlock = "Landlock (no launcher to apply it)"
+	}
+}
+
+// PidNamespaces reports whether drivers start under an init of their own pid namespace.
+func (c *Containment) PidNamespaces() bool { return c.Launcher != "" && c.PidnsErr == nil }
 
 // findLauncher returns the path drivers start through: /proc/self/exe, which in the forked
 // child is the host's own executable (the running inode, even when the file was replaced since);
@@ -80,11 +83,11 @@ func findLauncher() (string, *os.File, error) {
 	if fi.Mode().Perm()&0o005 == 0o005 {
 		return "/proc/self/exe", nil, nil
 	}
-	c, err := sealCopy(f, "launcher")
+	c, _, _, err := SealedCopy(f, "launcher", nil)
 	if err != nil {
 		return "", nil, fmt.Errorf("copy the host's executable to launch drivers: %w", err)
 	}
-	return fmt.Sprintf("/proc/self/fd/%d", c.file.Fd()), c.file, nil
+	return fmt.Sprintf("/proc/self/fd/%d", c.Fd()), c, nil
 }
 
 // namespaceAttr puts the process of attr into a new pid namespace, in a new user namespace
@@ -130,39 +133,20 @@ func probeNamespaces(launcher string) error {
 	return nil
 }
 
-// missing lists what the kernel or the host's situation lacks, one phrase each.
-func (c *hostContainment) missing() []string {
+// Missing lists what the kernel or the host's situation lacks, one phrase each.
+func (c *Containment) Missing() []string {
 	var out []string
-	if c.dumpableErr != nil {
-		out = append(out, "non-dumpable host ("+c.dumpableErr.Error()+")")
+	if c.DumpableErr != nil {
+		out = append(out, "non-dumpable host ("+c.DumpableErr.Error()+")")
 	}
-	if c.seccompErr != nil {
-		out = append(out, "seccomp ("+c.seccompErr.Error()+")")
+	if c.SeccompErr != nil {
+		out = append(out, "seccomp ("+c.SeccompErr.Error()+")")
 	}
-	if c.pidnsErr != nil {
-		out = append(out, "pid namespace ("+c.pidnsErr.Error()+")")
+	if c.PidnsErr != nil {
+		out = append(out, "pid namespace ("+c.PidnsErr.Error()+")")
 	}
-	if c.landlock != "" {
-		out = append(out, c.landlock)
-	}
-	if c.cgroupErr != nil {
-		out = append(out, "cgroup ("+c.cgroupErr.Error()+")")
+	if c.Landlock != "" {
+		out = append(out, c.Landlock)
 	}
 	return out
-}
-
-// warn logs, in one line, what drivers run without; and, once per process, one line per stale
-// cgroup ended when the host set up (the processes a host killed with SIGKILL left behind).
-func (c *hostContainment) warn(log hclog.Logger) {
-	if m := c.missing(); len(m) > 0 {
-		log.Warn("drivers run with less containment than this host offers elsewhere: missing " + strings.Join(m, "; ") +
-			"; see docs/drivers.md, \"What a driver can and cannot do\"")
-	}
-	if c.cgroups == nil {
-		return
-	}
-	for _, s := range c.cgroups.takeStale() {
-		log.Warn("ended the driver cgroup of a host that is gone (it was killed without stopping its drivers): its processes ran until now",
-			"cgroup", s.dir, "processes", s.ended)
-	}
 }

@@ -47,9 +47,10 @@ type Spec struct {
 	Hooks           Hooks
 }
 
-// Hooks are what the host does around the process's life; each may be nil. The process calls
-// them without any of its locks held but its mu in Start (Started); see the package doc's lock
-// order.
+// Hooks are what the host does around the process's life; each may be nil. Started, Release
+// and Cleanup may run while Start holds the process's mu, and must not call into the process;
+// EndDescendants, KillAll and ReapKilled run from Kill with no lock of the process held, and may
+// call Pid (see the package doc's lock order).
 type Hooks struct {
 	// Started says that pid became the host's child: the launcher, then the driver.
 	Started func(pid int)
@@ -719,9 +720,9 @@ func (p *Process) ExitText() string {
 	return p.state.String()
 }
 
-// Kill implements runner.Runner: it ends the driver and every descendant (its whole cgroup, when
-// it has one; else every descendant the host can find), and returns once the driver is reaped
-// (bounded). The cgroup is removed once no process is left in it.
+// Kill implements runner.Runner: it ends the driver and every descendant (through the hooks: its
+// whole cgroup, when it has one; else every descendant the host can find), and returns once the
+// driver is reaped (bounded). The cgroup is removed (Cleanup) once no process is left in it.
 func (p *Process) Kill(ctx context.Context) error {
 	p.mu.Lock()
 	p.killed = true

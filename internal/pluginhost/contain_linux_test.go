@@ -24,6 +24,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"golang.org/x/sys/unix"
 
+	"github.com/authz-dev/authz/internal/sandbox"
 	"github.com/authz-dev/authz/internal/testdrivers/hostile"
 )
 
@@ -289,7 +290,7 @@ func TestDriverOfANonRootHostIsSandboxed(t *testing.T) {
 // runContainHost runs a host (of whatever user this process is) with one hostile driver, in
 // mode args[1] (default steal), writing to args[0], until the driver has written it.
 func runContainHost(args []string) int {
-	InitLauncher() // dispatched from init, before TestMain registers the launcher
+	sandbox.Init() // dispatched from init, before TestMain registers the launcher
 	fail := func(err error) int { fmt.Fprintln(os.Stderr, err); return 1 }
 	self, err := os.Executable()
 	if err != nil {
@@ -528,7 +529,7 @@ func TestReaperLeavesOtherChildren(t *testing.T) {
 	waitStarted(t, h, rec)
 	cmd := exec.CommandContext(t.Context(), "/bin/sh", "-c", "exit 7")
 	require.NoError(t, cmd.Start())
-	waitFor(t, 10*time.Second, "the child to end", func() bool { return dying(cmd.Process.Pid) })
+	waitFor(t, 10*time.Second, "the child to end", func() bool { return !running(cmd.Process.Pid) })
 	h.reaper.reapZombies()
 	h.reaper.reapZombies()
 	err := cmd.Wait()
@@ -615,7 +616,7 @@ func TestStaleCgroupsAreEnded(t *testing.T) {
 func TestMissingContainmentIsWarnedOnce(t *testing.T) {
 	var buf strings.Builder
 	log := hclog.New(&hclog.LoggerOptions{Output: &buf, Level: hclog.Info})
-	c := &hostContainment{seccompErr: errors.New("no seccomp filters"), cgroupErr: errors.New("no cgroup2 mount")}
+	c := &hostContainment{Containment: sandbox.Containment{SeccompErr: errors.New("no seccomp filters")}, cgroupErr: errors.New("no cgroup2 mount")}
 	c.warn(log)
 	lines := strings.Split(strings.TrimSpace(buf.String()), "\n")
 	require.Len(t, lines, 1, "%s", buf.String())
@@ -735,17 +736,4 @@ func TestLimitsHoldInsideTheDriver(t *testing.T) {
 	w := res[hostile.AttemptWriteFile]
 	assert.False(t, w.OK, "a file past RLIMIT_FSIZE was written: %s", w.Detail)
 	assert.Equal(t, int(syscall.EFBIG), w.Errno, "%s", w.Detail)
-}
-
-// TestUnregisteredLauncherIsMissing: in a program that did not call sandbox.Init, the host has
-// no launcher, and says so (drivers would run without seccomp, namespaces and Landlock).
-//
-// Sequential: it changes the process's registration for its duration.
-func TestUnregisteredLauncherIsMissing(t *testing.T) {
-	launcherRegistered.Store(false)
-	defer launcherRegistered.Store(true)
-	var c hostContainment
-	c.setUp()
-	assert.Empty(t, c.launcher)
-	assert.Contains(t, strings.Join(c.missing(), "; "), "sandbox.Init")
 }

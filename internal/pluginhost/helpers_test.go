@@ -21,6 +21,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/authz-dev/authz/internal/api"
+	"github.com/authz-dev/authz/internal/sandbox"
 	"github.com/authz-dev/authz/internal/testdrivers/bounds"
 	"github.com/authz-dev/authz/internal/testdrivers/faults"
 	"github.com/authz-dev/authz/internal/testdrivers/identity"
@@ -42,7 +43,7 @@ const asFailingDriver = "--as-failing-driver"
 const asBoundsDriver = "--as-bounds-driver"
 
 func TestMain(m *testing.M) {
-	InitLauncher() // sandbox.Init, which this package cannot import
+	sandbox.Init()
 	if len(os.Args) > 1 && os.Args[1] == asDriver {
 		os.Exit(faults.Main(os.Args[2:]))
 	}

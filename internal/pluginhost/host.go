@@ -20,14 +20,31 @@
 // under Landlock and a seccomp filter (docs/drivers.md, "What a driver can and cannot do"); a
 // program that hosts drivers registers the launcher with sandbox.Init first thing in main.
 //
-// Lock order: a goroutine that holds one of Host.reconfMu, Host.mu, Host.keyMu and
-// managed.updateMu takes only those after it in this list (Reconfigure: reconfMu, mu, then
-// keyMu for the switch; publishReady: keyMu, then the plugin's updateMu). A proc's mu is held
-// through its start (proc.Start), while the starting goroutine takes the reaper's mu: proc.mu
-// before reaper.mu. The other mutexes (a proc's fdMu, the cgroup root's, the sealed copies', the
-// dynamic ids', the config checks', the driver log's, the broker guard's) are taken alone. What
-// the kernel and the launcher report of a worker (its exit, its stops) reaches a decision
-// through atomics (proc.gone, proc.stopped), never a lock or a system call.
+// The containment itself (the launcher, its init and namespaces, limits, Landlock, seccomp, the
+// contained process and its liveness) is internal/sandbox's: newProc asks sandbox.NewProcess
+// for the go-plugin runner.Runner and adds what only the host knows (the pinned copy, the peer
+// check of the driver's socket, its cgroup, the reaper) through a sandbox.Spec and its hooks.
+//
+// # Lock order
+//
+// A goroutine holding a lock of this list takes only locks after it, never one before it:
+//
+//  1. Host.reconfMu (Reconfigure).
+//  2. Host.mu. Held by Start while it sets the containment up once (hostContainment.once, then
+//     sandbox.Host's once; the start-up WARN takes cgroupRoot.mu) and by Reconfigure while it
+//     takes keyMu and forgets retired plugins' config checks (configChecks.mu).
+//  3. Host.keyMu (publishReady, the switch of Reconfigure; read by Plugins and FactsFile).
+//  4. managed.updateMu (publishReady: keyMu, then the plugin's updateMu).
+//  5. sandbox.Process.mu: held through Process.Start, during which the hooks a start runs take
+//     reaper.mu (Started), sealedCopies.mu (Release) and cgroupRoot.mu and reaper.mu (Cleanup,
+//     after a failed start). Kill and Pid take it alone.
+//  6. Leaves, under which nothing is taken: reaper.mu, cgroupRoot.mu, sealedCopies.mu,
+//     dynamicIDs.mu, configChecks.mu, proc.mu (the descendants killed: Kill's hooks take it with
+//     Process.mu released), sandbox.Process.fdMu, the driver log's and the broker guard's.
+//
+// A decision takes none of them: what the kernel and the launcher report of a worker (its exit,
+// its stops) reaches it through atomics (sandbox.Process.Alive, Answering; Running adds one
+// pread), never a lock.
 package pluginhost
 
 import (

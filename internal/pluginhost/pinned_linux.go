@@ -16,6 +16,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/authz-dev/authz/internal/coded"
+	"github.com/authz-dev/authz/internal/sandbox"
 )
 
 // pinnedExecutable is a reference to a sealed in-memory copy of a driver binary: the bytes the
@@ -196,37 +197,12 @@ func shareCopy(c *sealedCopy) *pinnedExecutable {
 
 // sealCopy copies src into a new sealed memfd while hashing it.
 func sealCopy(src io.Reader, name string) (*sealedCopy, error) {
-	mfd, err := unix.MemfdCreate("authz-driver:"+name, unix.MFD_CLOEXEC|unix.MFD_ALLOW_SEALING)
-	if err != nil {
-		return nil, fmt.Errorf("create the in-memory copy of the plugin binary: %w", err)
-	}
-	rw := os.NewFile(uintptr(mfd), "memfd")
-	defer func() { _ = rw.Close() }()
 	h := sha256.New()
-	if _, err := io.Copy(io.MultiWriter(rw, h), src); err != nil {
-		return nil, coded.Errorf(coded.PinUnreadable, "copy plugin binary: %w", err)
-	}
-	sum := h.Sum(nil)
-	const seals = unix.F_SEAL_SEAL | unix.F_SEAL_SHRINK | unix.F_SEAL_GROW | unix.F_SEAL_WRITE
-	if _, err := unix.FcntlInt(rw.Fd(), unix.F_ADD_SEALS, seals); err != nil {
-		return nil, fmt.Errorf("seal the in-memory copy of the plugin binary: %w", err)
-	}
-	// execve refuses a file open for writing (ETXTBSY): reopen the copy read-only, drop rw.
-	ro, err := os.OpenFile(fmt.Sprintf("/proc/self/fd/%d", rw.Fd()), os.O_RDONLY|unix.O_CLOEXEC, 0)
+	f, dev, ino, err := sandbox.SealedCopy(src, name, h)
 	if err != nil {
-		return nil, fmt.Errorf("reopen the in-memory copy of the plugin binary: %w", err)
+		return nil, err
 	}
-	var st unix.Stat_t
-	if err := unix.Fstat(int(ro.Fd()), &st); err != nil {
-		_ = ro.Close()
-		return nil, fmt.Errorf("stat the in-memory copy of the plugin binary: %w", err)
-	}
-	// Readable and executable by all: a driver may run as another user (PluginConfig.User).
-	if err := unix.Fchmod(int(ro.Fd()), 0o555); err != nil {
-		_ = ro.Close()
-		return nil, fmt.Errorf("make the in-memory copy executable: %w", err)
-	}
-	return &sealedCopy{file: ro, sum: sum, dev: st.Dev, ino: st.Ino}, nil
+	return &sealedCopy{file: f, sum: h.Sum(nil), dev: dev, ino: ino}, nil
 }
 
 // checkWritable refuses (or, when allowed, reports) a binary or directory writable by group or

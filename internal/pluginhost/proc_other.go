@@ -66,6 +66,3 @@ func (p *proc) exitText() string {
 	}
 	return p.state.String()
 }
-
-// InitLauncher registers the driver launcher; there is none on this system.
-func InitLauncher() {}

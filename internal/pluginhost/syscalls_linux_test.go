@@ -3,14 +3,11 @@ package pluginhost
 import (
 	"bytes"
 	"context"
-	"os/exec"
 	"runtime"
 	"strconv"
-	"syscall"
 	"testing"
 	"time"
 
-	"github.com/hashicorp/go-hclog"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"golang.org/x/sys/unix"
@@ -136,37 +133,4 @@ func BenchmarkCachedDecisionLiveness(b *testing.B) {
 			b.Fatal("the worker is not answering")
 		}
 	}
-}
-
-// TestStopsAndExitOfAChildAreEvents: for a driver that is the host's own child (no init of its
-// own namespace), its stop, continue and exit reach the atomics a decision reads through the
-// host's own wait (WNOWAIT: the exit is left to the process's wait, which still reaps it) and
-// its pidfd in Go's poller.
-func TestStopsAndExitOfAChildAreEvents(t *testing.T) {
-	runParallel(t)
-	cmd := exec.Command("sleep", "60")
-	require.NoError(t, cmd.Start())
-	defer func() { _ = cmd.Process.Kill() }()
-	p := &proc{log: hclog.NewNullLogger(), pid: cmd.Process.Pid, pidfd: -1, exited: make(chan struct{})}
-	fd, err := unix.PidfdOpen(p.pid, 0)
-	require.NoError(t, err)
-	p.pidfd = fd
-	p.watchExit()
-	p.watchStops()
-	defer p.release()
-	require.True(t, p.answering())
-
-	require.NoError(t, cmd.Process.Signal(syscall.SIGSTOP))
-	waitFor(t, 10*time.Second, "the stop reported", func() bool { return !p.answering() })
-	assert.True(t, p.alive(), "a stopped process is alive")
-	assert.False(t, p.running(), "the last look finds it stopped too")
-	require.NoError(t, cmd.Process.Signal(syscall.SIGCONT))
-	waitFor(t, 10*time.Second, "the continue reported", p.answering)
-	assert.True(t, p.running())
-
-	require.NoError(t, cmd.Process.Signal(syscall.SIGKILL))
-	waitFor(t, 10*time.Second, "the exit reported", func() bool { return !p.alive() })
-	err = cmd.Wait()
-	assert.EqualError(t, err, "signal: killed", "the process's own wait reaps it")
-	assert.False(t, p.running())
 }

@@ -167,9 +167,9 @@ func TestDriverTmpdirOfANonRootHostIsASizedTmpfs(t *testing.T) {
 // Sequential: it changes the process's containment set-up for its duration.
 func TestDriverTmpdirWithoutAMountNamespace(t *testing.T) {
 	c := containment.setUp()
-	was := c.tmpfsErr
-	c.tmpfsErr = errors.New("refused by the test")
-	defer func() { c.tmpfsErr = was }()
+	was := c.TmpfsErr
+	c.TmpfsErr = errors.New("refused by the test")
+	defer func() { c.TmpfsErr = was }()
 
 	var buf strings.Builder
 	c.warn(hclog.New(&hclog.LoggerOptions{Output: &buf, Level: hclog.Info}))

@@ -1,4 +1,4 @@
-package pluginhost
+package sandbox
 
 import (
 	"errors"

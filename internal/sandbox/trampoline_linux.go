@@ -1,6 +1,6 @@
 //go:build linux
 
-package pluginhost
+package sandbox
 
 import (
 	"errors"
@@ -30,10 +30,10 @@ import (
 //
 //	argv: [driver argv[0], launchArg, limits, sandbox, driver argv[1:]...]   fd 3: the sealed copy
 //
-// (limits as launchLimits writes them, sandbox as landlock.Arg does) and the launcher, once limited and filtered, executes
+// (limits as rlimit.Limits.Arg writes them, sandbox as landlock.Arg does) and the launcher, once limited and filtered, executes
 // fd 3 with the driver's own argv and environment.
-// A program is a launcher once it called InitLauncher (sandbox.Init) first thing in main; no
-// other argument or environment variable makes it one.
+// A program is a launcher once it called Init first thing in main; no other argument or
+// environment variable makes it one.
 const launchArg = "--authz-driver-launch"
 
 // launchFD is the descriptor of the driver's sealed copy in the launcher.
@@ -81,16 +81,15 @@ const (
 	eventExit = "exit" // "exit N": N is the driver's wait status
 )
 
-// launcherRegistered is set by InitLauncher: this program dispatches the launcher's arguments
+// launcherRegistered is set by initLauncher: this program dispatches the launcher's arguments
 // before anything else runs, so the host may start drivers through it.
 var launcherRegistered atomic.Bool
 
-// InitLauncher makes this program the driver launcher. Call it first thing in main (through
-// sandbox.Init), and in TestMain of a test binary that starts drivers: started with a
-// launcher argument, it runs the launcher and exits; otherwise it registers the launcher and
-// returns. A host in a program that did not call it starts drivers without the launcher (no
-// seccomp filter, pid namespace or Landlock) and says so in its start-up WARN.
-func InitLauncher() {
+// initLauncher makes this program the driver launcher (Init): started with a launcher
+// argument, it runs the launcher and exits; otherwise it registers the launcher and returns. A
+// host in a program that did not call it starts drivers without the launcher (no seccomp
+// filter, pid namespace or Landlock) and says so in its start-up WARN.
+func initLauncher() {
 	if len(os.Args) > 1 {
 		switch os.Args[1] {
 		case launchArg:
@@ -385,15 +384,4 @@ func dropInitPrivileges(spec tmpfs.Spec) error {
 		_ = unix.Kill(os.Getpid(), initDeathSignal)
 	}
 	return nil
-}
-
-// launchLimits writes the launcher's limits argument (see rlimit.Limits.Arg).
-func launchLimits(l ResourceLimits) string { return l.rlimits().Arg() }
-
-// rlimits are the limits of l the kernel sets with setrlimit (the cgroup's are set apart).
-func (l ResourceLimits) rlimits() rlimit.Limits {
-	return rlimit.Limits{
-		AddressSpaceBytes: l.AddressSpaceBytes, Processes: l.Processes, OpenFiles: l.OpenFiles,
-		DataBytes: l.DataBytes, FileSizeBytes: l.FileSizeBytes, CPUSeconds: l.CPUSeconds,
-	}
 }

@@ -151,8 +151,8 @@ _general_capabilities := _snapshot(methods, declarations, _unnarrowed) if {
 #   _confirmed, _ready_entry, _worker_methods, _entry_declarations and _snapshot spelled out
 #   rather than called (calling _ready_entry here costs a decision about 50 more allocations and
 #   a tenth more CPU time, BenchmarkEvaluate). What it leaves out (a manifest with more than its
-#   one entry, an entry without sandboxCapabilities or with the legacy supportsReusableLeases)
-#   only leaves it undefined; capabilities then decides exactly. Tests hold it to the general
+#   one entry, an entry with the legacy supportsReusableLeases) only leaves it undefined;
+#   capabilities then decides exactly. Tests hold it to the general
 #   snapshot (test_common_grant_*, test_common_snapshot_*).
 _common_capabilities := caps if {
 	driver := tables.drivers[input.resolved.driver]
@@ -171,7 +171,7 @@ _common_capabilities := caps if {
 	[entry] := plugin.manifest.environmentDrivers
 	entry.driverKey == key
 	entry.kind == "sandbox_provider"
-	sandbox_capabilities := entry.sandboxCapabilities
+	sandbox_capabilities := object.get(entry, "sandboxCapabilities", {})
 	is_object(sandbox_capabilities)
 	object.get(entry, "supportsReusableLeases", null) == null
 	facts := object.union({"optIn": false}, {
@@ -345,7 +345,7 @@ _common_reasons(k) := [r | some r in tables.reasons; applicable[r]] if {
 		{m | supported := input.facts.worker.supportedMethods; is_array(supported); some m in supported},
 		cap.methods,
 	)
-	v := object.get(input.facts.plugin.manifest.environmentDrivers[0].sandboxCapabilities, k, null)
+	v := object.get(input.facts.plugin.manifest.environmentDrivers[0], ["sandboxCapabilities", k], null)
 	declared := object.get({null: cap.optIn == false, true: true}, [v], false)
 	applicable := union({
 		{"worker_not_running" | not verified; not _worker_present},

@@ -92,11 +92,13 @@ test_common_path_agrees_on_the_worker if {
 }
 
 test_common_path_agrees_on_odd_methods if {
-	# the same with methods of odd shapes, and with no declaration at all
+	# the same with methods of odd shapes, and with no declaration at all (an empty
+	# sandboxCapabilities, none)
 	every patch in [
 		[{"op": "replace", "path": "/facts/worker/supportedMethods", "value": "duplexChannelOpen"}],
 		[{"op": "replace", "path": "/facts/worker/supportedMethods", "value": ["duplexChannelOpen", 1, null]}],
 		[{"op": "replace", "path": "/facts/plugin/manifest/environmentDrivers", "value": [object.union(daytona_entry, {"sandboxCapabilities": {}})]}],
+		[{"op": "replace", "path": "/facts/plugin/manifest/environmentDrivers", "value": [object.remove(daytona_entry, {"sandboxCapabilities"})]}],
 	] {
 		common_path_agrees(json.patch(row12, patch))
 	}

@@ -328,14 +328,14 @@ _general_reasons(k) := ["capability_unsupported_by_driver"] if {
 	not _supported[k]
 } else := [_identity_failure] if {
 	_identity_failure
-} else := [r | some r in tables.reasons; _capability_reason(k, r)]
+} else := _reasons_after_identity(k)
 
 # METADATA
 # title: Reasons of the common lease
 # description: |
 #   capability_reasons of a capability of the table for the common lease (_common_capabilities
 #   is defined): its driver class supports every capability and every identity check passes,
-#   so the reasons are those of _capability_reason, read here from the input in one body
+#   so the reasons are those of _reasons_after_identity, read here from the input in one body
 #   rather than through _methods, _declarations and a call per reason. Tests hold it to the
 #   general explanation (test_common_reasons_*).
 _common_reasons(k) := [r | some r in tables.reasons; applicable[r]] if {
@@ -547,50 +547,24 @@ _declarations := _entry_declarations(_entry, object.get(_entry, "sandboxCapabili
 }
 
 # METADATA
-# title: Capability reason applies
+# title: Reasons after the identity checks
 # description: |
-#   Whether a reason after the identity checks applies to capability k. Each helper looks at k
-#   alone (a deny explains one capability), not at every capability of the table.
-_capability_reason(k, "worker_not_running") if {
-	not _verified(k)
-	_plugin_path
-	not _worker_present
-}
-
-_capability_reason(k, "method_not_verified") if {
-	not _verified(k)
-	not _worker_missing
-}
-
-_capability_reason(k, "capability_not_declared") if not _declared(k)
-
-_capability_reason(k, "capability_narrowed") if _narrowed(k)
-
-# METADATA
-# title: Capability verified
-# description: A capability of the table whose every method is verified (as in _snapshot).
-_verified(k) if {
+#   The reasons among worker_not_running / method_not_verified, capability_not_declared and
+#   capability_narrowed that apply to capability k (of the table), in the order of the reasons
+#   table, read in one body: not verified (not every method of k in _methods, as in _snapshot)
+#   with no running worker on a plugin path, or with one; not allowed by the declarations (a
+#   declared true allows, any other declared value withholds, no declaration allows an ordinary
+#   capability and withholds an opt-in one); a narrowing flag of k exactly true in the input.
+_reasons_after_identity(k) := [r | some r in tables.reasons; applicable[r]] if {
 	cap := tables.capabilities[k]
-	object.subset(_methods, cap.methods)
-}
-
-# METADATA
-# title: Capability the declaration allows
-# description: |
-#   A capability of the table that the declarations allow: a declared true allows; any other
-#   declared value (false, a string, a number) withholds; no declaration allows an ordinary
-#   capability and withholds an opt-in one (as in capabilities).
-_declared(k) if {
-	cap := tables.capabilities[k]
-	object.get(_declarations, k, cap.optIn == false) == true
-}
-
-# METADATA
-# title: Capability narrowed
-# description: A narrowing flag of the capability is exactly true in the input (as in _snapshot).
-_narrowed(k) if {
-	some flag in tables.capabilities[k].narrowedBy
-	input.narrowing[flag] == true
+	verified := object.subset(_methods, cap.methods)
+	declared := object.get(_declarations, k, cap.optIn == false) == true
+	applicable := union({
+		{"worker_not_running" | not verified; _worker_missing},
+		{"method_not_verified" | not verified; not _worker_missing},
+		{"capability_not_declared" | not declared},
+		{"capability_narrowed" | some flag in cap.narrowedBy; input.narrowing[flag] == true},
+	})
 }
 
 # METADATA

@@ -3,6 +3,7 @@ package decision_test
 import (
 	"bytes"
 	"math/rand/v2"
+	"slices"
 	"testing"
 
 	"github.com/open-policy-agent/opa/v1/rego"
@@ -21,13 +22,16 @@ const commonAgreeQuery = `common := [c | c := data.authz._common_capabilities]
 general := data.authz._general_capabilities
 common_reasons := {k: r | some k, _ in data.authz.tables.capabilities; r := data.authz._common_reasons(k)}
 general_reasons := {k: r | some k, _ in data.authz.tables.capabilities; r := data.authz._general_reasons(k)}
-allow := data.authz.decision.allow`
+doc := data.authz.decision
+explained := {"allow": false, "code": data.authz.code, "message": data.authz.message, "reasons": data.authz.reasons, "capabilities": general}`
 
 // TestCommonPathAgreesWithTheGeneralPath: wherever the policy takes its common path (the
-// snapshot of _common_capabilities, the reasons of _common_reasons), the general path gives the
-// same snapshot and, for every capability, the same reasons; where it does not, _common_reasons
-// is undefined. On every worked example of the contract and on generated requests and facts,
-// with grants and denies among the common cases.
+// snapshot of _common_capabilities, the reasons of _common_reasons, the decision's common grant
+// and deny), the general path gives the same snapshot and, for every capability, the same
+// reasons; where it does not, _common_reasons is undefined; and every deny is what the general
+// rules explain (code, message, reasons of the first failing check, the general snapshot). On
+// every worked example of the contract and on generated requests and facts, with grants and
+// denies among the common cases.
 func TestCommonPathAgreesWithTheGeneralPath(t *testing.T) {
 	n := 1500
 	if testing.Short() {
@@ -42,7 +46,7 @@ func TestCommonPathAgreesWithTheGeneralPath(t *testing.T) {
 	pq, err := rego.New(opts...).PrepareForEval(t.Context())
 	require.NoError(t, err)
 
-	checked, commonGrants, commonDenies := 0, 0, 0
+	checked, commonGrants, commonDenies, denies := 0, 0, 0, 0
 	check := func(name string, reqJSON, factsJSON []byte) {
 		t.Helper()
 		req, rerr := snapshot.ParseRequestBytes(reqJSON)
@@ -66,13 +70,21 @@ func TestCommonPathAgreesWithTheGeneralPath(t *testing.T) {
 		case 1:
 			require.Equal(t, general, common[0], ctx...)
 			require.Equal(t, generalReasons, b["common_reasons"], ctx...)
-			if b["allow"] == true {
+			doc := b["doc"].(map[string]any)
+			require.Equal(t, general, doc["capabilities"], ctx...)
+			if doc["allow"] == true {
 				commonGrants++
 			} else {
 				commonDenies++
 			}
 		default:
 			t.Fatalf("_common_capabilities has %d values", len(common))
+		}
+		// A deny (but for a failed evaluation) carries what the general rules explain: the first
+		// failing check's code and message, its reasons, the general snapshot.
+		if doc := b["doc"].(map[string]any); doc["allow"] == false && !slices.Equal(doc["reasons"].([]any), []any{"evaluation_failed"}) {
+			require.Equal(t, b["explained"], doc, ctx...)
+			denies++
 		}
 	}
 	for _, row := range specexamples.Rows() {
@@ -90,5 +102,6 @@ func TestCommonPathAgreesWithTheGeneralPath(t *testing.T) {
 	// The property says little unless the common path is taken, on grants and on denies.
 	require.Greater(t, commonGrants, n/50, "too few common grants")
 	require.Greater(t, commonDenies, n/50, "too few common denies")
-	t.Logf("%d cases, the common path on %d grants and %d denies", checked, commonGrants, commonDenies)
+	require.Greater(t, denies, commonDenies)
+	t.Logf("%d cases, %d denies explained; the common path on %d grants and %d denies", checked, denies, commonGrants, commonDenies)
 }

@@ -58,6 +58,22 @@ decision := {
 	caps[tables.operations[input.operation].capability] == true
 } else := {
 	"allow": false,
+	"code": denial.code,
+	"message": replace(denial.message, "%s", input.resolved.driver),
+	"reasons": _common_reasons(operation.capability),
+	"capabilities": caps,
+} if {
+	# The common deny: the driver is registered and supports the operation, so the first
+	# failing check is the capability's (what code, message and reasons find on the next
+	# branch, without evaluating every check).
+	tables.drivers[input.resolved.driver].operations[input.operation]
+	caps := _common_capabilities
+	operation := tables.operations[input.operation]
+	not caps[operation.capability] == true
+	"capability_granted" in operation.checks
+	denial := operation.denials.capability_granted
+} else := {
+	"allow": false,
 	"code": code,
 	"message": message,
 	"reasons": reasons,

@@ -41,11 +41,27 @@ decision := {
 	"capabilities": caps,
 } if {
 	# The common grant reads _common_capabilities itself (capabilities would cost it a rule
-	# lookup more, about a dozen allocations); a deny evaluates it once as well, the next
-	# branches and the deny's capabilities finding it evaluated.
+	# lookup more, about a dozen allocations); the common deny, next, finds it evaluated.
 	tables.drivers[input.resolved.driver].operations[input.operation]
 	caps := _common_capabilities
 	caps[tables.operations[input.operation].capability] == true
+} else := {
+	"allow": false,
+	"code": denial.code,
+	"message": replace(denial.message, "%s", input.resolved.driver),
+	"reasons": _common_reasons(operation.capability),
+	"capabilities": caps,
+} if {
+	# The common deny: the driver is registered and supports the operation, so the first
+	# failing check is the capability's (what code, message and reasons find on the last
+	# branch, without evaluating every check). The general grant, next, cannot grant what
+	# the common snapshot withholds (the snapshots agree).
+	tables.drivers[input.resolved.driver].operations[input.operation]
+	caps := _common_capabilities
+	operation := tables.operations[input.operation]
+	not caps[operation.capability] == true
+	"capability_granted" in operation.checks
+	denial := operation.denials.capability_granted
 } else := {
 	"allow": true,
 	"code": "",
@@ -56,22 +72,6 @@ decision := {
 	tables.drivers[input.resolved.driver].operations[input.operation]
 	caps := capabilities
 	caps[tables.operations[input.operation].capability] == true
-} else := {
-	"allow": false,
-	"code": denial.code,
-	"message": replace(denial.message, "%s", input.resolved.driver),
-	"reasons": _common_reasons(operation.capability),
-	"capabilities": caps,
-} if {
-	# The common deny: the driver is registered and supports the operation, so the first
-	# failing check is the capability's (what code, message and reasons find on the next
-	# branch, without evaluating every check).
-	tables.drivers[input.resolved.driver].operations[input.operation]
-	caps := _common_capabilities
-	operation := tables.operations[input.operation]
-	not caps[operation.capability] == true
-	"capability_granted" in operation.checks
-	denial := operation.denials.capability_granted
 } else := {
 	"allow": false,
 	"code": code,

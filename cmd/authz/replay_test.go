@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"runtime/debug"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -254,6 +255,14 @@ func replayForBench(path string) (int, error) {
 func BenchmarkReplayUncached(b *testing.B) {
 	logPath, _, records := exampleLog(b, 200)
 	eng := decisiontest.EmbeddedEngine(b, decision.Options{Cache: decision.CacheOptions{Disabled: true}})
+	// The garbage collector tuned as `authz replay` tunes it (BenchmarkReplay runs the command).
+	gcPercent, memoryLimit := debug.SetGCPercent(-1), debug.SetMemoryLimit(-1)
+	debug.SetGCPercent(gcPercent)
+	tuneReplayGC()
+	b.Cleanup(func() {
+		debug.SetGCPercent(gcPercent)
+		debug.SetMemoryLimit(memoryLimit)
+	})
 	b.ReportAllocs()
 	runtime.GC() // the set-up's garbage is not the replay's CPU time
 	b.ResetTimer()

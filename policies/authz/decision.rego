@@ -168,8 +168,8 @@ _general_capabilities := _snapshot(methods, declarations, _unnarrowed) if {
 #   rather than called (calling _ready_entry here costs a decision about 50 more allocations and
 #   a tenth more CPU time, BenchmarkEvaluate). What it leaves out (a manifest with more than its
 #   one entry, an entry with the legacy supportsReusableLeases) only leaves it undefined;
-#   capabilities then decides exactly. Tests hold it to the general
-#   snapshot (test_common_grant_*, test_common_snapshot_*).
+#   capabilities then decides exactly. Tests hold it to the general snapshot
+#   (test_common_grant_*, test_common_path_*, TestCommonPathAgreesWithTheGeneralPath).
 _common_capabilities := caps if {
 	driver := tables.drivers[input.resolved.driver]
 	driver.capabilities == true
@@ -352,8 +352,8 @@ _general_reasons(k) := ["capability_unsupported_by_driver"] if {
 #   capability_reasons of a capability of the table for the common lease (_common_capabilities
 #   is defined): its driver class supports every capability and every identity check passes,
 #   so the reasons are those of _reasons_after_identity, read here from the input in one body
-#   rather than through _methods, _declarations and a call per reason. Tests hold it to the
-#   general explanation (test_common_reasons_*).
+#   rather than through _methods, _declarations and _entry. Tests hold it to the general
+#   explanation (test_common_path_*, TestCommonPathAgreesWithTheGeneralPath).
 _common_reasons(k) := [r | some r in tables.reasons; applicable[r]] if {
 	_common_capabilities
 	cap := tables.capabilities[k]

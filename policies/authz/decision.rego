@@ -6,11 +6,13 @@
 #   lease is entitled to. The input is assembled by the host (docs/input-document.md). Everything
 #   defaults to deny.
 #
-#   The rules are shaped for cost: the common grant (a plugin-backed sandbox lease) is the first
-#   branch of decision, one rule body that reads each fact once and keeps its intermediate values
-#   in local variables; its capability snapshot is one object.subset per capability (_snapshot).
-#   Other grants go through capabilities and _confirmed, and the rules that explain a deny
-#   (checks, codes, reasons, identity failures) are only evaluated when the decision denies.
+#   The rules are shaped for cost: the common lease (a plugin-backed sandbox lease whose facts
+#   confirm it) has its snapshot in one rule body that reads each fact once and keeps its
+#   intermediate values in local variables, one object.subset per capability
+#   (_common_capabilities), and its reasons in another (_common_reasons); the decision evaluates
+#   the snapshot once, for a grant or a deny. Other leases go through _general_capabilities,
+#   _confirmed and _general_reasons, and the rules that explain a deny (checks, codes, reasons,
+#   identity failures) are only evaluated when the decision denies.
 package authz
 
 import data.authz.tables
@@ -38,45 +40,28 @@ decision := {
 	"reasons": [],
 	"capabilities": caps,
 } if {
-	# The common grant, a plugin-backed sandbox lease: _confirmed, _ready_entry, _worker_methods,
-	# _entry_declarations and _snapshot spelled out rather than called (calling _ready_entry
-	# here costs a decision about 50 more allocations and a tenth more CPU time,
-	# BenchmarkEvaluate). What it leaves out (a manifest with more than its one entry, an entry
-	# without sandboxCapabilities or with the legacy supportsReusableLeases) only makes this
-	# branch fail; the next one decides exactly. Tests hold it to the next branch
-	# (test_common_grant_*).
-	driver := tables.drivers[input.resolved.driver]
-	driver.operations[input.operation]
-	driver.capabilities == true
-	driver.identity == "sandbox_provider"
-	input.resolved.pluginBacked == true
-	key := input.resolved.providerKey
-	is_string(key)
-	key != ""
-	pinned := input.resolved.pluginId
-	is_string(pinned)
-	pinned != ""
-	plugin := input.facts.plugin
-	plugin.id == pinned
-	plugin.status == "ready"
-	[entry] := plugin.manifest.environmentDrivers
-	entry.driverKey == key
-	entry.kind == "sandbox_provider"
-	sandbox_capabilities := entry.sandboxCapabilities
-	is_object(sandbox_capabilities)
-	object.get(entry, "supportsReusableLeases", null) == null
-	facts := object.union({"optIn": false}, {
-		"methods": {m | supported := input.facts.worker.supportedMethods; is_array(supported); some m in supported},
-		"narrowedBy": _unnarrowed,
-	})
-	capability_table := tables.capabilities
-	declared := {k: object.subset(object.get({true: object.union(facts, {"optIn": cap.optIn})}, [v], {}), cap) |
-		some k, v in sandbox_capabilities
-		v != null
-		cap := capability_table[k]
-	}
-	caps := object.union({k: object.subset(facts, cap) | some k, cap in capability_table}, declared)
+	# The common grant reads _common_capabilities itself (capabilities would cost it a rule
+	# lookup more, about a dozen allocations); the common deny, next, finds it evaluated.
+	tables.drivers[input.resolved.driver].operations[input.operation]
+	caps := _common_capabilities
 	caps[tables.operations[input.operation].capability] == true
+} else := {
+	"allow": false,
+	"code": denial.code,
+	"message": replace(denial.message, "%s", input.resolved.driver),
+	"reasons": _common_reasons(operation.capability),
+	"capabilities": caps,
+} if {
+	# The common deny: the driver is registered and supports the operation, so the first
+	# failing check is the capability's (what code, message and reasons find on the last
+	# branch, without evaluating every check). The general grant, next, cannot grant what
+	# the common snapshot withholds (the snapshots agree).
+	tables.drivers[input.resolved.driver].operations[input.operation]
+	caps := _common_capabilities
+	operation := tables.operations[input.operation]
+	not caps[operation.capability] == true
+	"capability_granted" in operation.checks
+	denial := operation.denials.capability_granted
 } else := {
 	"allow": true,
 	"code": "",
@@ -156,13 +141,67 @@ reasons := capability_reasons(_operation.capability) if _first_failure == "capab
 # METADATA
 # title: Capability snapshot
 # description: |
-#   Every capability of the capability table, each a boolean. A capability is granted when the
-#   driver class supports capabilities, the facts confirm the lease's identity (_confirmed), and
-#   _snapshot grants it from the verified methods and the declarations.
-capabilities := _snapshot(methods, declarations, _unnarrowed) if {
+#   Every capability of the capability table, each a boolean: the common lease's
+#   (_common_capabilities) when it is one, else _general_capabilities. A decision evaluates it
+#   once, for a grant and a deny alike.
+capabilities := caps if {
+	caps := _common_capabilities
+} else := _general_capabilities
+
+# METADATA
+# title: General snapshot
+# description: |
+#   The capability snapshot of any lease. A capability is granted when the driver class supports
+#   capabilities, the facts confirm the lease's identity (_confirmed), and _snapshot grants it
+#   from the verified methods and the declarations.
+_general_capabilities := _snapshot(methods, declarations, _unnarrowed) if {
 	tables.drivers[input.resolved.driver].capabilities == true
 	[methods, declarations] := _confirmed
 } else := {k: false | some k, _ in tables.capabilities}
+
+# METADATA
+# title: Common snapshot
+# description: |
+#   The capability snapshot of the common lease, a plugin-backed sandbox lease whose pinned
+#   plugin is ready with exactly one entry, of kind sandbox_provider, for the provider key:
+#   _confirmed, _ready_entry, _worker_methods, _entry_declarations and _snapshot spelled out
+#   rather than called (calling _ready_entry here costs a decision about 50 more allocations and
+#   a tenth more CPU time, BenchmarkEvaluate). What it leaves out (a manifest with more than its
+#   one entry, an entry with the legacy supportsReusableLeases) only leaves it undefined;
+#   capabilities then decides exactly. Tests hold it to the general snapshot
+#   (test_common_grant_*, test_common_path_*, TestCommonPathAgreesWithTheGeneralPath).
+_common_capabilities := caps if {
+	driver := tables.drivers[input.resolved.driver]
+	driver.capabilities == true
+	driver.identity == "sandbox_provider"
+	input.resolved.pluginBacked == true
+	key := input.resolved.providerKey
+	is_string(key)
+	key != ""
+	pinned := input.resolved.pluginId
+	is_string(pinned)
+	pinned != ""
+	plugin := input.facts.plugin
+	plugin.id == pinned
+	plugin.status == "ready"
+	[entry] := plugin.manifest.environmentDrivers
+	entry.driverKey == key
+	entry.kind == "sandbox_provider"
+	sandbox_capabilities := object.get(entry, "sandboxCapabilities", {})
+	is_object(sandbox_capabilities)
+	object.get(entry, "supportsReusableLeases", null) == null
+	facts := object.union({"optIn": false}, {
+		"methods": {m | supported := input.facts.worker.supportedMethods; is_array(supported); some m in supported},
+		"narrowedBy": _unnarrowed,
+	})
+	capability_table := tables.capabilities
+	declared := {k: object.subset(object.get({true: object.union(facts, {"optIn": cap.optIn})}, [v], {}), cap) |
+		some k, v in sandbox_capabilities
+		v != null
+		cap := capability_table[k]
+	}
+	caps := object.union({k: object.subset(facts, cap) | some k, cap in capability_table}, declared)
+}
 
 # METADATA
 # title: Snapshot of confirmed facts
@@ -292,11 +331,45 @@ _builtin_declarations(provider) := {"reusableLeases": v | v := provider.supports
 #   For one capability: capability_unsupported_by_driver alone for a driver class without
 #   capabilities; else the first failed identity check alone; else every applicable reason among
 #   worker_not_running / method_not_verified, capability_not_declared and capability_narrowed.
-capability_reasons(k) := ["capability_unsupported_by_driver"] if {
+#   The common lease's are read in one body (_common_reasons), any other's by the rules
+#   (_general_reasons).
+capability_reasons(k) := reasons if {
+	reasons := _common_reasons(k)
+} else := _general_reasons(k)
+
+# METADATA
+# title: Reasons a capability is withheld, any lease
+# description: capability_reasons of any lease, by the contract's rules one by one.
+_general_reasons(k) := ["capability_unsupported_by_driver"] if {
 	not _supported[k]
 } else := [_identity_failure] if {
 	_identity_failure
-} else := [r | some r in tables.reasons; _capability_reason(k, r)]
+} else := _reasons_after_identity(k)
+
+# METADATA
+# title: Reasons of the common lease
+# description: |
+#   capability_reasons of a capability of the table for the common lease (_common_capabilities
+#   is defined): its driver class supports every capability and every identity check passes,
+#   so the reasons are those of _reasons_after_identity, read here from the input in one body
+#   rather than through _methods, _declarations and _entry. Tests hold it to the general
+#   explanation (test_common_path_*, TestCommonPathAgreesWithTheGeneralPath).
+_common_reasons(k) := [r | some r in tables.reasons; applicable[r]] if {
+	_common_capabilities
+	cap := tables.capabilities[k]
+	verified := object.subset(
+		{m | supported := input.facts.worker.supportedMethods; is_array(supported); some m in supported},
+		cap.methods,
+	)
+	v := object.get(input.facts.plugin.manifest.environmentDrivers[0], ["sandboxCapabilities", k], null)
+	declared := object.get({null: cap.optIn == false, true: true}, [v], false)
+	applicable := union({
+		{"worker_not_running" | not verified; not _worker_present},
+		{"method_not_verified" | not verified; _worker_present},
+		{"capability_not_declared" | not declared},
+		{"capability_narrowed" | some flag in cap.narrowedBy; input.narrowing[flag] == true},
+	})
+}
 
 # METADATA
 # title: Requested operation
@@ -490,50 +563,24 @@ _declarations := _entry_declarations(_entry, object.get(_entry, "sandboxCapabili
 }
 
 # METADATA
-# title: Capability reason applies
+# title: Reasons after the identity checks
 # description: |
-#   Whether a reason after the identity checks applies to capability k. Each helper looks at k
-#   alone (a deny explains one capability), not at every capability of the table.
-_capability_reason(k, "worker_not_running") if {
-	not _verified(k)
-	_plugin_path
-	not _worker_present
-}
-
-_capability_reason(k, "method_not_verified") if {
-	not _verified(k)
-	not _worker_missing
-}
-
-_capability_reason(k, "capability_not_declared") if not _declared(k)
-
-_capability_reason(k, "capability_narrowed") if _narrowed(k)
-
-# METADATA
-# title: Capability verified
-# description: A capability of the table whose every method is verified (as in _snapshot).
-_verified(k) if {
+#   The reasons among worker_not_running / method_not_verified, capability_not_declared and
+#   capability_narrowed that apply to capability k (of the table), in the order of the reasons
+#   table, read in one body: not verified (not every method of k in _methods, as in _snapshot)
+#   with no running worker on a plugin path, or with one; not allowed by the declarations (a
+#   declared true allows, any other declared value withholds, no declaration allows an ordinary
+#   capability and withholds an opt-in one); a narrowing flag of k exactly true in the input.
+_reasons_after_identity(k) := [r | some r in tables.reasons; applicable[r]] if {
 	cap := tables.capabilities[k]
-	object.subset(_methods, cap.methods)
-}
-
-# METADATA
-# title: Capability the declaration allows
-# description: |
-#   A capability of the table that the declarations allow: a declared true allows; any other
-#   declared value (false, a string, a number) withholds; no declaration allows an ordinary
-#   capability and withholds an opt-in one (as in capabilities).
-_declared(k) if {
-	cap := tables.capabilities[k]
-	object.get(_declarations, k, cap.optIn == false) == true
-}
-
-# METADATA
-# title: Capability narrowed
-# description: A narrowing flag of the capability is exactly true in the input (as in _snapshot).
-_narrowed(k) if {
-	some flag in tables.capabilities[k].narrowedBy
-	input.narrowing[flag] == true
+	verified := object.subset(_methods, cap.methods)
+	declared := object.get(_declarations, k, cap.optIn == false) == true
+	applicable := union({
+		{"worker_not_running" | not verified; _worker_missing},
+		{"method_not_verified" | not verified; not _worker_missing},
+		{"capability_not_declared" | not declared},
+		{"capability_narrowed" | some flag in cap.narrowedBy; input.narrowing[flag] == true},
+	})
 }
 
 # METADATA

@@ -78,6 +78,84 @@ test_common_grant_reads_the_flags_from_the_table if {
 	}
 }
 
+test_common_path_agrees_on_the_worker if {
+	# _common_capabilities and _common_reasons (the common lease read in one body each) agree
+	# with the general snapshot and reasons for every capability, on grants and denies: a grant,
+	# no worker, no methods
+	every patch in [
+		[],
+		[{"op": "remove", "path": "/facts/worker"}],
+		[{"op": "replace", "path": "/facts/worker/supportedMethods", "value": []}],
+	] {
+		common_path_agrees(json.patch(row12, patch))
+	}
+}
+
+test_common_path_agrees_on_odd_methods if {
+	# the same with methods of odd shapes, and with no declaration at all (an empty
+	# sandboxCapabilities, none)
+	every patch in [
+		[{"op": "replace", "path": "/facts/worker/supportedMethods", "value": "duplexChannelOpen"}],
+		[{"op": "replace", "path": "/facts/worker/supportedMethods", "value": ["duplexChannelOpen", 1, null]}],
+		[{"op": "replace", "path": "/facts/plugin/manifest/environmentDrivers", "value": [object.union(daytona_entry, {"sandboxCapabilities": {}})]}],
+		[{"op": "replace", "path": "/facts/plugin/manifest/environmentDrivers", "value": [object.remove(daytona_entry, {"sandboxCapabilities"})]}],
+	] {
+		common_path_agrees(json.patch(row12, patch))
+	}
+}
+
+test_common_path_agrees_on_declarations if {
+	# the same with every declaration true, false, a string, a number and null in turn
+	values := [true, false, "true", 1, null]
+	every j, _ in values {
+		declarations := {k: values[(i + j) % count(values)] | some i, k in capability_keys}
+		entry := object.union(daytona_entry, {"sandboxCapabilities": declarations})
+		common_path_agrees(json.patch(row12, [{"op": "replace", "path": "/facts/plugin/manifest/environmentDrivers", "value": [entry]}]))
+	}
+}
+
+test_common_path_agrees_on_narrowing if {
+	# the same with each narrowing flag set
+	flags := data.authz.tables.narrowing_flags
+	count(flags) > 0
+	every flag in flags {
+		common_path_agrees(json.patch(row12, [{"op": "replace", "path": "/narrowing", "value": object.union({f: false | some f in flags}, {flag: true})}]))
+	}
+}
+
+test_common_path_undefined_elsewhere if {
+	# where the lease is not the common one, the common path is undefined and the general one decides
+	entry := object.union(daytona_entry, {"sandboxCapabilities": all_declared})
+	every patch in [
+		[{"op": "replace", "path": "/facts/plugin/status", "value": "starting"}],
+		[{"op": "replace", "path": "/facts/plugin/manifest/environmentDrivers", "value": [entry, entry]}],
+		[{"op": "replace", "path": "/facts/plugin/manifest/environmentDrivers", "value": [object.union(entry, {"supportsReusableLeases": false})]}],
+		[{"op": "replace", "path": "/resolved/pluginId", "value": ""}],
+	] {
+		inp := json.patch(row12, patch)
+		not authz._common_capabilities with input as inp
+		common_reasons == {} with input as inp
+	}
+}
+
+# METADATA
+# title: Common path agrees
+# description: The common snapshot and reasons of inp are defined and equal the general ones.
+common_path_agrees(inp) if {
+	[common, general, reasons, general_reasons_] := [authz._common_capabilities, authz._general_capabilities, common_reasons, general_reasons] with input as inp
+	common == general
+	reasons == general_reasons_
+	count(reasons) == count(capability_keys)
+}
+
+# METADATA
+# title: The reasons of _common_reasons for every capability it is defined for
+common_reasons := {k: r | some k in capability_keys; r := authz._common_reasons(k)}
+
+# METADATA
+# title: The reasons of _general_reasons for every capability
+general_reasons := {k: authz._general_reasons(k) | some k in capability_keys}
+
 test_capability_narrowed_by_an_unknown_flag_is_never_granted if {
 	# a narrowedBy flag that is not among the narrowing flags (the host never computes it) fails
 	# closed: the capability is never granted, on either branch

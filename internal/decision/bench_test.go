@@ -198,6 +198,61 @@ func BenchmarkSideBySide(b *testing.B) {
 	b.ReportMetric(med(times[2])/med(times[0]), "decide/policy")
 }
 
+// BenchmarkPartialEvaluation times, in turns within each iteration, the policy alone (as
+// BenchmarkPolicyPrepared) and the residual of its partial evaluation with the assembled input's
+// facts known and every other part of the input unknown, the specialisation a facts generation
+// would buy (rego.PartialResult, prepared once). It reports the median of each (general-ns,
+// residual-ns) and residual/general. OPA v1.22.3 does not partially evaluate a rule with else
+// (it keeps the reference), and the decision is one, so the residual is the general policy
+// behind a wrapper: the engine does not specialise (BENCHMARKS.md, "Partial evaluation").
+func BenchmarkPartialEvaluation(b *testing.B) {
+	req, facts := benchFixture(b)
+	in := snapshot.Build(b.Context(), req, facts, snapshot.Options{})
+	mods, err := policies.Modules()
+	require.NoError(b, err)
+	opts := []func(*rego.Rego){
+		rego.Query(decision.Query),
+		rego.Input(map[string]any{"facts": in["facts"]}),
+		rego.Unknowns([]string{"input.resolved", "input.narrowing", "input.operation", "input.lease",
+			"input.environment", "input.command", "input.now_ns"}),
+	}
+	for name, src := range mods {
+		opts = append(opts, rego.Module(name, src))
+	}
+	pr, err := rego.New(opts...).PartialResult(b.Context())
+	require.NoError(b, err)
+	residual, err := pr.Rego().PrepareForEval(b.Context())
+	require.NoError(b, err)
+	general := preparedPolicy(b)
+	val, err := ast.InterfaceToValue(map[string]any(in))
+	require.NoError(b, err)
+	var want any
+	times := make([][]time.Duration, 2)
+	for b.Loop() {
+		for i, pq := range []rego.PreparedEvalQuery{general, residual} {
+			t0 := time.Now()
+			rs, err := pq.Eval(b.Context(), rego.EvalParsedInput(val))
+			times[i] = append(times[i], time.Since(t0))
+			if err != nil || len(rs) != 1 || len(rs[0].Expressions) != 1 {
+				b.Fatal("want one result", err)
+			}
+			if got := rs[0].Expressions[0].Value; want == nil {
+				want = got
+			} else if fmt.Sprint(got) != fmt.Sprint(want) {
+				b.Fatalf("the residual decides %v, the policy %v", got, want)
+			}
+		}
+	}
+	med := func(d []time.Duration) float64 {
+		s := slices.Clone(d)
+		slices.Sort(s)
+		return float64(s[len(s)/2].Nanoseconds())
+	}
+	b.ReportMetric(med(times[0]), "general-ns")
+	b.ReportMetric(med(times[1]), "residual-ns")
+	b.ReportMetric(med(times[1])/med(times[0]), "residual/general")
+}
+
 // preparedPolicy prepares the embedded policy with rego alone, as `opa bench` does.
 func preparedPolicy(b *testing.B) rego.PreparedEvalQuery {
 	b.Helper()

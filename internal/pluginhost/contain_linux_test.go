@@ -26,6 +26,7 @@ import (
 
 	"github.com/authz-dev/authz/internal/sandbox"
 	"github.com/authz-dev/authz/internal/testdrivers/hostile"
+	"github.com/authz-dev/authz/internal/testutil"
 )
 
 // asContainHost makes the test binary a host of one steal driver (see runContainHost).
@@ -150,11 +151,11 @@ func TestDriverCannotReachIntoTheHost(t *testing.T) {
 // /proc files, and the seccomp filter refuses the rest.
 func TestDriverOfANonRootHostCannotReachIntoIt(t *testing.T) {
 	if os.Getuid() != 0 {
-		t.Skip("starting a host as another user needs root; as an ordinary user, TestDriverCannotReachIntoTheHost is this test")
+		testutil.SkipUnlessCI(t, "starting a host as another user needs root; as an ordinary user, TestDriverCannotReachIntoTheHost is this test")
 	}
 	nobody, err := user.Lookup("nobody")
 	if err != nil {
-		t.Skip("no user nobody to run a host as")
+		testutil.SkipUnlessCI(t, "no user nobody to run a host as")
 	}
 	uid, _ := strconv.Atoi(nobody.Uid)
 	gid, _ := strconv.Atoi(nobody.Gid)
@@ -583,7 +584,7 @@ func TestNoForgedGrantsFromAStolenListener(t *testing.T) {
 func TestStaleCgroupsAreEnded(t *testing.T) {
 	root := containment.setUp().cgroups
 	if root == nil {
-		t.Skipf("no writable cgroup v2 hierarchy: %v", containment.cgroupErr)
+		testutil.SkipUnlessCI(t, "no writable cgroup v2 hierarchy: %v", containment.cgroupErr)
 	}
 	gone := exec.CommandContext(t.Context(), "/bin/true") // its pid names a host that is gone
 	require.NoError(t, gone.Run())
@@ -636,7 +637,7 @@ func TestMissingContainmentIsWarnedOnce(t *testing.T) {
 func TestStaleCgroupIsWarned(t *testing.T) {
 	root := containment.setUp().cgroups
 	if root == nil {
-		t.Skipf("no writable cgroup v2 hierarchy: %v", containment.cgroupErr)
+		testutil.SkipUnlessCI(t, "no writable cgroup v2 hierarchy: %v", containment.cgroupErr)
 	}
 	gone := exec.CommandContext(t.Context(), "/bin/true") // its pid names a host that is gone
 	require.NoError(t, gone.Run())

@@ -14,6 +14,8 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/authz-dev/authz/internal/testutil"
 )
 
 // fakeProc writes a /proc-like directory with one process per uid.
@@ -69,7 +71,7 @@ func fnvDynamicID(pluginID string) uint32 {
 // Sequential: its drivers get dynamic uids, chosen per plugin id for the whole process.
 func TestDriverUIDIsNotAnotherProcesses(t *testing.T) {
 	if os.Getuid() != 0 {
-		t.Skip("dynamic driver uids are those of a root host")
+		testutil.SkipUnlessCI(t, "dynamic driver uids are those of a root host")
 	}
 	const id = "uid-clash.sandbox"
 	clash := fnvDynamicID(id)
@@ -103,7 +105,7 @@ func TestDriverUIDIsNotAnotherProcesses(t *testing.T) {
 // Sequential: it changes the process-wide dynamic uid table.
 func TestDynamicIDIsChosenAgainWhenTaken(t *testing.T) {
 	if os.Getuid() != 0 {
-		t.Skip("dynamic driver uids are those of a root host")
+		testutil.SkipUnlessCI(t, "dynamic driver uids are those of a root host")
 	}
 	const id = "uid-retaken.sandbox"
 	first, err := dynamicID(id)

@@ -68,7 +68,7 @@ func loadCPU() (stop func()) {
 // TestServeMemoryBoundedUnderConcurrentBigBodies sends 60 bodies of just under 1 MiB at once,
 // five times, while the machine's CPUs are kept busy: the service admits a bounded number,
 // answers the rest 503 with Retry-After, and its peak resident memory stays within the bound
-// docs/service.md states for the default configuration.
+// docs/service.md states for the default configuration, and within a 256 MiB container.
 func TestServeMemoryBoundedUnderConcurrentBigBodies(t *testing.T) {
 	t.Parallel() // the service runs in a process of its own
 	facts := testutil.WriteFile(t, t.TempDir(), "facts.json", specFacts)
@@ -82,6 +82,7 @@ func TestServeMemoryBoundedUnderConcurrentBigBodies(t *testing.T) {
 	peak := p.peakRSS(t)
 	t.Logf("peak RSS (VmHWM) under 5 × 60 concurrent %d-byte bodies on busy CPUs: %d MiB (bound %d MiB)", len(body), peak>>20, server.DefaultConfig().MemoryBound()>>20)
 	assert.LessOrEqual(t, peak, server.DefaultConfig().MemoryBound(), "peak RSS %d MiB over the documented bound", peak>>20)
+	assert.LessOrEqual(t, peak, int64(256<<20), "peak RSS %d MiB: the defaults do not fit a 256 MiB container", peak>>20)
 	require.True(t, p.Alive())
 	p.Signal(t, syscall.SIGTERM)
 	assert.NoError(t, p.WaitExit(t, 60*time.Second))

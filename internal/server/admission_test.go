@@ -91,7 +91,7 @@ func TestLimitsValidate(t *testing.T) {
 		{name: "no connections", change: func(c *server.Config) { c.Limits.MaxConnections = 0 }, want: "limits.maxConnections: must be a positive number"},
 		{name: "small descriptor reserve", change: func(c *server.Config) { c.Limits.FDReserve = 3 }, want: "limits.fdReserve: must be at least 16"},
 		{name: "no reading slots", change: func(c *server.Config) { c.Limits.MaxReading = 0 }, want: "limits.maxReading: must be a positive number"},
-		{name: "more deciding than reading", change: func(c *server.Config) { c.Limits.MaxDeciding = 40 }, want: "limits.maxDeciding: must not be more than limits.maxReading (32)"},
+		{name: "more deciding than reading", change: func(c *server.Config) { c.Limits.MaxReading, c.Limits.MaxDeciding = 32, 40 }, want: "limits.maxDeciding: must not be more than limits.maxReading (32)"},
 		{name: "no queue wait", change: func(c *server.Config) { c.Limits.QueueWait = 0 }, want: "limits.queueWait: must be a positive duration"},
 	}
 	for _, tt := range tests {
@@ -108,8 +108,9 @@ func TestLimitsValidate(t *testing.T) {
 // memory limit below it that leaves the collector room.
 func TestMemoryBound(t *testing.T) {
 	c := server.DefaultConfig()
-	assert.Equal(t, int64(297), c.MemoryLimit()>>20)
-	assert.Equal(t, int64(396), c.MemoryBound()>>20)
+	assert.Equal(t, int64(190), c.MemoryLimit()>>20)
+	assert.Equal(t, int64(253), c.MemoryBound()>>20)
+	assert.LessOrEqual(t, c.MemoryBound(), int64(256<<20), "the defaults fit a 256 MiB container")
 	c.MaxBodyBytes = 64 << 10
-	assert.Equal(t, int64(216), c.MemoryBound()>>20, "a smaller body limit lowers the bound")
+	assert.Equal(t, int64(158), c.MemoryBound()>>20, "a smaller body limit lowers the bound")
 }

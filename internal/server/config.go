@@ -187,7 +187,7 @@ const (
 const (
 	defaultMaxConnections = 256
 	defaultFDReserve      = 64
-	defaultMaxReading     = 32
+	defaultMaxReading     = 16
 	defaultMaxDeciding    = 2
 	defaultMinBodyRate    = 4 << 10
 	defaultBodyGrace      = 2 * time.Second

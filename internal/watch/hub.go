@@ -33,10 +33,12 @@ import (
 const (
 	DefaultRecheckInterval = 30 * time.Second
 	DefaultPingInterval    = 15 * time.Second
-	DefaultMaxWatches      = 10000
-	// DefaultMaxBytes bounds the request bodies the watches hold: 10,000 watches of distinct
-	// 1.6 KB requests.
-	DefaultMaxBytes = 16 << 20
+	// DefaultMaxWatches and DefaultMaxBytes are sized so that the service's memory bound on its
+	// defaults fits a 256 MiB container (docs/service.md, "Limits and memory"): 2,048 watches
+	// of distinct 4 KB requests.
+	DefaultMaxWatches = 2048
+	// DefaultMaxBytes bounds the request bodies the watches hold.
+	DefaultMaxBytes = 8 << 20
 	// defaultDecideTimeout bounds one re-decision when the decider sets no bound of its own.
 	defaultDecideTimeout = 10 * time.Second
 )

@@ -280,6 +280,24 @@ func (p *Pipeline) Redecide(ctx context.Context, req *snapshot.Request, facts sn
 	return p.decider.Decide(ctx, admitted, facts)
 }
 
+// RedecideBody is Redecide of the request body holds (decoded with snapshot.ParseRequestBytes),
+// decoded only once a deciding place is held: the decoded request, which costs many times the
+// body, is within the bound of the deciding places like every other (a watch's re-decisions
+// run on several workers at once). operation is the request's, for the fail-closed deny of one
+// not admitted in time.
+func (p *Pipeline) RedecideBody(ctx context.Context, operation string, body []byte, facts snapshot.Facts) (decision.Document, snapshot.Input, error) {
+	p.note("Redecide", "")
+	admitted, facts, err := p.admit(ctx, "", snapshot.ParseRequestBytes, body, nil, facts)
+	switch {
+	case errors.Is(err, errNotAdmitted):
+		return decision.FailedDocument(operation), nil, p.places.Overloaded()
+	case err != nil:
+		return decision.FailedDocument(operation), nil, err
+	}
+	defer p.places.Release("")
+	return p.decider.Decide(ctx, admitted, facts)
+}
+
 // errNotAdmitted: no deciding place came in time.
 var errNotAdmitted = errors.New("not admitted")
 

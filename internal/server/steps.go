@@ -11,6 +11,7 @@ import (
 	"github.com/authz-dev/authz/internal/decision"
 	"github.com/authz-dev/authz/internal/pipeline"
 	"github.com/authz-dev/authz/internal/snapshot"
+	"github.com/authz-dev/authz/internal/watch"
 )
 
 // The steps of the decision pipeline (internal/pipeline) as HTTP implements them: the caller of
@@ -106,8 +107,15 @@ func (o observer) Decision(op string, allow bool, code string, evalCode coded.Co
 
 func (o observer) LogFailed() { o.s.metrics.logFailures.Inc() }
 
-// redecider decides the watches' requests again through the pipeline (Pipeline.Redecide).
+// redecider decides the watches' requests again through the pipeline (Pipeline.Redecide), and
+// decodes a watched body only in its deciding place (Pipeline.RedecideBody).
 type redecider struct{ s *Server }
+
+var _ watch.BodyDecider = redecider{}
+
+func (d redecider) DecideBody(ctx context.Context, operation string, body []byte, facts snapshot.Facts) (decision.Document, snapshot.Input, error) {
+	return d.s.pipe.RedecideBody(ctx, operation, body, facts)
+}
 
 func (d redecider) Decide(ctx context.Context, req *snapshot.Request, facts snapshot.Facts) (decision.Document, snapshot.Input, error) {
 	return d.s.pipe.Redecide(ctx, req, facts)

@@ -59,6 +59,15 @@ type Decider interface {
 	Decide(ctx context.Context, req *snapshot.Request, facts snapshot.Facts) (decision.Document, snapshot.Input, error)
 }
 
+// BodyDecider is a Decider that can also decode a watched request's body itself: a re-decision
+// then hands it the body, and the decoded request (which costs many times the body) exists only
+// where the decider bounds it (the service's deciding places) rather than in every one of the
+// hub's workers at once. The decoding and its errors are snapshot.ParseRequestBytes's.
+type BodyDecider interface {
+	Decider
+	DecideBody(ctx context.Context, operation string, body []byte, facts snapshot.Facts) (decision.Document, snapshot.Input, error)
+}
+
 // Options tune a Hub. The zero value takes the defaults.
 type Options struct {
 	// RecheckInterval re-decides every watched request this often, changes or not.
@@ -452,9 +461,15 @@ func (h *Hub) redecide(g *group, pass uint64) {
 		doc decision.Document
 		in  snapshot.Input
 	)
-	req, err := snapshot.ParseRequestBytes(g.body) // it decoded when the watch opened
-	if err == nil {
-		doc, in, err = h.d.Decide(ctx, req, h.facts)
+	var err error
+	if bd, ok := h.d.(BodyDecider); ok {
+		doc, in, err = bd.DecideBody(ctx, g.operation, g.body, h.facts)
+	} else {
+		var req *snapshot.Request
+		req, err = snapshot.ParseRequestBytes(g.body) // it decoded when the watch opened
+		if err == nil {
+			doc, in, err = h.d.Decide(ctx, req, h.facts)
+		}
 	}
 	if cerr := ctx.Err(); err == nil && cerr != nil {
 		// An answer that comes after the deadline (or Close) is not trusted, whatever it says.

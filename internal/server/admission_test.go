@@ -108,9 +108,9 @@ func TestLimitsValidate(t *testing.T) {
 // memory limit below it that leaves the collector room.
 func TestMemoryBound(t *testing.T) {
 	c := server.DefaultConfig()
-	assert.Equal(t, int64(190), c.MemoryLimit()>>20)
-	assert.Equal(t, int64(253), c.MemoryBound()>>20)
+	assert.Equal(t, int64(192), c.MemoryLimit()>>20)
+	assert.Equal(t, int64(256), c.MemoryBound()>>20)
 	assert.LessOrEqual(t, c.MemoryBound(), int64(256<<20), "the defaults fit a 256 MiB container")
 	c.MaxBodyBytes = 64 << 10
-	assert.Equal(t, int64(158), c.MemoryBound()>>20, "a smaller body limit lowers the bound")
+	assert.Equal(t, int64(138), c.MemoryBound()>>20, "a smaller body limit lowers the bound")
 }

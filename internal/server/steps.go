@@ -60,14 +60,28 @@ func (c *httpCaller) AdmitBody() bool {
 	return c.s.admit.admitBody(c.hold, c.w, c.r, c.id)
 }
 
-// decidingPlaces are the admission's deciding places (limits.maxDeciding).
+// decidingPlaces are the admission's deciding places (limits.maxDeciding) and its budget of
+// bytes decoded at once: the bytes are taken first, then the place.
 type decidingPlaces struct{ a *admission }
 
-func (p decidingPlaces) Acquire(ctx context.Context, caller string) bool {
-	return p.a.acquire(ctx, p.a.deciding, caller, nil)
+func (p decidingPlaces) Acquire(ctx context.Context, caller string, decodeBytes int64) bool {
+	took, ok := p.a.acquireDecoding(ctx, decodeBytes)
+	if !ok {
+		return false
+	}
+	if !p.a.acquire(ctx, p.a.deciding, caller, nil) {
+		p.a.releaseDecoding(took)
+		return false
+	}
+	return true
 }
-func (p decidingPlaces) Release(caller string) { p.a.deciding.release(caller) }
-func (p decidingPlaces) Overloaded() error     { return p.a.overloaded() }
+
+func (p decidingPlaces) Release(caller string, decodeBytes int64) {
+	p.a.deciding.release(caller)
+	p.a.releaseDecoding(min(decodeBytes, p.a.decodingCap))
+}
+
+func (p decidingPlaces) Overloaded() error { return p.a.overloaded() }
 
 // logUnavailable is the recorder's answer to a required log that failed: nothing is granted
 // until the log is writable again, watched grants included.

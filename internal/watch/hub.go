@@ -34,11 +34,11 @@ const (
 	DefaultRecheckInterval = 30 * time.Second
 	DefaultPingInterval    = 15 * time.Second
 	// DefaultMaxWatches and DefaultMaxBytes are sized so that the service's memory bound on its
-	// defaults fits a 256 MiB container (docs/service.md, "Limits and memory"): 2,048 watches
+	// defaults fits a 256 MiB container (docs/service.md, "Limits and memory"): 1,024 watches
 	// of distinct 4 KB requests.
-	DefaultMaxWatches = 2048
+	DefaultMaxWatches = 1024
 	// DefaultMaxBytes bounds the request bodies the watches hold.
-	DefaultMaxBytes = 8 << 20
+	DefaultMaxBytes = 4 << 20
 	// defaultDecideTimeout bounds one re-decision when the decider sets no bound of its own.
 	defaultDecideTimeout = 10 * time.Second
 )

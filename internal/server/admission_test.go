@@ -114,3 +114,71 @@ func TestMemoryBound(t *testing.T) {
 	c.MaxBodyBytes = 64 << 10
 	assert.Equal(t, int64(138), c.MemoryBound()>>20, "a smaller body limit lowers the bound")
 }
+
+// TestDecodingIsAdmittedByBytes: the bodies decoded at once are at most maxBodyBytes in all.
+// Two small requests are decided at once (maxDeciding 2); of two bodies of more than half the
+// limit, the second waits for the first and, while the first is still deciding after
+// limits.queueWait, is answered 503 SERVICE_OVERLOADED, though a deciding slot is free.
+func TestDecodingIsAdmittedByBytes(t *testing.T) {
+	d := blockingDecider{Decider: testEngine(t), entered: make(chan struct{}, 4), release: make(chan struct{})}
+	s := newServer(t, withDecider(d), withConfig(func(c *server.Config) {
+		c.MaxBodyBytes = 64 << 10
+		c.Limits.MaxReading = 4
+		c.Limits.MaxDeciding = 2
+		c.Limits.QueueWait = 300 * time.Millisecond
+	}))
+	base := startHTTP(t, s)
+	small := fixture(t, nil)
+	large := fixture(t, func(req map[string]any) { metadata(req)["padding"] = strings.Repeat("x", 40<<10) })
+	require.Greater(t, len(large), 32<<10)
+	require.Less(t, len(large), 64<<10)
+
+	send := func(body string) chan answer {
+		ch := make(chan answer, 1)
+		go func() { ch <- post(t, base+"/v1/authorize", body) }()
+		return ch
+	}
+	entered := func() bool {
+		select {
+		case <-d.entered:
+			return true
+		case <-time.After(2 * time.Second):
+			return false
+		}
+	}
+
+	// Two small bodies: both are being decided at once.
+	a1, a2 := send(small), send(small)
+	require.True(t, entered(), "the first small request is deciding")
+	require.True(t, entered(), "the second small request is deciding beside it")
+	d.release <- struct{}{}
+	d.release <- struct{}{}
+	assert.Equal(t, http.StatusOK, (<-a1).status)
+	assert.Equal(t, http.StatusOK, (<-a2).status)
+
+	// Two large bodies: the second finds no room for its bytes while the first decides.
+	l1 := send(large)
+	require.True(t, entered(), "the first large request is deciding")
+	l2 := send(large)
+	select {
+	case a := <-l2:
+		assert.Equal(t, http.StatusServiceUnavailable, a.status, "%s", a.body)
+		assert.Equal(t, string(coded.Overloaded), a.header.Get("X-Authz-Error"))
+	case <-d.entered:
+		d.release <- struct{}{}
+		d.release <- struct{}{}
+		<-l1
+		<-l2
+		t.Fatal("the second large body was decoded beside the first")
+	case <-time.After(10 * time.Second):
+		t.Fatal("the second large body was not answered")
+	}
+	d.release <- struct{}{}
+	assert.Equal(t, http.StatusOK, (<-l1).status)
+
+	// Its bytes given back, a large body is decided again.
+	l3 := send(large)
+	require.True(t, entered())
+	d.release <- struct{}{}
+	assert.Equal(t, http.StatusOK, (<-l3).status)
+}

@@ -68,7 +68,7 @@ func loadCPU() (stop func()) {
 // TestServeMemoryBoundedUnderConcurrentBigBodies sends 60 bodies of just under 1 MiB at once,
 // five times, while the machine's CPUs are kept busy: the service admits a bounded number,
 // answers the rest 503 with Retry-After, and its peak resident memory stays within the bound
-// docs/service.md states for the default configuration.
+// docs/service.md states for the default configuration, and within a 256 MiB container.
 func TestServeMemoryBoundedUnderConcurrentBigBodies(t *testing.T) {
 	t.Parallel() // the service runs in a process of its own
 	facts := testutil.WriteFile(t, t.TempDir(), "facts.json", specFacts)
@@ -77,18 +77,19 @@ func TestServeMemoryBoundedUnderConcurrentBigBodies(t *testing.T) {
 	body := bigRequest(t, int(server.DefaultConfig().MaxBodyBytes))
 	defer loadCPU()()
 	for round := range 5 {
-		burst(t, base, body, round)
+		burst(t, base+"/v1/authorize", body, round)
 	}
 	peak := p.peakRSS(t)
 	t.Logf("peak RSS (VmHWM) under 5 × 60 concurrent %d-byte bodies on busy CPUs: %d MiB (bound %d MiB)", len(body), peak>>20, server.DefaultConfig().MemoryBound()>>20)
 	assert.LessOrEqual(t, peak, server.DefaultConfig().MemoryBound(), "peak RSS %d MiB over the documented bound", peak>>20)
+	assert.LessOrEqual(t, peak, int64(256<<20), "peak RSS %d MiB: the defaults do not fit a 256 MiB container", peak>>20)
 	require.True(t, p.Alive())
 	p.Signal(t, syscall.SIGTERM)
 	assert.NoError(t, p.WaitExit(t, 60*time.Second))
 }
 
-// burst sends 60 bodies at once and checks the answers: decided, or 503 with Retry-After.
-func burst(t *testing.T, base string, body []byte, round int) {
+// burst sends 60 bodies at once to url and checks the answers: decided, or 503 with Retry-After.
+func burst(t *testing.T, url string, body []byte, round int) {
 	t.Helper()
 	const clients = 60
 	var wg sync.WaitGroup
@@ -100,7 +101,7 @@ func burst(t *testing.T, base string, body []byte, round int) {
 		wg.Go(func() {
 			c := &http.Client{Timeout: 60 * time.Second}
 			<-start
-			resp, err := c.Post(base+"/v1/authorize", "application/json", bytes.NewReader(body))
+			resp, err := c.Post(url, "application/json", bytes.NewReader(body))
 			if err != nil {
 				errs[i] = err
 				return
@@ -126,6 +127,54 @@ func burst(t *testing.T, base string, body []byte, round int) {
 		}
 	}
 	assert.Positive(t, granted, "round %d: some requests were decided", round)
+}
+
+// bigAuthZENBatch is an AuthZEN evaluations request of about size bytes: the subject of
+// specRequest's lease with lease.metadata.padding an array of empty objects (the shape that
+// costs the most once decoded), and two evaluations that take it as their default.
+func bigAuthZENBatch(t testing.TB, size int) []byte {
+	t.Helper()
+	var pad bytes.Buffer
+	pad.WriteString("[")
+	for i := 0; pad.Len() < size-1024; i++ {
+		if i > 0 {
+			pad.WriteString(",")
+		}
+		pad.WriteString("{}")
+	}
+	pad.WriteString("]")
+	md := map[string]any{"driver": "sandbox", "sandboxProviderPlugin": true, "pluginId": "test.plugin", "provider": "daytona", "padding": json.RawMessage(pad.Bytes())}
+	b, err := json.Marshal(map[string]any{
+		"subject":     map[string]any{"type": "lease", "id": "lease-1", "properties": map[string]any{"leasePolicy": "ephemeral", "metadata": md}},
+		"resource":    map[string]any{"type": "environment", "id": "env-1", "properties": map[string]any{"driver": "sandbox", "config": map[string]any{"provider": "daytona"}}},
+		"action":      map[string]any{"name": "openDuplexChannel"},
+		"evaluations": []any{map[string]any{}, map[string]any{"context": map[string]any{"command": []string{"sh"}}}},
+	})
+	require.NoError(t, err)
+	require.LessOrEqual(t, len(b), size)
+	return b
+}
+
+// TestServeMemoryBoundedUnderConcurrentBigAuthZENBatches is the test above for AuthZEN
+// evaluations requests, which are decoded in full before their evaluations are decided: 60
+// batches of just under 1 MiB at once, five times, on busy CPUs, keep the peak resident memory
+// within the documented bound and a 256 MiB container.
+func TestServeMemoryBoundedUnderConcurrentBigAuthZENBatches(t *testing.T) {
+	t.Parallel() // the service runs in a process of its own
+	facts := testutil.WriteFile(t, t.TempDir(), "facts.json", specFacts)
+	p := startServeProcess(t, "", "--facts", facts, "--addr", "127.0.0.1:0")
+	body := bigAuthZENBatch(t, int(server.DefaultConfig().MaxBodyBytes))
+	defer loadCPU()()
+	for round := range 5 {
+		burst(t, "http://"+p.addr+"/access/v1/evaluations", body, round)
+	}
+	peak := p.peakRSS(t)
+	t.Logf("peak RSS (VmHWM) under 5 × 60 concurrent %d-byte AuthZEN batches on busy CPUs: %d MiB (bound %d MiB)", len(body), peak>>20, server.DefaultConfig().MemoryBound()>>20)
+	assert.LessOrEqual(t, peak, server.DefaultConfig().MemoryBound(), "peak RSS %d MiB over the documented bound", peak>>20)
+	assert.LessOrEqual(t, peak, int64(256<<20), "peak RSS %d MiB: the defaults do not fit a 256 MiB container", peak>>20)
+	require.True(t, p.Alive())
+	p.Signal(t, syscall.SIGTERM)
+	assert.NoError(t, p.WaitExit(t, 60*time.Second))
 }
 
 // TestServeAppliesGCSettings: the service sets the garbage collector's target

@@ -58,8 +58,12 @@ type Decider interface {
 
 // Places are the deciding places, shared fairly between callers.
 type Places interface {
-	Acquire(ctx context.Context, caller string) bool
-	Release(caller string)
+	// Acquire takes a deciding place and, for a request decoded in it, decodeBytes of the
+	// budget of bytes decoded at once (a decoded request costs many times its body: the
+	// bytes bound it where the number of places does not).
+	Acquire(ctx context.Context, caller string, decodeBytes int64) bool
+	// Release gives back a place and the decodeBytes Acquire took with it.
+	Release(caller string, decodeBytes int64)
 	// Overloaded is the error of a decision not admitted in time.
 	Overloaded() error
 }
@@ -190,7 +194,7 @@ type Batch struct{ Items, LineCap int }
 func (p *Pipeline) Decide(c Caller, face Face, parse func(body []byte) (*snapshot.Request, error), answer func(Result)) {
 	p.note("Decide", face.Path)
 	p.withBody(c, func(body []byte) {
-		p.decideIn(c, face.Path, face.WatchID, parse, body, nil, Batch{}, answer)
+		p.decideIn(c, face.Path, face.WatchID, parse, body, int64(len(body)), nil, Batch{}, answer)
 	}, answer)
 }
 
@@ -241,18 +245,19 @@ func (p *Pipeline) Recheck(c Caller) error {
 }
 
 // DecideBody decodes a request with parse and decides it (an AuthZEN batch's evaluations, from
-// a body Body read), in a deciding place.
+// a body Body read), in a deciding place. It takes nothing of the budget of bytes decoded at
+// once: the caller holds what parse decodes (Places.Acquire's decodeBytes).
 func (p *Pipeline) DecideBody(c Caller, face Face, parse func() (*snapshot.Request, error), batch Batch, answer func(Result)) {
 	p.note("DecideBody", face.Path)
-	p.decideIn(c, face.Path, face.WatchID, nil, nil, parse, batch, answer)
+	p.decideIn(c, face.Path, face.WatchID, nil, nil, 0, parse, batch, answer)
 }
 
 // decideIn decodes a request (parse, or parseBody of body when parse is nil) and decides it in
 // a deciding place; answer gets the result within the place.
 func (p *Pipeline) decideIn(c Caller, path, watchID string, parseBody func([]byte) (*snapshot.Request, error), body []byte,
-	parse func() (*snapshot.Request, error), batch Batch, answer func(Result)) {
+	decodeBytes int64, parse func() (*snapshot.Request, error), batch Batch, answer func(Result)) {
 	ctx, caller := c.Context(), c.ID()
-	req, facts, err := p.admit(ctx, caller, parseBody, body, parse, p.facts)
+	req, facts, err := p.admit(ctx, caller, parseBody, body, decodeBytes, parse, p.facts)
 	switch {
 	case errors.Is(err, errNotAdmitted):
 		answer(Result{Outcome: Overloaded})
@@ -261,7 +266,7 @@ func (p *Pipeline) decideIn(c Caller, path, watchID string, parseBody func([]byt
 		answer(Result{Outcome: Refused, Err: err})
 		return
 	}
-	defer p.places.Release(caller)
+	defer p.places.Release(caller, decodeBytes)
 	answer(p.decide(c, path, watchID, req, facts, batch))
 }
 
@@ -272,47 +277,66 @@ func (p *Pipeline) decideIn(c Caller, path, watchID string, parseBody func([]byt
 func (p *Pipeline) Redecide(ctx context.Context, req *snapshot.Request, facts snapshot.Facts) (decision.Document, snapshot.Input, error) {
 	p.note("Redecide", "")
 	parse := func() (*snapshot.Request, error) { return req, nil }
-	admitted, facts, err := p.admit(ctx, "", nil, nil, parse, facts)
+	admitted, facts, err := p.admit(ctx, "", nil, nil, 0, parse, facts)
 	if err != nil {
 		return decision.FailedDocument(req.Operation), nil, p.places.Overloaded()
 	}
-	defer p.places.Release("")
+	defer p.places.Release("", 0)
+	return p.decider.Decide(ctx, admitted, facts)
+}
+
+// RedecideBody is Redecide of the request body holds (decoded with snapshot.ParseRequestBytes),
+// decoded only once a deciding place is held: the decoded request, which costs many times the
+// body, is within the bound of the deciding places like every other (a watch's re-decisions
+// run on several workers at once). operation is the request's, for the fail-closed deny of one
+// not admitted in time.
+func (p *Pipeline) RedecideBody(ctx context.Context, operation string, body []byte, facts snapshot.Facts) (decision.Document, snapshot.Input, error) {
+	p.note("Redecide", "")
+	admitted, facts, err := p.admit(ctx, "", snapshot.ParseRequestBytes, body, int64(len(body)), nil, facts)
+	switch {
+	case errors.Is(err, errNotAdmitted):
+		return decision.FailedDocument(operation), nil, p.places.Overloaded()
+	case err != nil:
+		return decision.FailedDocument(operation), nil, err
+	}
+	defer p.places.Release("", int64(len(body)))
 	return p.decider.Decide(ctx, admitted, facts)
 }
 
 // errNotAdmitted: no deciding place came in time.
 var errNotAdmitted = errors.New("not admitted")
 
-// admit takes a deciding place and decodes the request in it (parse, or parseBody of body);
-// on success the place is held, for the caller to release. A driver's config check that must
+// admit takes a deciding place, with decodeBytes of the budget of bytes decoded at once, and
+// decodes the request in it (parse, or parseBody of body); on success both are held, for the
+// caller to release. A driver's config check that must
 // be asked is not waited for in the place: the request gives its place and its decoded form
 // up, waits (the answer then at hand in the facts returned), and is admitted and decoded again.
 // So a plugin whose checks are slow holds up its own callers only.
 func (p *Pipeline) admit(ctx context.Context, caller string, parseBody func([]byte) (*snapshot.Request, error), body []byte,
-	parse func() (*snapshot.Request, error), facts snapshot.Facts) (*snapshot.Request, snapshot.Facts, error) {
+	decodeBytes int64, parse func() (*snapshot.Request, error), facts snapshot.Facts) (*snapshot.Request, snapshot.Facts, error) {
 	decode := func() (*snapshot.Request, error) {
 		if parse != nil {
 			return parse()
 		}
 		return parseBody(body)
 	}
-	if !p.places.Acquire(ctx, caller) {
+	if !p.places.Acquire(ctx, caller, decodeBytes) {
 		return nil, facts, errNotAdmitted
 	}
 	req, err := decode()
 	if err != nil {
-		p.places.Release(caller)
+		p.places.Release(caller, decodeBytes)
 		return nil, facts, err
 	}
 	wait, facts := snapshot.ConfigCheckAhead(req, facts) // an answer at hand is carried in facts: asked once
 	if wait != nil {
-		p.places.Release(caller) // the decoded request is not used again: decoded again below
+		p.places.Release(caller, decodeBytes) // the decoded request is not used again: decoded again below
 		facts = wait(ctx)
-		if !p.places.Acquire(ctx, caller) {
+		if !p.places.Acquire(ctx, caller, decodeBytes) {
 			return nil, facts, errNotAdmitted
 		}
 		if req, err = decode(); err != nil {
-			p.places.Release(caller)
+			p.places.Release(caller, decodeBytes)
 			return nil, facts, err
 		}
 	}

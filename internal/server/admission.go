@@ -10,10 +10,13 @@ import (
 	"sync/atomic"
 	"time"
 
+	"golang.org/x/sync/semaphore"
+
 	"github.com/authz-dev/authz/internal/coded"
 	"github.com/authz-dev/authz/internal/decision"
 	"github.com/authz-dev/authz/internal/pipeline"
 	"github.com/authz-dev/authz/internal/policystate"
+	"github.com/authz-dev/authz/internal/snapshot"
 )
 
 // admission bounds the decision requests in progress, in two stages. A request is admitted
@@ -38,20 +41,30 @@ import (
 // does not wait queueWait behind them for a 503. A caller alone keeps every place.
 type admission struct {
 	reading, deciding *places
-	wait              time.Duration
-	minRate           float64 // bytes a second
-	grace             time.Duration
+	// decoding is the budget of bytes of bodies decoded at once: one largest body
+	// (maxBodyBytes). A decoded body costs up to decidingBytesPerBodyByte times its size, so
+	// the bytes, not the number of deciding places, bound what the requests being decided
+	// hold: small requests are decided maxDeciding at once, two largest ones one after the
+	// other. A request takes its share before its deciding place.
+	decoding    *semaphore.Weighted
+	decodingCap int64
+	wait        time.Duration
+	minRate     float64 // bytes a second
+	grace       time.Duration
 
 	watchdog bool // a goroutine checks the bodies' rates; under reading.mu
 }
 
-func newAdmission(c LimitsConfig) *admission {
+func newAdmission(c LimitsConfig, maxBodyBytes int64) *admission {
+	decodingCap := max(maxBodyBytes, 1)
 	a := &admission{
-		reading:  newPlaces(c.MaxReading),
-		deciding: newPlaces(c.MaxDeciding),
-		wait:     c.QueueWait,
-		minRate:  float64(c.MinBodyRate),
-		grace:    c.BodyGrace,
+		reading:     newPlaces(c.MaxReading),
+		deciding:    newPlaces(c.MaxDeciding),
+		decoding:    semaphore.NewWeighted(decodingCap),
+		decodingCap: decodingCap,
+		wait:        c.QueueWait,
+		minRate:     float64(c.MinBodyRate),
+		grace:       c.BodyGrace,
 	}
 	a.reading.bodies = true
 	a.deciding.keepOne = true
@@ -137,6 +150,33 @@ func (a *admission) acquire(ctx context.Context, p *places, caller string, h *bo
 	}
 	a.trackLocked(p, h)
 	return true
+}
+
+// acquireDecoding takes n bytes of the budget of bytes decoded at once within the admission
+// wait (all of it when n is more: such a request is decoded alone); it reports false when they
+// did not come free in time or ctx ended. It returns what it took, to give back with
+// releaseDecoding.
+func (a *admission) acquireDecoding(ctx context.Context, n int64) (int64, bool) {
+	n = min(n, a.decodingCap)
+	if n <= 0 {
+		return 0, true
+	}
+	if a.decoding.TryAcquire(n) {
+		return n, true
+	}
+	wctx, cancel := context.WithTimeout(ctx, a.wait)
+	defer cancel()
+	if a.decoding.Acquire(wctx, n) != nil {
+		return 0, false
+	}
+	return n, true
+}
+
+// releaseDecoding gives back what acquireDecoding took.
+func (a *admission) releaseDecoding(n int64) {
+	if n > 0 {
+		a.decoding.Release(n)
+	}
 }
 
 // trackLocked adds h (when not nil) to the bodies being read, newest last, and starts the rate
@@ -421,10 +461,11 @@ func (a *admission) overloaded() error {
 // Memory model of the service, measured for docs/service.md ("Limits and memory"). Live memory:
 // the service with its policy loaded (about 27 MiB measured with the embedded policy), the
 // decision cache filled to its bound, a bundle being read before it is verified, OPA's
-// decision-log buffer at its default bound, every admitted body, the requests being decided
-// (about 56 bytes live per byte of body for the costliest shape, an array of many small
-// objects: the decoded request, the input document's policy values, the log line), and the
-// read buffers of every open connection. The service sets the Go runtime's soft memory limit to
+// decision-log buffer at its default bound, every admitted body, the bodies being decoded and
+// decided (at most maxBodyBytes of them at once, each costing up to
+// snapshot.DecodedBytesPerBodyByte per byte; the embedded policy reads no member of the
+// request, so none of it is converted for OPA), the read buffers of every open connection, and
+// the open watches. The service sets the Go runtime's soft memory limit to
 // that sum (MemoryLimit); the resident memory may pass it by the garbage the collector has not
 // returned yet, which on busy CPUs (the collector takes at most half of them) was up to a
 // fifth of it: the bound leaves a third.
@@ -433,7 +474,7 @@ const (
 	// the hub, its stream's goroutine and timer, the last decision it was sent.
 	watchBytes               = 4 << 10
 	baseResidentBytes        = 32 << 20
-	decidingBytesPerBodyByte = 56
+	decidingBytesPerBodyByte = snapshot.DecodedBytesPerBodyByte
 	connectionBufferBytes    = 8 << 10
 )
 
@@ -446,7 +487,7 @@ func (c Config) MemoryLimit() int64 {
 		policystate.BundleReadBytes +
 		policystate.DefaultDecisionLogBufferBytes +
 		int64(c.Limits.MaxReading)*c.MaxBodyBytes +
-		int64(c.Limits.MaxDeciding)*decidingBytesPerBodyByte*c.MaxBodyBytes +
+		decidingBytesPerBodyByte*c.MaxBodyBytes +
 		int64(c.Limits.MaxConnections)*int64(c.HTTP.MaxHeaderBytes+connectionBufferBytes) +
 		int64(c.watches().Max)*watchBytes + c.watches().MaxBytes
 }

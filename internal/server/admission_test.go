@@ -91,7 +91,7 @@ func TestLimitsValidate(t *testing.T) {
 		{name: "no connections", change: func(c *server.Config) { c.Limits.MaxConnections = 0 }, want: "limits.maxConnections: must be a positive number"},
 		{name: "small descriptor reserve", change: func(c *server.Config) { c.Limits.FDReserve = 3 }, want: "limits.fdReserve: must be at least 16"},
 		{name: "no reading slots", change: func(c *server.Config) { c.Limits.MaxReading = 0 }, want: "limits.maxReading: must be a positive number"},
-		{name: "more deciding than reading", change: func(c *server.Config) { c.Limits.MaxDeciding = 40 }, want: "limits.maxDeciding: must not be more than limits.maxReading (32)"},
+		{name: "more deciding than reading", change: func(c *server.Config) { c.Limits.MaxReading, c.Limits.MaxDeciding = 32, 40 }, want: "limits.maxDeciding: must not be more than limits.maxReading (32)"},
 		{name: "no queue wait", change: func(c *server.Config) { c.Limits.QueueWait = 0 }, want: "limits.queueWait: must be a positive duration"},
 	}
 	for _, tt := range tests {
@@ -108,8 +108,77 @@ func TestLimitsValidate(t *testing.T) {
 // memory limit below it that leaves the collector room.
 func TestMemoryBound(t *testing.T) {
 	c := server.DefaultConfig()
-	assert.Equal(t, int64(297), c.MemoryLimit()>>20)
-	assert.Equal(t, int64(396), c.MemoryBound()>>20)
+	assert.Equal(t, int64(192), c.MemoryLimit()>>20)
+	assert.Equal(t, int64(256), c.MemoryBound()>>20)
+	assert.LessOrEqual(t, c.MemoryBound(), int64(256<<20), "the defaults fit a 256 MiB container")
 	c.MaxBodyBytes = 64 << 10
-	assert.Equal(t, int64(216), c.MemoryBound()>>20, "a smaller body limit lowers the bound")
+	assert.Equal(t, int64(138), c.MemoryBound()>>20, "a smaller body limit lowers the bound")
+}
+
+// TestDecodingIsAdmittedByBytes: the bodies decoded at once are at most maxBodyBytes in all.
+// Two small requests are decided at once (maxDeciding 2); of two bodies of more than half the
+// limit, the second waits for the first and, while the first is still deciding after
+// limits.queueWait, is answered 503 SERVICE_OVERLOADED, though a deciding slot is free.
+func TestDecodingIsAdmittedByBytes(t *testing.T) {
+	d := blockingDecider{Decider: testEngine(t), entered: make(chan struct{}, 4), release: make(chan struct{})}
+	s := newServer(t, withDecider(d), withConfig(func(c *server.Config) {
+		c.MaxBodyBytes = 64 << 10
+		c.Limits.MaxReading = 4
+		c.Limits.MaxDeciding = 2
+		c.Limits.QueueWait = 300 * time.Millisecond
+	}))
+	base := startHTTP(t, s)
+	small := fixture(t, nil)
+	large := fixture(t, func(req map[string]any) { metadata(req)["padding"] = strings.Repeat("x", 40<<10) })
+	require.Greater(t, len(large), 32<<10)
+	require.Less(t, len(large), 64<<10)
+
+	send := func(body string) chan answer {
+		ch := make(chan answer, 1)
+		go func() { ch <- post(t, base+"/v1/authorize", body) }()
+		return ch
+	}
+	entered := func() bool {
+		select {
+		case <-d.entered:
+			return true
+		case <-time.After(2 * time.Second):
+			return false
+		}
+	}
+
+	// Two small bodies: both are being decided at once.
+	a1, a2 := send(small), send(small)
+	require.True(t, entered(), "the first small request is deciding")
+	require.True(t, entered(), "the second small request is deciding beside it")
+	d.release <- struct{}{}
+	d.release <- struct{}{}
+	assert.Equal(t, http.StatusOK, (<-a1).status)
+	assert.Equal(t, http.StatusOK, (<-a2).status)
+
+	// Two large bodies: the second finds no room for its bytes while the first decides.
+	l1 := send(large)
+	require.True(t, entered(), "the first large request is deciding")
+	l2 := send(large)
+	select {
+	case a := <-l2:
+		assert.Equal(t, http.StatusServiceUnavailable, a.status, "%s", a.body)
+		assert.Equal(t, string(coded.Overloaded), a.header.Get("X-Authz-Error"))
+	case <-d.entered:
+		d.release <- struct{}{}
+		d.release <- struct{}{}
+		<-l1
+		<-l2
+		t.Fatal("the second large body was decoded beside the first")
+	case <-time.After(10 * time.Second):
+		t.Fatal("the second large body was not answered")
+	}
+	d.release <- struct{}{}
+	assert.Equal(t, http.StatusOK, (<-l1).status)
+
+	// Its bytes given back, a large body is decided again.
+	l3 := send(large)
+	require.True(t, entered())
+	d.release <- struct{}{}
+	assert.Equal(t, http.StatusOK, (<-l3).status)
 }

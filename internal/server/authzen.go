@@ -147,12 +147,9 @@ func (e authzenEvaluation) request() (*snapshot.Request, error) {
 	if cmd, ok := e.Context["command"]; ok {
 		req["command"] = cmd
 	}
-	// The mapped request goes through the request parser of /v1/authorize, bounds included.
-	body, err := json.Marshal(req)
-	if err != nil {
-		return nil, bad("request could not be mapped: %v", err)
-	}
-	r, err := snapshot.ParseRequestBytes(body)
+	// The mapped request goes through the request checks of /v1/authorize, bounds included,
+	// holding the decoded AuthZEN values rather than a second decoding of them.
+	r, err := snapshot.RequestFromDocument(req)
 	if err != nil {
 		return nil, fmt.Errorf("AuthZEN request, mapped onto the service's request: %w", err)
 	}
@@ -323,6 +320,16 @@ func (s *Server) handleAuthZENEvaluations(w http.ResponseWriter, r *http.Request
 	echoRequestID(w, r)
 	c := s.caller(w, r, false)
 	s.pipe.Body(c, func(body []byte) {
+		// The decoded batch is held while its evaluations are decided, each mapped in turn
+		// from it (sharing its values): the body's bytes of the budget of bytes decoded at
+		// once, for the whole batch (its evaluations take deciding places, and nothing more of
+		// the budget).
+		took, ok := s.admit.acquireDecoding(r.Context(), int64(len(body)))
+		if !ok {
+			s.answerOverloaded(w, r)
+			return
+		}
+		defer s.admit.releaseDecoding(took)
 		var batch authzenEvaluations
 		if err := decodeAuthZEN(body, authzenEvaluationsShape, &batch); err != nil {
 			writeError(w, err)

@@ -187,7 +187,7 @@ const (
 const (
 	defaultMaxConnections = 256
 	defaultFDReserve      = 64
-	defaultMaxReading     = 32
+	defaultMaxReading     = 12
 	defaultMaxDeciding    = 2
 	defaultMinBodyRate    = 4 << 10
 	defaultBodyGrace      = 2 * time.Second
@@ -286,7 +286,7 @@ func DefaultConfig() Config {
 			ReadTimeout:       10 * time.Second,
 			WriteTimeout:      30 * time.Second,
 			IdleTimeout:       30 * time.Second,
-			MaxHeaderBytes:    64 << 10,
+			MaxHeaderBytes:    32 << 10,
 		},
 		Authentication: AuthConfig{Mode: AuthOff},
 		Limits: LimitsConfig{

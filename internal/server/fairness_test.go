@@ -94,6 +94,7 @@ func TestSlowBodiesOfOneCallerCannotShutOutAnother(t *testing.T) {
 	s := newServer(t, withTwoCallers(t), withConfig(func(c *server.Config) {
 		c.Limits.QueueWait = time.Second
 		c.Limits.MinBodyRate = 0 // the share alone is under test
+		c.Limits.MaxReading = 32
 	}))
 	base := startHTTP(t, s)
 	var wg sync.WaitGroup
@@ -369,7 +370,9 @@ func grantWith(t testing.TB, change func(req map[string]any)) string {
 // instead of filling it: another caller's examples/grant.json watch still opens.
 func TestOneCallerCannotLockOthersOutOfWatches(t *testing.T) {
 	t.Parallel()
-	url := startHTTP(t, newServer(t, withTwoCallers(t), withFacts(staticFacts(t, "example-facts.json"))))
+	// watches.maxBytes as it was by default (16 MiB): a caller's share holds four ~1 MB bodies.
+	bytes16MiB := withConfig(func(c *server.Config) { c.Watch.MaxBytes = 16 << 20 })
+	url := startHTTP(t, newServer(t, withTwoCallers(t), bytes16MiB, withFacts(staticFacts(t, "example-facts.json"))))
 	attacker := map[string]string{"Authorization": "Bearer " + attackerToken}
 	opened := 0
 	var refusal watchAnswer

@@ -134,7 +134,7 @@ func New(cfg Config, d Decider, facts FactsSource, opts Options) (*Server, error
 	}); err != nil {
 		return nil, err
 	}
-	s.admit = newAdmission(cfg.Limits)
+	s.admit = newAdmission(cfg.Limits, cfg.MaxBodyBytes)
 	s.parked = newParked(s)
 	s.watchBudget = newWatchBudget(cfg.Watch)
 	s.revokes = newRevokeLog(s)

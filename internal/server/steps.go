@@ -11,6 +11,7 @@ import (
 	"github.com/authz-dev/authz/internal/decision"
 	"github.com/authz-dev/authz/internal/pipeline"
 	"github.com/authz-dev/authz/internal/snapshot"
+	"github.com/authz-dev/authz/internal/watch"
 )
 
 // The steps of the decision pipeline (internal/pipeline) as HTTP implements them: the caller of
@@ -59,14 +60,28 @@ func (c *httpCaller) AdmitBody() bool {
 	return c.s.admit.admitBody(c.hold, c.w, c.r, c.id)
 }
 
-// decidingPlaces are the admission's deciding places (limits.maxDeciding).
+// decidingPlaces are the admission's deciding places (limits.maxDeciding) and its budget of
+// bytes decoded at once: the bytes are taken first, then the place.
 type decidingPlaces struct{ a *admission }
 
-func (p decidingPlaces) Acquire(ctx context.Context, caller string) bool {
-	return p.a.acquire(ctx, p.a.deciding, caller, nil)
+func (p decidingPlaces) Acquire(ctx context.Context, caller string, decodeBytes int64) bool {
+	took, ok := p.a.acquireDecoding(ctx, decodeBytes)
+	if !ok {
+		return false
+	}
+	if !p.a.acquire(ctx, p.a.deciding, caller, nil) {
+		p.a.releaseDecoding(took)
+		return false
+	}
+	return true
 }
-func (p decidingPlaces) Release(caller string) { p.a.deciding.release(caller) }
-func (p decidingPlaces) Overloaded() error     { return p.a.overloaded() }
+
+func (p decidingPlaces) Release(caller string, decodeBytes int64) {
+	p.a.deciding.release(caller)
+	p.a.releaseDecoding(min(decodeBytes, p.a.decodingCap))
+}
+
+func (p decidingPlaces) Overloaded() error { return p.a.overloaded() }
 
 // logUnavailable is the recorder's answer to a required log that failed: nothing is granted
 // until the log is writable again, watched grants included.
@@ -106,8 +121,15 @@ func (o observer) Decision(op string, allow bool, code string, evalCode coded.Co
 
 func (o observer) LogFailed() { o.s.metrics.logFailures.Inc() }
 
-// redecider decides the watches' requests again through the pipeline (Pipeline.Redecide).
+// redecider decides the watches' requests again through the pipeline (Pipeline.Redecide), and
+// decodes a watched body only in its deciding place (Pipeline.RedecideBody).
 type redecider struct{ s *Server }
+
+var _ watch.BodyDecider = redecider{}
+
+func (d redecider) DecideBody(ctx context.Context, operation string, body []byte, facts snapshot.Facts) (decision.Document, snapshot.Input, error) {
+	return d.s.pipe.RedecideBody(ctx, operation, body, facts)
+}
 
 func (d redecider) Decide(ctx context.Context, req *snapshot.Request, facts snapshot.Facts) (decision.Document, snapshot.Input, error) {
 	return d.s.pipe.Redecide(ctx, req, facts)

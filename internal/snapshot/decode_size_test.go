@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"math/rand/v2"
+	"runtime"
 	"strings"
 	"testing"
 
@@ -40,6 +41,12 @@ func largeBodies() map[string][]byte {
 		"empty-arrays":  wrap(repeat(`[]`)),
 		"numbers":       wrap(repeat(`12`)),
 		"object-keys":   wrap(keys.String()),
+		"empty-objects": wrap(repeat(`{}`)),
+		// The costliest: a map of one member for every 7 bytes, by the fast decoder and, with a
+		// key that is not ASCII, by encoding/json.
+		"one-member-objects":           wrap(repeat(`{"":0}`)),
+		"one-member-objects-non-ascii": wrap(repeat(`{"é":0}`)),
+		"deep-nests":                   wrap(repeat(strings.Repeat("[", MaxRequestDepth-2) + strings.Repeat("]", MaxRequestDepth-2))),
 	}
 }
 
@@ -59,6 +66,24 @@ func BenchmarkDecodeLargeRequest(b *testing.B) {
 				}
 			}
 		})
+	}
+}
+
+// TestDecodeCostWithinTheMemoryBudget: decoding a request allocates at most
+// DecodedBytesPerBodyByte bytes per byte of its body, whatever its shape (the costliest: an
+// array of one-member objects), the figure the service's memory bound counts for every body
+// being decoded.
+func TestDecodeCostWithinTheMemoryBudget(t *testing.T) {
+	for name, body := range largeBodies() {
+		var before, after runtime.MemStats
+		runtime.ReadMemStats(&before)
+		req, err := ParseRequestBytes(body)
+		runtime.ReadMemStats(&after)
+		require.NoError(t, err, name)
+		runtime.KeepAlive(req)
+		perByte := float64(after.TotalAlloc-before.TotalAlloc) / float64(len(body))
+		t.Logf("%s: %.1f bytes allocated per byte of a %d-byte body", name, perByte, len(body))
+		require.LessOrEqual(t, perByte, float64(DecodedBytesPerBodyByte), "%s: the memory bound counts %d bytes per byte of body", name, DecodedBytesPerBodyByte)
 	}
 }
 

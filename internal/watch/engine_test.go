@@ -50,7 +50,7 @@ func TestDistinctWatchesOnTheEngine(t *testing.T) {
 	reqJSON, factsJSON := f.JSON()
 	facts, err := snapshot.ParseFacts(bytes.NewReader(factsJSON))
 	require.NoError(t, err)
-	h := New(eng, facts, Options{MaxBytes: 64 << 20})
+	h := New(eng, facts, Options{MaxBytes: 64 << 20, MaxWatches: max(n, 10000)})
 	defer h.Close()
 	defer eng.OnPolicyChange(h.PolicyChanged)()
 

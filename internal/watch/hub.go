@@ -33,10 +33,12 @@ import (
 const (
 	DefaultRecheckInterval = 30 * time.Second
 	DefaultPingInterval    = 15 * time.Second
-	DefaultMaxWatches      = 10000
-	// DefaultMaxBytes bounds the request bodies the watches hold: 10,000 watches of distinct
-	// 1.6 KB requests.
-	DefaultMaxBytes = 16 << 20
+	// DefaultMaxWatches and DefaultMaxBytes are sized so that the service's memory bound on its
+	// defaults fits a 256 MiB container (docs/service.md, "Limits and memory"): 1,024 watches
+	// of distinct 4 KB requests.
+	DefaultMaxWatches = 1024
+	// DefaultMaxBytes bounds the request bodies the watches hold.
+	DefaultMaxBytes = 4 << 20
 	// defaultDecideTimeout bounds one re-decision when the decider sets no bound of its own.
 	defaultDecideTimeout = 10 * time.Second
 )
@@ -55,6 +57,15 @@ var (
 // always returns a document; a non-nil error means the decision could not be evaluated.
 type Decider interface {
 	Decide(ctx context.Context, req *snapshot.Request, facts snapshot.Facts) (decision.Document, snapshot.Input, error)
+}
+
+// BodyDecider is a Decider that can also decode a watched request's body itself: a re-decision
+// then hands it the body, and the decoded request (which costs many times the body) exists only
+// where the decider bounds it (the service's deciding places) rather than in every one of the
+// hub's workers at once. The decoding and its errors are snapshot.ParseRequestBytes's.
+type BodyDecider interface {
+	Decider
+	DecideBody(ctx context.Context, operation string, body []byte, facts snapshot.Facts) (decision.Document, snapshot.Input, error)
 }
 
 // Options tune a Hub. The zero value takes the defaults.
@@ -450,9 +461,15 @@ func (h *Hub) redecide(g *group, pass uint64) {
 		doc decision.Document
 		in  snapshot.Input
 	)
-	req, err := snapshot.ParseRequestBytes(g.body) // it decoded when the watch opened
-	if err == nil {
-		doc, in, err = h.d.Decide(ctx, req, h.facts)
+	var err error
+	if bd, ok := h.d.(BodyDecider); ok {
+		doc, in, err = bd.DecideBody(ctx, g.operation, g.body, h.facts)
+	} else {
+		var req *snapshot.Request
+		req, err = snapshot.ParseRequestBytes(g.body) // it decoded when the watch opened
+		if err == nil {
+			doc, in, err = h.d.Decide(ctx, req, h.facts)
+		}
 	}
 	if cerr := ctx.Err(); err == nil && cerr != nil {
 		// An answer that comes after the deadline (or Close) is not trusted, whatever it says.

@@ -492,3 +492,51 @@ func TestAQueueOfReDecisionsIsNotAFailure(t *testing.T) {
 	}
 	require.Equal(t, 0, h.Open())
 }
+
+// bodyDecider is a fakeDecider that decodes watched bodies itself (BodyDecider): it records
+// the bodies and operations it is handed, and how many decoded requests it was handed.
+type bodyDecider struct {
+	*fakeDecider
+	mu      sync.Mutex
+	bodies  [][]byte
+	ops     []string
+	decoded atomic.Int64
+}
+
+func (d *bodyDecider) Decide(ctx context.Context, req *snapshot.Request, f snapshot.Facts) (decision.Document, snapshot.Input, error) {
+	d.decoded.Add(1)
+	return d.fakeDecider.Decide(ctx, req, f)
+}
+
+func (d *bodyDecider) DecideBody(ctx context.Context, op string, b []byte, f snapshot.Facts) (decision.Document, snapshot.Input, error) {
+	d.mu.Lock()
+	d.bodies, d.ops = append(d.bodies, b), append(d.ops, op)
+	d.mu.Unlock()
+	req, err := snapshot.ParseRequestBytes(b)
+	if err != nil {
+		return decision.FailedDocument(op), nil, err
+	}
+	return d.fakeDecider.Decide(ctx, req, f)
+}
+
+// TestReDecisionHandsTheBodyToABodyDecider: a re-decision hands a BodyDecider the watched body
+// as sent, to decode where it bounds decoded requests (the service's deciding places), and
+// never decodes it in the hub's workers.
+func TestReDecisionHandsTheBodyToABodyDecider(t *testing.T) {
+	d := &bodyDecider{fakeDecider: newFakeDecider()}
+	h := New(d, nil, Options{})
+	defer h.Close()
+	req := request("p1", 0)
+	w := open(t, h, d, req)
+	require.Equal(t, int64(1), d.decoded.Load(), "the first decision")
+	d.set(func(d *fakeDecider) { d.denied["p1"] = true })
+	h.FactsChanged("p1")
+	ev := next(t, w)
+	require.Equal(t, KindRevoke, ev.Kind)
+	require.Equal(t, snapshot.OpOpenDuplexChannel, ev.Operation)
+	require.Equal(t, int64(1), d.decoded.Load(), "the re-decision was handed a request the hub decoded")
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	require.Equal(t, [][]byte{body(t, req)}, d.bodies)
+	require.Equal(t, []string{snapshot.OpOpenDuplexChannel}, d.ops)
+}

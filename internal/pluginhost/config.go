@@ -347,7 +347,9 @@ func (c Config) validatePlugins(v *configcheck.Problems) {
 		field := fmt.Sprintf("plugins[%d]", i)
 		validatePluginID(v, field, p.ID, ids, i)
 		if p.Key != "" {
-			if prev, dup := keys[p.Key]; dup {
+			if err := checkPluginKey(p.Key); err != nil {
+				v.Add(field+".key", "%s", err)
+			} else if prev, dup := keys[p.Key]; dup {
 				v.Add(field+".key", "%q is already the key of plugins[%d]: plugin keys must be unique", p.Key, prev)
 			} else {
 				keys[p.Key] = i

@@ -175,10 +175,29 @@ func (d *driverLog) jsonLine(stream string, line []byte) bool {
 		// Under "driver.": a driver's fields never stand where the host's own are read
 		// (decision_id, revision, result, ...), in a log that may share a stream with the
 		// decision log.
-		args = append(args, "driver."+escapeControl(k), logValue(entry[k]))
+		args = append(args, "driver."+logKey(k), logValue(entry[k]))
 	}
 	d.log.Log(level, escapeControl(msg), args...)
 	return true
+}
+
+// logKey is a driver's field name as the host logs it: letters, digits, '_', '.' and '-' are
+// kept, any other character becomes '_' (and an empty name is "_"), so a name with a space or
+// '=' ("x decision_id") cannot read as a field of its own to a key=value parser of the text log.
+func logKey(k string) string {
+	if k == "" {
+		return "_"
+	}
+	var b strings.Builder
+	for _, r := range k {
+		switch {
+		case r >= 'a' && r <= 'z', r >= 'A' && r <= 'Z', r >= '0' && r <= '9', r == '_', r == '.', r == '-':
+			b.WriteRune(r)
+		default:
+			b.WriteByte('_')
+		}
+	}
+	return b.String()
 }
 
 // logValue renders a JSON value for the host log: strings escaped, numbers and booleans as

@@ -3,6 +3,9 @@
 package pluginhost
 
 import (
+	"encoding/json"
+	"maps"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -149,6 +152,31 @@ func TestDriverLogUnit(t *testing.T) {
 	assert.Contains(t, s, `driver.decision_id=FORGED`, "a driver's field cannot stand where the host's decision_id is read")
 	assert.NotContains(t, s, ` decision_id=FORGED`)
 	assert.Contains(t, s, `[INFO]  {"not":"hclog"}: stream=stdout`, "a plain line (not hclog JSON) at Info")
+}
+
+// TestDriverLogFieldNames: a driver's field name keeps only [A-Za-z0-9_.-] in both log formats,
+// so a name like "x decision_id" cannot read as a bare decision_id field of the text log.
+func TestDriverLogFieldNames(t *testing.T) {
+	line := `{"@level":"info","@message":"m","x decision_id":"FORGED","a=b":1,"ok_k.e-y":2,"":3,"é\u001b":4}` + "\n"
+	for _, jsonFormat := range []bool{false, true} {
+		var out testutil.SyncBuffer
+		log := hclog.New(&hclog.LoggerOptions{Level: hclog.Debug, Output: &out, JSONFormat: jsonFormat})
+		_, _ = newDriverLog(log, Limits{}.withDefaults()).writer("stdout").Write([]byte(line))
+		s := out.String()
+		if jsonFormat {
+			var entry map[string]any
+			require.NoError(t, json.Unmarshal([]byte(s), &entry), s)
+			keys := slices.Sorted(maps.Keys(entry))
+			assert.Equal(t, []string{"@level", "@message", "@timestamp", "driver._", "driver.__", "driver.a_b", "driver.ok_k.e-y", "driver.x_decision_id", "stream"}, keys)
+			continue
+		}
+		assert.Contains(t, s, `driver.x_decision_id=FORGED`)
+		assert.NotContains(t, s, ` decision_id=`, "no bare decision_id field")
+		assert.Contains(t, s, `driver.a_b=1`)
+		assert.Contains(t, s, `driver.ok_k.e-y=2`)
+		assert.Contains(t, s, `driver._=3`)
+		assert.Contains(t, s, `driver.__=4`)
+	}
 }
 
 func TestEscapeControlAndCapText(t *testing.T) {

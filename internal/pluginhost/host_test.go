@@ -92,6 +92,11 @@ func TestConfigValidate(t *testing.T) {
 			wantErr: []string{`plugins[2].key: "acme.k" is already the key of plugins[0]`},
 		},
 		{
+			name:    "configured key with a lookalike letter",
+			cfg:     Config{Plugins: []PluginConfig{{ID: "a", Key: "\u0435xample.sandbox", Path: "/bin/a", SHA256: good}}},
+			wantErr: []string{`plugins[0].key: "\u0435xample.sandbox" holds byte 0xd0 at offset 0: a plugin key must be printable ASCII without spaces (0x21-0x7e)`},
+		},
+		{
 			name:    "tmpfs smaller than 1 MiB",
 			cfg:     Config{Plugins: []PluginConfig{{ID: "a", Path: "/bin/a", SHA256: good, ResourceLimits: ResourceLimits{TempDirBytes: 4096}}}},
 			wantErr: []string{"plugins[0].limits.tempDirBytes: 4096 is less than 1048576 (1 MiB)"},
@@ -152,6 +157,11 @@ func TestValidateManifest(t *testing.T) {
 		{name: "legacy field", desc: entry(func(e *driverplugin.EnvironmentDriver) { e.SupportsReusableLeases = testutil.Ptr(true) })},
 		{name: "no entries", desc: driverplugin.Description{Key: "k"}},
 		{name: "empty key", desc: driverplugin.Description{}, wantErr: "key: must not be empty"},
+		{name: "zero-width space in the key", desc: driverplugin.Description{Key: "example.sandbox\u200b"}, wantErr: `key: "example.sandbox\u200b" holds byte 0xe2 at offset 15: a plugin key must be printable ASCII without spaces (0x21-0x7e)`},
+		{name: "cyrillic letter in the key", desc: driverplugin.Description{Key: "\u0435xample.sandbox"}, wantErr: `key: "\u0435xample.sandbox" holds byte 0xd0 at offset 0`},
+		{name: "space in the key", desc: driverplugin.Description{Key: "acme key"}, wantErr: `key: "acme key" holds byte 0x20 at offset 4`},
+		{name: "control character in the key", desc: driverplugin.Description{Key: "acme\x7f"}, wantErr: `holds byte 0x7f at offset 4`},
+		{name: "every printable ASCII byte", desc: driverplugin.Description{Key: "!~azAZ09._-/:@"}},
 		{name: "string capability", desc: entry(func(e *driverplugin.EnvironmentDriver) {
 			e.SandboxCapabilities = map[string]any{"duplexCommandStream": "true"}
 		}), wantErr: `environmentDrivers[0].sandboxCapabilities.duplexCommandStream: must be a boolean, got "true"`},

@@ -4,11 +4,13 @@ package pluginhost
 
 import (
 	"io"
+	"net"
 	"os"
 	"os/user"
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -167,6 +169,105 @@ func TestHostTalksOnlyToTheVerifiedProcess(t *testing.T) {
 			}
 		})
 	}
+}
+
+// countingListener listens on the unix socket addr ("@name": abstract) until the test ends and
+// counts the connections it accepts.
+func countingListener(t *testing.T, addr string) *atomic.Int64 {
+	t.Helper()
+	ln, err := net.Listen("unix", addr)
+	require.NoError(t, err)
+	var n atomic.Int64
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for {
+			conn, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			n.Add(1)
+			_ = conn.Close()
+		}
+	}()
+	t.Cleanup(func() { _ = ln.Close(); <-done })
+	return &n
+}
+
+// TestHostConnectsOnlyToItsDriversSocket: a driver that prints the handshake by hand, naming a
+// socket in another directory, one reached through ".." out of its socket directory, an
+// abstract one, or a symbolic link in its socket directory to another socket, is refused
+// (IDENTITY_REFUSED) on every start, and the host connects to none of those sockets; a driver
+// next to them serves as usual.
+func TestHostConnectsOnlyToItsDriversSocket(t *testing.T) {
+	runParallel(t)
+	dir := sharedDir(t) // short paths: a unix socket's path is at most 107 bytes
+	socketDir := sharedDir(t)
+	abstract := "@authz-test-" + strconv.Itoa(os.Getpid()) + "-" + strconv.FormatInt(time.Now().UnixNano(), 36)
+	other, dotdot, linked := filepath.Join(dir, "other.sock"), filepath.Join(socketDir, "dotdot.sock"), filepath.Join(dir, "linked.sock")
+	tests := []struct {
+		id      string
+		flags   []string
+		target  string
+		wantErr string
+	}{
+		{id: "otherdir", flags: []string{"-announce", other}, target: other, wantErr: "the host accepts only a socket file directly inside the worker's socket directory"},
+		{id: "dotdot", flags: []string{"-announce", "{TMPDIR}/../dotdot.sock"}, target: dotdot, wantErr: "the host accepts only a socket file directly inside the worker's socket directory"},
+		{id: "abstract", flags: []string{"-announce", abstract}, target: abstract, wantErr: "no abstract address"},
+		{id: "symlink", flags: []string{"-announce", "{TMPDIR}/link", "-symlink", linked}, target: linked, wantErr: "is not a socket (mode 0120000; a symbolic link is not followed)"},
+	}
+	plugins := []PluginConfig{identityPlugin(t, "honest")}
+	accepted := map[string]*atomic.Int64{}
+	for _, tt := range tests {
+		plugins = append(plugins, identityPlugin(t, tt.id, tt.flags...))
+		accepted[tt.id] = countingListener(t, tt.target)
+	}
+	cfg := testConfig(t, plugins...)
+	cfg.SocketDir = socketDir
+	cfg.MinBackoff, cfg.MaxBackoff = 50*time.Millisecond, 100*time.Millisecond
+	cfg.StartTimeout = 10 * time.Second
+	h, rec := startHost(t, cfg)
+	waitFor(t, 2*time.Minute, "the honest driver ready and two refused starts of each other", func() bool {
+		rec.record(h)
+		for _, tt := range tests {
+			st := state(t, h, tt.id)
+			require.NotEqual(t, StatusReady, st.Status, tt.id)
+			if st.Restarts < 2 || st.Status != StatusError {
+				return false
+			}
+		}
+		return state(t, h, "honest").Status == StatusReady
+	})
+	for _, tt := range tests {
+		st := state(t, h, tt.id)
+		assert.Equal(t, string(coded.IdentityRefused), st.LastErrorCode, "%s: %s", tt.id, st.LastError)
+		assert.Contains(t, st.LastError, tt.wantErr, tt.id)
+		assert.Zero(t, accepted[tt.id].Load(), "%s: the host connected to the socket the driver named", tt.id)
+	}
+}
+
+func TestInSocketDir(t *testing.T) {
+	for addr, want := range map[string]bool{
+		"/s/plugin-dir1/plugin123":       true,
+		"/s/plugin-dir1/.hidden":         true,
+		"/s/plugin-dir1/":                false,
+		"/s/plugin-dir1/.":               false,
+		"/s/plugin-dir1/..":              false,
+		"/s/plugin-dir1/../x.sock":       false,
+		"/s/plugin-dir1/sub/x.sock":      false,
+		"/s/plugin-dir1//x.sock":         false,
+		"/s/plugin-dir1x/y":              false,
+		"/s/plugin-dir1":                 false,
+		"/s/other/x.sock":                false,
+		"@/s/plugin-dir1/x":              false,
+		"@x":                             false,
+		"/s/plugin-dir1/x\x00/../../etc": false,
+		"plugin123":                      false,
+	} {
+		assert.Equal(t, want, inSocketDir("/s/plugin-dir1", addr), addr)
+	}
+	assert.True(t, inSocketDir("/s/plugin-dir1/", "/s/plugin-dir1/x"))
+	assert.False(t, inSocketDir("", "/x"))
 }
 
 // TestDeadDriverWithChildHoldingPipes: a SIGKILLed driver whose child holds its stdout and

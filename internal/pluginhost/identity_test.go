@@ -94,6 +94,41 @@ func TestPluginKeyCollisionIsRefused(t *testing.T) {
 	}
 }
 
+// TestLookalikePluginKeysAreRefused: two plugins without a configured key reporting keys that
+// read as example.sandbox (one with a zero-width space, one with a Cyrillic "е") are refused
+// (INVALID_MANIFEST) and never ready, next to the plugin that holds example.sandbox.
+func TestLookalikePluginKeysAreRefused(t *testing.T) {
+	runParallel(t)
+	owner := driverPlugin(t, "owner")
+	owner.Key = "example.sandbox"
+	cfg := testConfig(t,
+		owner,
+		boundsPlugin(t, "zwsp", "-key", "example.sandbox\u200b"),
+		boundsPlugin(t, "cyrillic", "-key", "\u0435xample.sandbox"),
+	)
+	cfg.MinBackoff, cfg.MaxBackoff = 50*time.Millisecond, 100*time.Millisecond
+	h, rec := startHost(t, cfg)
+	waitFor(t, 2*time.Minute, "the owner ready and a second refused start of each lookalike", func() bool {
+		rec.record(h)
+		for _, id := range []string{"zwsp", "cyrillic"} {
+			st := state(t, h, id)
+			require.NotEqual(t, StatusReady, st.Status, "a lookalike key was ready: %q", st.Key)
+			require.Empty(t, st.Key)
+			if st.Restarts < 1 || st.Status != StatusError {
+				return false
+			}
+		}
+		return state(t, h, "owner").Status == StatusReady
+	})
+	for id, bad := range map[string]string{"zwsp": `"example.sandbox\u200b" holds byte 0xe2 at offset 15`, "cyrillic": `"\u0435xample.sandbox" holds byte 0xd0 at offset 0`} {
+		st := state(t, h, id)
+		assert.Equal(t, string(coded.InvalidManifest), st.LastErrorCode, "%s: %s", id, st.LastError)
+		assert.Contains(t, st.LastError, bad)
+		assert.Contains(t, st.LastError, "a plugin key must be printable ASCII without spaces (0x21-0x7e)")
+	}
+	assert.Equal(t, map[string]int{"example.sandbox": 1}, keysShown(h))
+}
+
 // TestConfiguredKeyWinsOverAnEarlierDriver: a driver of a plugin without a configured key
 // reports example.sandbox and is ready first; a plugin configured with that key added later
 // becomes ready, and the earlier driver loses the key and is refused from then on.

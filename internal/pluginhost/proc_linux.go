@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -317,14 +318,35 @@ func (p *proc) endDescendants() {
 }
 
 // PluginToHost implements runner.AddrTranslator: the host talks to a driver over the unix
-// socket it announced, never over TCP (a TCP address could be any other process's).
+// socket it announced, never over TCP (a TCP address could be any other process's), and only
+// over a socket file directly inside the socket directory made for this start. Another address
+// (an abstract one, a path with "..", one in another directory) is refused before any
+// connection: it could name a socket the driver's sandbox hides from the driver itself.
 func (p *proc) PluginToHost(network, addr string) (string, string, error) {
 	if network != "unix" {
 		return "", "", coded.Errorf(coded.IdentityRefused, "driver announced a %q address %q in its handshake; the host accepts only a unix socket (is the driver built with driverplugin.Serve on a unix system?)", network, addr)
 	}
+	if !inSocketDir(p.socketDir, addr) {
+		return "", "", coded.Errorf(coded.IdentityRefused, "driver announced the unix socket %s in its handshake; the host accepts only a socket file directly inside the worker's socket directory %s "+
+			"(a plain name: no abstract address, no \"..\", no other directory), and connects to no other", quoteShort(addr), p.socketDir)
+	}
 	addr = p.HostPath(addr)
 	p.addr.Store(&addr)
 	return network, addr, nil
+}
+
+// inSocketDir reports whether addr is dir followed by one plain file name: not abstract, not
+// ".", "..", empty or holding a '/' or a NUL byte.
+func inSocketDir(dir, addr string) bool {
+	if dir == "" || strings.HasPrefix(addr, "@") || strings.ContainsRune(addr, 0) {
+		return false
+	}
+	prefix := dir
+	if !strings.HasSuffix(prefix, "/") {
+		prefix += "/"
+	}
+	name, ok := strings.CutPrefix(addr, prefix)
+	return ok && name != "" && name != "." && name != ".." && !strings.Contains(name, "/")
 }
 
 // HostToPlugin implements runner.AddrTranslator.
@@ -337,8 +359,25 @@ func (p *proc) dial(ctx context.Context, _ string) (net.Conn, error) {
 	if addr == nil {
 		return nil, coded.Errorf(coded.IdentityRefused, "driver announced no address")
 	}
+	// The name is the driver's to choose, in a directory it writes: a symbolic link there could
+	// point the host at any socket. The host opens the name without following a link, checks
+	// that it is a socket, and connects through that descriptor.
+	fd, err := unix.Open(*addr, unix.O_PATH|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, err
+	}
+	defer func() { _ = unix.Close(fd) }()
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil {
+		return nil, err
+	}
+	if st.Mode&unix.S_IFMT != unix.S_IFSOCK {
+		var err error = coded.Errorf(coded.IdentityRefused, "the name %s the driver announced is not a socket (mode %#o; a symbolic link is not followed): refusing to connect", *addr, st.Mode&unix.S_IFMT)
+		p.peerErr.CompareAndSwap(nil, &err)
+		return nil, err
+	}
 	var d net.Dialer
-	conn, err := d.DialContext(ctx, "unix", *addr)
+	conn, err := d.DialContext(ctx, "unix", fmt.Sprintf("/proc/self/fd/%d", fd))
 	if err != nil {
 		return nil, err
 	}

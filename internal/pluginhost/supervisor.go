@@ -590,13 +590,35 @@ var knownCapabilities = func() map[string]bool {
 	return m
 }()
 
-// validateManifest refuses a manifest the host will not publish: an empty plugin key, an entry
+// checkPluginKey refuses a plugin key that is empty or holds anything but printable ASCII
+// without spaces: a key is shown to people (/v1/plugins, the facts, the metrics), and two keys
+// that differ only by an invisible character or a lookalike letter ("example.sandbox\u200b",
+// a Cyrillic "е") would read as one.
+func checkPluginKey(key string) error {
+	if key == "" {
+		return errors.New("must not be empty")
+	}
+	for i := 0; i < len(key); i++ {
+		if c := key[i]; c < 0x21 || c > 0x7e {
+			q := key
+			if len(q) > 64 {
+				q = q[:64]
+			}
+			// %+q: the key in ASCII, so the lookalike shows (\u0435, \u200b).
+			return fmt.Errorf("%+q holds byte 0x%02x at offset %d: a plugin key must be printable ASCII without spaces (0x21-0x7e)", q, c, i)
+		}
+	}
+	return nil
+}
+
+// validateManifest refuses a manifest the host will not publish: a plugin key that is empty or
+// not printable ASCII without spaces (checkPluginKey), an entry
 // with an empty or repeated driver key, a kind other than sandbox_provider/environment_driver,
 // or a sandboxCapabilities value that is not a boolean (null included).
 func validateManifest(d driverplugin.Description) error {
 	var errs []error
-	if d.Key == "" {
-		errs = append(errs, errors.New("key: must not be empty"))
+	if err := checkPluginKey(d.Key); err != nil {
+		errs = append(errs, fmt.Errorf("key: %w", err))
 	}
 	seen := map[string]int{}
 	for i, e := range d.EnvironmentDrivers {

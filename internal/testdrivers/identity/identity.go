@@ -25,6 +25,10 @@
 //	-exec PATH                execve PATH (serve -key UNPINNED.impostor) instead of serving
 //	-relay unix|tcp           start PATH of -exec as a child and hand the host its socket
 //	                          (unix) or a loopback TCP relay to it (tcp)
+//	-announce ADDR            print the go-plugin handshake by hand, naming the unix socket ADDR
+//	                          ({TMPDIR} in it is the driver's TMPDIR; "@name" is abstract), and
+//	                          serve nothing
+//	-symlink TARGET           with -announce: first make {TMPDIR}/link a symbolic link to TARGET
 package identity
 
 import (
@@ -41,6 +45,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/hashicorp/go-plugin"
 
 	"github.com/authz-dev/authz/driverplugin"
 	"github.com/authz-dev/authz/internal/testdrivers/hostpid"
@@ -103,6 +109,8 @@ type options struct {
 	orphans         int
 	execPath        string
 	relay           string
+	announce        string
+	symlink         string
 }
 
 func serve(args []string) int {
@@ -117,6 +125,8 @@ func serve(args []string) int {
 	fs.IntVar(&o.orphans, "orphans", 0, "leave this many short-lived orphans (2 s), one every 100 ms")
 	fs.StringVar(&o.execPath, "exec", "", "impostor binary")
 	fs.StringVar(&o.relay, "relay", "", "unix or tcp: relay the host to the impostor instead of exec")
+	fs.StringVar(&o.announce, "announce", "", "announce this unix socket in a handshake printed by hand")
+	fs.StringVar(&o.symlink, "symlink", "", "with -announce: make {TMPDIR}/link a symbolic link to this")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
@@ -172,6 +182,9 @@ func run(o options) error {
 			}
 		}()
 	}
+	if o.announce != "" {
+		return announce(o.announce, o.symlink)
+	}
 	impostorArgs := []string{Marker, "serve", "-key", ImpostorKey}
 	switch {
 	case o.execPath != "" && o.relay == "":
@@ -193,6 +206,21 @@ func run(o options) error {
 		d.declare, d.method = !odd, odd
 	}
 	driverplugin.Serve(d)
+	return nil
+}
+
+// announce prints the go-plugin handshake line a driver would, naming addr as its unix socket
+// (after making {TMPDIR}/link a symbolic link to symlink, when given), and waits to be ended.
+func announce(addr, symlink string) error {
+	tmp := os.Getenv("TMPDIR")
+	if symlink != "" {
+		if err := os.Symlink(symlink, filepath.Join(tmp, "link")); err != nil {
+			return err
+		}
+	}
+	addr = strings.ReplaceAll(addr, "{TMPDIR}", tmp)
+	fmt.Printf("%d|%d|unix|%s|grpc|\n", plugin.CoreProtocolVersion, driverplugin.ProtocolVersion, addr)
+	time.Sleep(2 * time.Minute)
 	return nil
 }
 

@@ -526,30 +526,41 @@ func (l *decisionLog) cutLine(e logEntry, limit int) ([]byte, error) {
 		set     func(any)
 	}
 	var members []member
-	var walk func(v any, path string, defined bool)
-	walk = func(v any, path string, defined bool) {
+	// walk returns the size of v as json.Marshal writes it, from the sizes of its members: each
+	// leaf is encoded once (encoding every member whole at every depth cost a 600 KiB member
+	// four encodings).
+	var walk func(v any, path string, defined bool) int
+	walk = func(v any, path string, defined bool) int {
 		switch t := v.(type) {
 		case map[string]any:
 			known, listed := definedMembers[path]
+			size := 2 + max(len(t)-1, 0) // braces and commas
 			for k, c := range t {
 				p := path + "/" + escapePointer(k)
 				def := defined && (!listed || known[k])
-				if size := jsonSize(c); size > cutFloor {
-					members = append(members, member{path: p, size: size, defined: def, set: func(x any) { t[k] = x }})
+				cs := walk(c, p, def)
+				if cs > cutFloor {
+					members = append(members, member{path: p, size: cs, defined: def, set: func(x any) { t[k] = x }})
 				}
-				walk(c, p, def)
+				size += jsonSize(k) + 1 + cs
 			}
+			return size
 		case []any:
+			size := 2 + max(len(t)-1, 0)
 			for i, c := range t {
 				p := path + "/" + strconv.Itoa(i)
-				if size := jsonSize(c); size > cutFloor {
-					members = append(members, member{path: p, size: size, defined: defined, set: func(x any) { t[i] = x }})
+				cs := walk(c, p, defined)
+				if cs > cutFloor {
+					members = append(members, member{path: p, size: cs, defined: defined, set: func(x any) { t[i] = x }})
 				}
-				walk(c, p, defined)
+				size += cs
 			}
+			return size
+		default:
+			return jsonSize(v)
 		}
 	}
-	walk(in, "", true)
+	inSize := walk(in, "", true)
 	// Undefined members first, the largest of each kind first; a member inside one already cut
 	// is passed over (its size went with its parent's).
 	sort.SliceStable(members, func(i, j int) bool {
@@ -558,11 +569,14 @@ func (l *decisionLog) cutLine(e logEntry, limit int) ([]byte, error) {
 		}
 		return members[i].size > members[j].size
 	})
+	// The line's length without encoding the input again: the line with a null input, and the
+	// input's size in place of the null.
+	e.Input = nil
 	line, err := json.Marshal(e)
 	if err != nil {
 		return nil, err
 	}
-	over := len(line) + 1 - limit
+	over := len(line) - len("null") + inSize + 1 - limit
 	var cut []string
 	for _, m := range members {
 		if over <= 0 {

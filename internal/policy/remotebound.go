@@ -6,7 +6,8 @@ import (
 	"net/http"
 
 	opatracing "github.com/open-policy-agent/opa/v1/tracing"
-	"go.opentelemetry.io/contrib/instrumentation/net/http/otelhttp"
+
+	"github.com/authz-dev/authz/internal/tracing"
 )
 
 // Remote bundles are downloaded and read by OPA's bundle plugin (download.Downloader): it
@@ -16,20 +17,31 @@ import (
 // inside OPA from its credentials (bearer, client TLS, OAuth2, AWS, …). The one place OPA lets
 // a caller wrap that client's transport is distributed tracing: every service client's
 // transport goes through tracing.NewTransport(transport, options) when the manager has
-// tracing options. authz registers its own HTTP tracing service (below), which does what
-// OPA's does (otelhttp) with the otelhttp options, and, when the options carry the
-// bundleBoundOption of a Source's manager, wraps the transport in boundedTransport: the body
-// of every successful GET (a bundle download; decision logs and status are POSTs) is checked
+// tracing options. authz registers its own HTTP tracing service (below), which traces the
+// clients of a Source's manager with authz's client spans (clientTracing, tracing.go) and, when
+// the options carry the bundleBoundOption of a Source's manager, wraps the transport in
+// boundedTransport: the body of every successful GET (a bundle download; decision logs and status are POSTs) is checked
 // by a gzip+tar scanner before OPA reads a byte of it. The scanner decompresses and counts
 // each chunk of the body before the chunk is handed to OPA, so OPA never holds more than the
 // bounds allow; past a bound the read fails and OPA refuses the download, before any
 // signature is checked.
 //
-// The registration replaces OPA's in the process; without a bundleBoundOption it behaves as
-// OPA's does, so `authz run` (OPA's runtime) and http.send are traced as before.
+// The registration replaces OPA's in the process. The other tracing options, those OPA's own
+// runtime builds (otelhttp's, under `authz run`), go to the service SetOPAHTTPTracing gives, so
+// `authz run` (OPA's runtime) and http.send are traced as OPA traces them; `authz serve` runs no
+// OPA runtime and does not link otelhttp.
 func init() {
 	opatracing.RegisterHTTPTracing(boundedHTTPTracing{})
 }
+
+// opaHTTPTracing traces the clients and handlers whose tracing options OPA's runtime built
+// (SetOPAHTTPTracing); nil where no OPA runtime runs.
+var opaHTTPTracing opatracing.HTTPTracingService
+
+// SetOPAHTTPTracing gives the HTTP tracing service of OPA's own tracing options (OPA's, which
+// traces with otelhttp): the program that runs OPA's runtime (cmd/authz-opa) sets it before it
+// starts. Options of authz's own (a Source's manager) are still traced by authz.
+func SetOPAHTTPTracing(s opatracing.HTTPTracingService) { opaHTTPTracing = s }
 
 // bundleBoundOption, among a manager's tracing options, bounds the bundles its service
 // clients download.
@@ -41,23 +53,29 @@ type bundleBoundOption struct {
 
 type boundedHTTPTracing struct{}
 
-// split separates the otelhttp options from authz's bound.
-func splitTracingOptions(opts opatracing.Options) (otel []otelhttp.Option, bound *bundleBoundOption) {
+// splitTracingOptions separates authz's client tracing and bound from the other options
+// (OPA's own).
+func splitTracingOptions(opts opatracing.Options) (client *clientTracing, bound *bundleBoundOption, other opatracing.Options) {
 	for _, o := range opts {
 		switch v := o.(type) {
-		case otelhttp.Option:
-			otel = append(otel, v)
+		case clientTracing:
+			client = &v
 		case bundleBoundOption:
 			bound = &v
+		default:
+			other = append(other, o)
 		}
 	}
-	return otel, bound
+	return client, bound, other
 }
 
 func (boundedHTTPTracing) NewTransport(tr http.RoundTripper, opts opatracing.Options) http.RoundTripper {
-	otel, bound := splitTracingOptions(opts)
-	if bound == nil || len(otel) > 0 {
-		tr = otelhttp.NewTransport(tr, otel...)
+	client, bound, other := splitTracingOptions(opts)
+	switch {
+	case client != nil:
+		tr = tracing.NewClientTransport(tr, client.tp)
+	case opaHTTPTracing != nil && (bound == nil || len(other) > 0):
+		tr = opaHTTPTracing.NewTransport(tr, other)
 	}
 	if bound != nil {
 		tr = &boundedTransport{next: tr, lim: bound.lim, times: bound.times, rego: bound.rego}
@@ -66,8 +84,11 @@ func (boundedHTTPTracing) NewTransport(tr http.RoundTripper, opts opatracing.Opt
 }
 
 func (boundedHTTPTracing) NewHandler(h http.Handler, label string, opts opatracing.Options) http.Handler {
-	otel, _ := splitTracingOptions(opts)
-	return otelhttp.NewHandler(h, label, otel...)
+	if opaHTTPTracing == nil {
+		return h
+	}
+	_, _, other := splitTracingOptions(opts)
+	return opaHTTPTracing.NewHandler(h, label, other)
 }
 
 // boundedTransport checks the body of every successful GET as a bundle within lim, and cuts

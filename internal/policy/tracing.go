@@ -4,12 +4,10 @@ import (
 	"context"
 	"crypto/tls"
 
-	_ "github.com/open-policy-agent/opa/v1/features/tracing" // OPA's HTTP clients trace through otelhttp
 	"github.com/open-policy-agent/opa/v1/plugins"
 	opatracing "github.com/open-policy-agent/opa/v1/tracing"
-	"go.opentelemetry.io/contrib/instrumentation/net/http/otelhttp"
-	"go.opentelemetry.io/otel/propagation"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/authz-dev/authz/internal/tracing"
 )
@@ -40,6 +38,11 @@ func NewTracerProvider(ctx context.Context, t *TracingConfig) (*sdktrace.TracerP
 	return tracing.NewProvider(ctx, &t.Config)
 }
 
+// clientTracing, among a manager's tracing options, makes each request of its HTTP clients a
+// client span of tp that sends W3C trace context (tracing.NewClientTransport), as OPA's
+// otelhttp transport does under `opa run`.
+type clientTracing struct{ tp trace.TracerProvider }
+
 // managerTracing are the plugin manager options that trace OPA's plugins with tp, as `opa run`
 // sets them: the manager's tracer provider, and W3C trace context on its HTTP clients. extra
 // are further options of the HTTP clients' transports (remotebound.go).
@@ -48,7 +51,7 @@ func managerTracing(tp *sdktrace.TracerProvider, extra ...any) []func(*plugins.M
 	var opts []any
 	if tp != nil {
 		out = append(out, plugins.WithTracerProvider(tp))
-		opts = append(opts, otelhttp.WithTracerProvider(tp), otelhttp.WithPropagators(propagation.TraceContext{}))
+		opts = append(opts, clientTracing{tp: tp})
 	}
 	if opts = append(opts, extra...); len(opts) > 0 {
 		out = append(out, plugins.WithDistributedTracingOpts(opatracing.NewOptions(opts...)))

@@ -738,3 +738,34 @@ func TestLimitsHoldInsideTheDriver(t *testing.T) {
 	assert.False(t, w.OK, "a file past RLIMIT_FSIZE was written: %s", w.Detail)
 	assert.Equal(t, int(syscall.EFBIG), w.Errno, "%s", w.Detail)
 }
+
+// TestMemoryBoundPerProcessIsWarned: where the worker cgroups get no memory controller
+// (limits.memoryMax is refused: memory bound to cgroup v1, or not delegated), the start-up WARN
+// says that a driver's memory is bounded per process, not in total: RLIMIT_DATA counts each of
+// its processes alone.
+//
+// Sequential: it reads the process-wide containment set-up.
+func TestMemoryBoundPerProcessIsWarned(t *testing.T) {
+	var buf strings.Builder
+	log := hclog.New(&hclog.LoggerOptions{Output: &buf, Level: hclog.Info})
+	(&hostContainment{memoryErr: errors.New("memory is bound to cgroup v1")}).warn(log)
+	assert.Contains(t, buf.String(), "[WARN]")
+	assert.Contains(t, buf.String(), "missing a memory controller in the drivers' cgroups (memory is bound to cgroup v1): "+
+		"a driver's memory is bounded per process (limits.dataBytes x limits.processes), not in total; "+
+		"set limits.memoryMax where cgroup v2 has the memory controller")
+
+	buf.Reset()
+	(&hostContainment{cgroupErr: errors.New("no cgroup2 mount"), memoryErr: errors.New("no cgroup2 mount")}).warn(log)
+	assert.Contains(t, buf.String(), "cgroup (no cgroup2 mount); a memory controller in the drivers' cgroups: a driver's memory is bounded per process")
+
+	// This host's own set-up: the WARN names the memory bound exactly where memoryMax is refused.
+	c := containment.setUp()
+	assert.Equal(t, cgroupLimitsProblem() == nil, c.memoryErr == nil, "memoryErr %v, cgroupLimitsProblem %v", c.memoryErr, cgroupLimitsProblem())
+	buf.Reset()
+	c.warn(log)
+	if c.memoryErr != nil {
+		assert.Contains(t, buf.String(), "a driver's memory is bounded per process")
+	} else {
+		assert.NotContains(t, buf.String(), "a driver's memory is bounded per process")
+	}
+}

@@ -21,6 +21,7 @@ type hostContainment struct {
 	sandbox.Containment
 	cgroups   *cgroupRoot
 	cgroupErr error // why workers get no cgroup
+	memoryErr error // why the worker cgroups get no memory controller (limits.memoryMax is refused)
 }
 
 var containment hostContainment
@@ -30,6 +31,10 @@ func (c *hostContainment) setUp() *hostContainment {
 	c.once.Do(func() {
 		c.Containment = *sandbox.Host()
 		c.cgroups, c.cgroupErr = findCgroupRoot()
+		c.memoryErr = c.cgroupErr
+		if c.cgroups != nil {
+			c.memoryErr = limitsAvailable(c.cgroups.mount, c.cgroups.hostRel)
+		}
 	})
 	return c
 }
@@ -40,8 +45,19 @@ func (c *hostContainment) missing() []string {
 	if c.cgroupErr != nil {
 		out = append(out, "cgroup ("+c.cgroupErr.Error()+")")
 	}
+	switch {
+	case c.memoryErr != nil && c.cgroupErr != nil:
+		out = append(out, memoryUnbounded) // the cgroup's phrase says why
+	case c.memoryErr != nil:
+		out = append(out, "a memory controller in the drivers' cgroups ("+c.memoryErr.Error()+")"+strings.TrimPrefix(memoryUnbounded, "a memory controller in the drivers' cgroups"))
+	}
 	return out
 }
+
+// memoryUnbounded is the phrase of missing when the worker cgroups get no memory controller:
+// RLIMIT_DATA counts per process, and nothing counts a driver's processes together.
+const memoryUnbounded = "a memory controller in the drivers' cgroups: a driver's memory is bounded per process " +
+	"(limits.dataBytes x limits.processes), not in total; set limits.memoryMax where cgroup v2 has the memory controller"
 
 // warn logs, in one line, what drivers run without; and, once per process, one line per stale
 // cgroup ended when the host set up (the processes a host killed with SIGKILL left behind).

@@ -110,7 +110,10 @@ func TestClientTransportFailedRequest(t *testing.T) {
 	t.Cleanup(func() { assert.NoError(t, tp.Shutdown(context.Background())) })
 	req, err := http.NewRequestWithContext(t.Context(), http.MethodGet, "https://bundles.example.com/b.tar.gz", nil)
 	require.NoError(t, err)
-	_, err = tracing.NewClientTransport(failingTransport{}, tp).RoundTrip(req)
+	resp, err := tracing.NewClientTransport(failingTransport{}, tp).RoundTrip(req)
+	if resp != nil {
+		_ = resp.Body.Close()
+	}
 	require.ErrorContains(t, err, "connection refused")
 	require.Len(t, rec.Ended(), 1)
 	s := rec.Ended()[0]

@@ -181,6 +181,8 @@ func Main(args []string) int {
 		attack = func() error { return writeJSON(*out, tmpdirAttempts(*size)) }
 	case "calls":
 		attack = func() error { return writeJSON(*out, callAttempts()) }
+	case "proc":
+		attack = func() error { return writeJSON(*out, procAttempts(hostPID(*target))) }
 	case "outlive":
 		attack = func() error { return outlive(*out) }
 	case "fork-escape":
@@ -540,6 +542,43 @@ func tmpdirAttempts(size int) map[string]Outcome {
 		err = fmt.Errorf("no mount on %s", os.TempDir())
 	}
 	res[AttemptTmpMount] = outcome(line, err)
+	return res
+}
+
+// Attempts of the proc mode, the keys of its FILE.
+const (
+	AttemptListProc    = "list /proc"              // Detail: the pids listed, comma-separated
+	AttemptOwnPID      = "its own pid"             // Detail: the pid
+	AttemptHostCmdline = "read /proc/HOST/cmdline" // the host's pid (-target) as the host sees it
+	AttemptSelfStatus  = "read /proc/self/status"  // what the Go runtime and a driver read of themselves
+	AttemptProcMount   = "read the mount of /proc" // Detail: the line of /proc/self/mountinfo
+)
+
+// procAttempts lists the processes /proc shows, reads the host's command line and its own
+// status, and reports the mount of /proc.
+func procAttempts(host int) map[string]Outcome {
+	res := map[string]Outcome{}
+	entries, err := os.ReadDir("/proc")
+	var pids []string
+	for _, e := range entries {
+		if _, perr := strconv.Atoi(e.Name()); perr == nil {
+			pids = append(pids, e.Name())
+		}
+	}
+	res[AttemptListProc] = outcome(strings.Join(pids, ","), err)
+	res[AttemptOwnPID] = outcome(strconv.Itoa(os.Getpid()), nil)
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(host) + "/cmdline")
+	res[AttemptHostCmdline] = outcome(strings.ReplaceAll(string(b), "\x00", " "), err)
+	b, err = os.ReadFile("/proc/self/status")
+	res[AttemptSelfStatus] = outcome(fmt.Sprintf("%d bytes", len(b)), err)
+	b, err = os.ReadFile("/proc/self/mountinfo")
+	line := ""
+	for l := range strings.SplitSeq(string(b), "\n") {
+		if f := strings.Fields(l); len(f) > 4 && f[4] == "/proc" {
+			line = l // the last: the one on top
+		}
+	}
+	res[AttemptProcMount] = outcome(line, err)
 	return res
 }
 

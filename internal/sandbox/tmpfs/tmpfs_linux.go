@@ -8,8 +8,9 @@
 // The plugin host writes the launcher's Spec into its environment with Spec.Env; the init of
 // the driver's pid namespace starts the driver stage in a new mount namespace (Cloneflags),
 // and the driver stage, before its Landlock rules are made (they are bound to the mounted
-// directory's inode), calls Mount, then gives up what let it mount (DropPrivileges) on the
-// thread that executes the driver.
+// directory's inode), calls Mount (and MountProc where Spec.Proc says so: a /proc of the
+// driver's own pid namespace), then gives up what let it mount (DropPrivileges) on the thread
+// that executes the driver.
 //
 // Linux only.
 package tmpfs

@@ -52,6 +52,9 @@ type Containment struct {
 	// SizedTmp: the driver's private temporary directory (TMPDIR) is a tmpfs of its own, in a
 	// mount namespace of its own, bounded by the plugin's limits.tempDirBytes.
 	SizedTmp bool `json:"sizedTmp"`
+	// PrivateProc: the driver's /proc is one of its own pid namespace, mounted in its mount
+	// namespace: it sees its init, itself and what it started, no other process of the machine.
+	PrivateProc bool `json:"privateProc"`
 	// Cgroup: the worker runs in a cgroup of its own, ended as a whole.
 	Cgroup bool `json:"cgroup"`
 	// HostNonDumpable: the host process is not dumpable.

@@ -11,7 +11,6 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
-	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -27,6 +26,7 @@ import (
 	"github.com/authz-dev/authz/internal/decision"
 	"github.com/authz-dev/authz/internal/decision/decisiontest"
 	"github.com/authz-dev/authz/internal/snapshot"
+	"github.com/authz-dev/authz/internal/testdrivers/hostpid"
 	"github.com/authz-dev/authz/internal/testdrivers/liveness"
 )
 
@@ -188,7 +188,7 @@ func TestChaosWithHostileDrivers(t *testing.T) {
 				if b, err := os.ReadFile(out); err == nil {
 					mu.Lock()
 					for _, f := range strings.Fields(string(b)) {
-						if pid, err := strconv.Atoi(f); err == nil {
+						if pid, err := hostpid.Resolve(f); err == nil {
 							pids[pid] = true
 						}
 					}

@@ -438,9 +438,7 @@ func readPids(tb testing.TB, path string) []int {
 	})
 	var out []int
 	for _, f := range strings.Fields(string(b)) {
-		pid, err := strconv.Atoi(f)
-		require.NoError(tb, err)
-		out = append(out, pid)
+		out = append(out, hostPID(tb, f))
 	}
 	return out
 }

@@ -178,9 +178,7 @@ func TestDriversThatClearTheirParentDeathSignalDieWithTheHost(t *testing.T) {
 					return false
 				}
 				for f := range strings.FieldsSeq(string(b)) {
-					pid, err := strconv.Atoi(f)
-					require.NoError(t, err, "%q", b)
-					pids = append(pids, pid)
+					pids = append(pids, hostPID(t, f))
 				}
 				return true
 			})

@@ -201,7 +201,7 @@ func cgroupName(id string) string {
 func (p *proc) containment() *api.Containment {
 	c := containment.setUp()
 	seccomp, pidns := p.Launched(), p.PidNamespace()
-	out := &api.Containment{UID: os.Getuid(), GID: os.Getgid(), Seccomp: seccomp, PidNamespace: pidns, Landlock: seccomp && c.Landlock == "", Cgroup: p.cg != nil, HostNonDumpable: c.DumpableErr == nil, SizedTmp: p.SizedTmp()}
+	out := &api.Containment{UID: os.Getuid(), GID: os.Getgid(), Seccomp: seccomp, PidNamespace: pidns, Landlock: seccomp && c.Landlock == "", Cgroup: p.cg != nil, HostNonDumpable: c.DumpableErr == nil, SizedTmp: p.SizedTmp(), PrivateProc: p.PrivateProc()}
 	if p.cred != nil {
 		out.UID, out.GID = int(p.cred.Uid), int(p.cred.Gid)
 	}
@@ -216,6 +216,13 @@ func (p *proc) containment() *api.Containment {
 	}
 	if !p.SizedTmp() && c.TmpfsErr != nil {
 		out.Missing = append(out.Missing, "sized tmpfs: "+c.TmpfsErr.Error())
+	}
+	if !p.PrivateProc() && (c.ProcErr != nil || c.TmpfsErr != nil) {
+		err := c.ProcErr
+		if err == nil {
+			err = c.TmpfsErr // the /proc goes in the tmpfs's mount namespace
+		}
+		out.Missing = append(out.Missing, "private /proc: "+err.Error())
 	}
 	if c.Landlock != "" {
 		out.Missing = append(out.Missing, c.Landlock)

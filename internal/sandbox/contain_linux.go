@@ -28,6 +28,7 @@ type Containment struct {
 	SeccompErr   error    // why drivers start without the seccomp filter
 	PidnsErr     error    // why drivers start without a pid namespace of their own
 	TmpfsErr     error    // why a driver's TMPDIR is a plain directory, not a sized tmpfs of its own
+	ProcErr      error    // why a driver sees the machine's /proc, not one of its own pid namespace
 	Landlock     string   // what of the Landlock sandbox the kernel lacks; "": nothing
 }
 
@@ -59,9 +60,9 @@ func (c *Containment) setUp() {
 	} else {
 		c.PidnsErr = fmt.Errorf("no launcher: %w", c.SeccompErr)
 	}
-	c.TmpfsErr = c.PidnsErr
+	c.TmpfsErr, c.ProcErr = c.PidnsErr, c.PidnsErr
 	if c.PidnsErr == nil {
-		c.TmpfsErr = probeTmpfs(c.Launcher)
+		c.TmpfsErr, c.ProcErr = probeTmpfs(c.Launcher)
 	}
 	c.Landlock = landlock.Missing()
 	if c.Launcher == "" {
@@ -152,6 +153,9 @@ func (c *Containment) Missing() []string {
 	}
 	if c.TmpfsErr != nil {
 		out = append(out, "sized tmpfs as TMPDIR ("+c.TmpfsErr.Error()+"): a driver's files there are bounded one by one (RLIMIT_FSIZE), not together")
+	}
+	if c.ProcErr != nil {
+		out = append(out, "a /proc of the driver's pid namespace ("+c.ProcErr.Error()+"): a driver reads the machine's /proc, every process's command line, status and mounts")
 	}
 	if c.Landlock != "" {
 		out = append(out, c.Landlock)

@@ -45,7 +45,7 @@ type Spec struct {
 	Limits          rlimit.Limits       // set by the launcher before the driver runs; without one, by prlimit
 	Rules           landlock.Spec       // the driver's Landlock sandbox
 	Credential      *syscall.Credential // nil: the host's user
-	Tmpfs           *tmpfs.Spec         // the driver's TMPDIR (Rules.Tmp) as a sized tmpfs, where the host can mount one; nil: a plain directory
+	Tmpfs           *tmpfs.Spec         // the driver's TMPDIR (Rules.Tmp) as a sized tmpfs, where the host can mount one (and its own /proc: Proc); nil: a plain directory
 	CgroupFD        int                 // the worker's cgroup, which the driver starts in; <= 0: none
 	Hooks           Hooks
 }
@@ -96,6 +96,7 @@ type Process struct {
 	tmpDir     string        // the driver's TMPDIR and socket's directory (Spec.Rules.Tmp)
 	tmpRoot    *os.File      // the root of the driver's tmpfs on tmpDir, in the driver's mount namespace; nil: a plain directory
 	sizedTmp   bool          // tmpDir is a tmpfs of the driver's own (tmpfs.Spec in the init's environment)
+	ownProc    bool          // the driver stage mounts a /proc of the driver's pid namespace (tmpfs.Spec.Proc)
 	stopped    atomic.Bool   // the driver stopped and did not continue (the init's report, or the host's own wait)
 	exitStatus atomic.Int64  // the driver's wait status as the init reported it; -1: none
 	gone       atomic.Bool   // the driver (or its main thread) ended; never cleared (markGone)
@@ -150,8 +151,10 @@ func NewProcess(s Spec) (*Process, error) {
 	cmd.Env = s.Env
 	p.tmpDir = s.Rules.Tmp
 	if p.pidns && c.TmpfsErr == nil && s.Tmpfs != nil {
-		cmd.Env = append(append([]string{}, s.Env...), s.Tmpfs.Env())
-		p.sizedTmp = true
+		spec := *s.Tmpfs
+		spec.Proc = spec.Proc && c.ProcErr == nil
+		cmd.Env = append(append([]string{}, s.Env...), spec.Env())
+		p.sizedTmp, p.ownProc = true, spec.Proc
 	}
 	cmd.Stdin = nil // /dev/null: the host's stdin is not the driver's
 	if cmd.SysProcAttr == nil {
@@ -185,6 +188,10 @@ func (p *Process) PidNamespace() bool { return p.pidns }
 
 // SizedTmp reports whether the driver's TMPDIR is a sized tmpfs of its own.
 func (p *Process) SizedTmp() bool { return p.sizedTmp }
+
+// PrivateProc reports whether the driver's /proc is one of its own pid namespace: it sees its
+// namespace's processes only.
+func (p *Process) PrivateProc() bool { return p.ownProc }
 
 // HostPath turns an address the driver announced in its tmpfs (its socket) into a path the
 // host reaches it by: through the host's descriptor of the tmpfs's root, which lies in the

@@ -295,6 +295,11 @@ func runLauncher(args []string, child bool) int {
 		if tmpRoot, err = tmpfs.Mount(spec); err != nil {
 			return fail(err)
 		}
+		if spec.Proc {
+			if err := tmpfs.MountProc(); err != nil {
+				return fail(err)
+			}
+		}
 	}
 	if child {
 		// With the tmpfs's root: the host reaches the driver's socket through it.
@@ -337,9 +342,15 @@ func sendCredentials(msg string, fd ...int) error {
 }
 
 // launchProbeTmpfsArg makes the launcher, in the namespaces of a driver's init, start a child
-// in a mount namespace of its own that mounts a tmpfs on argv[2] as a driver stage does, and
-// exit with its status: the host starts it once to learn whether the kernel allows it.
+// in a mount namespace of its own that mounts a tmpfs on argv[2] and then a procfs on /proc as
+// a driver stage does, and exit with its status: the host starts it once to learn whether the
+// kernel allows them.
 const launchProbeTmpfsArg = "--authz-driver-probe-tmpfs"
+
+// probeNoProcExitCode is the tmpfs probe's exit status when the tmpfs was mounted but the
+// kernel refused the procfs (a container runtime's /proc with masked paths makes it refuse a
+// user namespace a new one).
+const probeNoProcExitCode = 3
 
 // runProbeTmpfs is the tmpfs probe; the child (argv[3] set) mounts, its parent starts it.
 func runProbeTmpfs(args []string) int {
@@ -352,12 +363,19 @@ func runProbeTmpfs(args []string) int {
 			fmt.Fprintln(os.Stderr, err)
 			return launcherExitCode
 		}
+		if err := tmpfs.MountProc(); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			return probeNoProcExitCode
+		}
 		return 0
 	}
 	cmd := exec.Command("/proc/self/exe", launchProbeTmpfsArg, args[2], "child")
 	cmd.Stdout, cmd.Stderr = os.Stdout, os.Stderr
 	cmd.SysProcAttr = &syscall.SysProcAttr{Cloneflags: tmpfs.Cloneflags, Pdeathsig: syscall.SIGKILL}
 	if err := cmd.Run(); err != nil {
+		if ee := (*exec.ExitError)(nil); errors.As(err, &ee) && ee.ExitCode() == probeNoProcExitCode {
+			return probeNoProcExitCode
+		}
 		fmt.Fprintf(os.Stderr, "a mount namespace for the driver: %v\n", err)
 		return launcherExitCode
 	}

@@ -36,7 +36,9 @@ var systemReadDirs = []string{
 	"/etc/ssl", "/etc/pki", "/etc/ca-certificates",
 	// The Go runtime reads its CPU quota and huge page size here.
 	"/sys/fs/cgroup", "/sys/kernel/mm/transparent_hugepage",
-	// Its own /proc files (and, as the kernel's ptrace checks allow, the process table).
+	// Its own /proc files: where the driver stage mounted a procfs of the driver's pid
+	// namespace before these rules are made, the rule is bound to it, and the process table is
+	// the namespace's only; elsewhere the machine's, as the kernel's ptrace checks allow.
 	"/proc",
 }
 

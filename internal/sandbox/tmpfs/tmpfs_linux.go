@@ -8,8 +8,9 @@
 // The plugin host writes the launcher's Spec into its environment with Spec.Env; the init of
 // the driver's pid namespace starts the driver stage in a new mount namespace (Cloneflags),
 // and the driver stage, before its Landlock rules are made (they are bound to the mounted
-// directory's inode), calls Mount, then gives up what let it mount (DropPrivileges) on the
-// thread that executes the driver.
+// directory's inode), calls Mount (and MountProc where Spec.Proc says so: a /proc of the
+// driver's own pid namespace), then gives up what let it mount (DropPrivileges) on the thread
+// that executes the driver.
 //
 // Linux only.
 package tmpfs
@@ -35,6 +36,9 @@ type Spec struct {
 	Inodes uint64 `json:"inodes"` // nr_inodes=: how many files and directories it holds
 	UID    int    `json:"uid"`    // the owner of its root (the driver's user)
 	GID    int    `json:"gid"`
+	// Proc: the driver stage also mounts a procfs of its own pid namespace on /proc (MountProc),
+	// where the host's probe found the kernel allows it.
+	Proc bool `json:"proc,omitempty"`
 }
 
 // InodesFor is the number of files a tmpfs of bytes holds: one per 16 KiB, at least 1024.
@@ -87,6 +91,19 @@ func Mount(s Spec) (int, error) {
 		return -1, fmt.Errorf("open the driver's tmpfs: %w", err)
 	}
 	return fd, nil
+}
+
+// MountProc mounts a fresh procfs on /proc in the calling process's mount namespace (made
+// private by Mount first): it shows the processes of the caller's pid namespace only (the
+// driver's init, the driver and what it starts), not the machine's, whose command lines,
+// mounts and descriptors a driver read through the host's /proc. No set-id programs, devices
+// or executables on it. Called before the Landlock rules are made: their /proc rule is bound
+// to this mount's root.
+func MountProc() error {
+	if err := unix.Mount("proc", "/proc", "proc", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, ""); err != nil {
+		return fmt.Errorf("mount a /proc of the driver's pid namespace: %w", err)
+	}
+	return nil
 }
 
 // DropPrivileges gives up what let the driver stage mount: as root for a driver of another

@@ -18,12 +18,13 @@
 //	                       refuses), and send SIGCONT to the host; -target PID is the host
 //	                       (default: the parent)
 //	outlive -out FILE      clear its parent-death signal, start a child (own session) that clears
-//	                       its own and sleeps for 10 minutes; FILE gets both pids as the host
-//	                       sees them (from /proc/self), one a line, once the child runs
+//	                       its own and sleeps for 10 minutes; FILE gets both pids (hostpid
+//	                       references), one a line, once the child runs
 //	files -out FILE        as the user of a host without root: read each file of -read (a
 //	                       comma-separated list), append to -append, open for writing the
-//	                       /proc/PID/mem of the other driver whose command line holds -victim,
-//	                       send SIGCONT to the host (-target), bind a TCP port, connect to
+//	                       /proc/PID/mem of the other driver whose command line holds -victim
+//	                       (once VictimRuns(FILE) exists, the host saw it run: a /proc that
+//	                       does not show it then is reported as ENOENT), send SIGCONT to the host (-target), bind a TCP port, connect to
 //	                       the host's TCP port -connect
 //	limits -out FILE       report its resource limits (/proc/self/limits) and try to write a
 //	                       file of -size bytes into its TMPDIR
@@ -39,7 +40,8 @@
 //	fork-escape -out FILE  leave one orphan (double fork, setsid, no environment, /proc/self/exe
 //	                       re-executed) that sleeps for 10 minutes; FILE gets its pid
 //
-// Every mode takes -key KEY, the plugin key it reports. The authz command never links it
+// Pids in FILE are hostpid references (hostpid.Resolve turns them into the host's). Every
+// mode takes -key KEY, the plugin key it reports. The authz command never links it
 // (TestNotInTheShippedBinary); the host's tests run it by re-executing their own binary, and a
 // FILE is written whole (renamed into place), so a test waits for it to exist.
 package hostile
@@ -173,7 +175,7 @@ func Main(args []string) int {
 		}
 	case "files":
 		attack = func() error {
-			return writeJSON(*out, fileAttacks(hostPID(*target), *readList, *appendTo, *victim, *connect))
+			return writeJSON(*out, fileAttacks(hostPID(*target), *readList, *appendTo, *victim, VictimRuns(*out), *connect))
 		}
 	case "limits":
 		attack = func() error { return writeJSON(*out, limitAttempts(*size)) }
@@ -181,6 +183,8 @@ func Main(args []string) int {
 		attack = func() error { return writeJSON(*out, tmpdirAttempts(*size)) }
 	case "calls":
 		attack = func() error { return writeJSON(*out, callAttempts()) }
+	case "proc":
+		attack = func() error { return writeJSON(*out, procAttempts(hostPID(*target))) }
 	case "outlive":
 		attack = func() error { return outlive(*out) }
 	case "fork-escape":
@@ -543,6 +547,43 @@ func tmpdirAttempts(size int) map[string]Outcome {
 	return res
 }
 
+// Attempts of the proc mode, the keys of its FILE.
+const (
+	AttemptListProc    = "list /proc"              // Detail: the pids listed, comma-separated
+	AttemptOwnPID      = "its own pid"             // Detail: the pid
+	AttemptHostCmdline = "read /proc/HOST/cmdline" // the host's pid (-target) as the host sees it
+	AttemptSelfStatus  = "read /proc/self/status"  // what the Go runtime and a driver read of themselves
+	AttemptProcMount   = "read the mount of /proc" // Detail: the line of /proc/self/mountinfo
+)
+
+// procAttempts lists the processes /proc shows, reads the host's command line and its own
+// status, and reports the mount of /proc.
+func procAttempts(host int) map[string]Outcome {
+	res := map[string]Outcome{}
+	entries, err := os.ReadDir("/proc")
+	var pids []string
+	for _, e := range entries {
+		if _, perr := strconv.Atoi(e.Name()); perr == nil {
+			pids = append(pids, e.Name())
+		}
+	}
+	res[AttemptListProc] = outcome(strings.Join(pids, ","), err)
+	res[AttemptOwnPID] = outcome(strconv.Itoa(os.Getpid()), nil)
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(host) + "/cmdline")
+	res[AttemptHostCmdline] = outcome(strings.ReplaceAll(string(b), "\x00", " "), err)
+	b, err = os.ReadFile("/proc/self/status")
+	res[AttemptSelfStatus] = outcome(fmt.Sprintf("%d bytes", len(b)), err)
+	b, err = os.ReadFile("/proc/self/mountinfo")
+	line := ""
+	for l := range strings.SplitSeq(string(b), "\n") {
+		if f := strings.Fields(l); len(f) > 4 && f[4] == "/proc" {
+			line = l // the last: the one on top
+		}
+	}
+	res[AttemptProcMount] = outcome(line, err)
+	return res
+}
+
 // limitAttempts reports the driver's limits and writes size bytes into a file of its TMPDIR.
 func limitAttempts(size int) map[string]Outcome {
 	res := map[string]Outcome{}
@@ -558,8 +599,13 @@ func limitAttempts(size int) map[string]Outcome {
 	return res
 }
 
+// VictimRuns is the file the host of the files mode writes once the victim driver runs, next
+// to the driver's FILE.
+func VictimRuns(out string) string { return out + ".victim-runs" }
+
 // fileAttacks tries what a driver of a host without root could do as the host's own user.
-func fileAttacks(host int, readList, appendTo, victim string, port int) map[string]Outcome {
+// victimRuns: a file that exists once the host saw the victim driver run.
+func fileAttacks(host int, readList, appendTo, victim, victimRuns string, port int) map[string]Outcome {
 	res := map[string]Outcome{}
 	for p := range strings.SplitSeq(readList, ",") {
 		if p == "" {
@@ -576,13 +622,18 @@ func fileAttacks(host int, readList, appendTo, victim string, port int) map[stri
 		}
 		res[AppendAttempt(appendTo)] = outcome("appended", err)
 	}
-	pid := 0
-	for deadline := time.Now().Add(30 * time.Second); pid == 0 && victim != "" && time.Now().Before(deadline); {
-		if pid = findProcess(victim); pid == 0 {
+	pid, runs := 0, false
+	for deadline := time.Now().Add(30 * time.Second); pid == 0 && !runs && victim != "" && time.Now().Before(deadline); {
+		_, err := os.Stat(victimRuns)
+		runs = err == nil // looked at before the search: the victim ran during it
+		if pid = findProcess(victim); pid == 0 && !runs {
 			time.Sleep(20 * time.Millisecond)
 		}
 	}
-	if pid == 0 {
+	if pid == 0 && runs {
+		// Its /proc is its own pid namespace's: the other driver runs and is not there.
+		res[AttemptVictimMem] = Outcome{Detail: "the other driver runs and its /proc does not show it", Errno: int(syscall.ENOENT)}
+	} else if pid == 0 {
 		res[AttemptVictimMem] = Outcome{Detail: "no process with " + victim + " in its command line"}
 	} else if f, err := os.OpenFile("/proc/"+strconv.Itoa(pid)+"/mem", os.O_RDWR, 0); err == nil {
 		_ = f.Close()
@@ -685,8 +736,8 @@ func OpenPTY() (master, slave *os.File, err error) {
 	return master, slave, nil
 }
 
-// ownHostPID is this process's pid as the host sees it.
-func ownHostPID() string { return strconv.Itoa(hostpid.Self()) }
+// ownHostPID is this process's pid for the host's tests: a hostpid reference (hostpid.Resolve).
+func ownHostPID() string { return hostpid.Self() }
 
 // outlive clears the driver's parent-death signal and starts a child that clears its own.
 func outlive(out string) error {

@@ -153,7 +153,7 @@ func run(o options) error {
 		if err := c.Start(); err != nil {
 			return err
 		}
-		if err := os.WriteFile(o.childHoldsPipes, []byte(strconv.Itoa(hostpid.Of(c.Process.Pid))), 0o600); err != nil {
+		if err := os.WriteFile(o.childHoldsPipes, []byte(hostpid.Of(c.Process.Pid)), 0o600); err != nil {
 			return err
 		}
 	}
@@ -165,7 +165,7 @@ func run(o options) error {
 			if err := c.Start(); err != nil {
 				return err
 			}
-			pids = append(pids, strconv.Itoa(hostpid.Of(c.Process.Pid)))
+			pids = append(pids, hostpid.Of(c.Process.Pid))
 		}
 		if err := os.WriteFile(o.pidfile, []byte(strings.Join(pids, "\n")), 0o600); err != nil {
 			return err
@@ -256,7 +256,7 @@ func countStart(dir string) (bool, error) {
 	if odd {
 		parity = "odd"
 	}
-	return odd, os.WriteFile(filepath.Join(dir, "pid-"+strconv.Itoa(hostpid.Self())), []byte(parity), 0o600)
+	return odd, os.WriteFile(filepath.Join(dir, "pid-"+hostpid.Self()), []byte(parity), 0o600)
 }
 
 // reportFDs writes where each open descriptor of this process points.
